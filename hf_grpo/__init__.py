@@ -1,0 +1,18 @@
+"""hf_grpo: distributed GRPO-family reinforcement learning on the Hugging Face stack.
+
+`DistributedGRPOTrainer` and `GRPOConfig` are imported on first access, so that `hf_grpo.algorithms` and the
+reward functions stay importable without loading `transformers.Trainer`.
+"""
+
+__version__ = "0.1.0"
+__all__ = ["DistributedGRPOTrainer", "GRPOConfig", "__version__"]
+
+
+def __getattr__(name):
+    if name == "DistributedGRPOTrainer":
+        from .trainer import DistributedGRPOTrainer
+        return DistributedGRPOTrainer
+    if name == "GRPOConfig":
+        from .config import GRPOConfig
+        return GRPOConfig
+    raise AttributeError(f"module 'hf_grpo' has no attribute {name!r}")

@@ -1,0 +1,128 @@
+"""Clipped policy-gradient losses for GRPO, DAPO, Dr.GRPO and GSPO, as pure tensor functions.
+
+Every tensor is per completion token: ``[B, T]`` with ``B`` completions of (padded) length ``T`` and a
+``mask`` that is 1 on real completion tokens. Nothing here touches a model.
+
+Loss aggregation (``loss_type``; names follow TRL where they overlap):
+- ``grpo``: mean over each sequence's tokens, then mean over sequences (the GRPO paper). Long and short
+  answers weigh the same per sequence, which biases towards longer wrong answers (Dr.GRPO's critique).
+- ``bnpo``: sum over all tokens / active tokens of the *local* micro-batch.
+- ``dapo``: sum over all tokens / active tokens of the *global* batch (all ranks, all accumulation steps),
+  passed in as ``token_normalizer`` so the function stays pure.
+- ``dr_grpo``: sum over all tokens / (B * max_completion_length), a constant.
+
+Departures from the papers:
+- GSPO (Zheng et al., 2025) clips the sequence-level ratio ``exp(mean_t log r_t)``; we broadcast it to every
+  token so that the same aggregation code applies (per sequence all tokens then carry the same value, so
+  ``grpo`` aggregation reproduces the paper's per-sequence objective exactly).
+- The KL term is added per token before aggregation (as in GRPO and TRL), with k1/k2/k3 estimators of
+  KL(pi || pi_ref) (Schulman, 2020).
+- ``is_weights`` (the truncated importance ratio between the trainer and a separate sampler such as vLLM)
+  multiply the per-token loss and carry no gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from samples of pi, with ``d = ref_logp - logp``.
+
+    k1 = -d (unbiased, high variance, can be negative); k2 = d^2 / 2; k3 = exp(d) - d - 1 (unbiased, >= 0).
+    """
+    d = ref_logp - logp                                                # [B, T]
+    if estimator == "k1":
+        return -d
+    if estimator == "k2":
+        return 0.5 * d.pow(2)
+    if estimator == "k3":
+        return torch.exp(d) - d - 1.0
+    raise ValueError(f"unknown kl_estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask`` is 1 (0 if the mask is empty)."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, *, max_completion_length: int | None = None,
+              token_normalizer: float | torch.Tensor | None = None) -> torch.Tensor:
+    """Reduce a ``[B, T]`` per-token loss to a scalar according to ``loss_type`` (see module docstring)."""
+    masked = per_token * mask                                          # [B, T]
+    if loss_type == "grpo":
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "bnpo":
+        return masked.sum() / mask.sum().clamp(min=1.0)
+    if loss_type == "dr_grpo":
+        if max_completion_length is None:
+            raise ValueError("loss_type='dr_grpo' needs max_completion_length")
+        return masked.sum() / (per_token.shape[0] * max_completion_length)
+    if loss_type == "dapo":
+        if token_normalizer is None:
+            raise ValueError("loss_type='dapo' needs token_normalizer (active tokens in the global batch)")
+        return masked.sum() / token_normalizer
+    raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {LOSS_TYPES}")
+
+
+@dataclass
+class PolicyLossOutput:
+    loss: torch.Tensor          # scalar, differentiable
+    per_token_loss: torch.Tensor  # [B, T], before aggregation (masked positions hold garbage)
+    ratio: torch.Tensor         # [B, T] importance ratio actually clipped (token or broadcast sequence level)
+    low_clipped: torch.Tensor   # [B, T] bool: ratio < 1 - eps_low where the advantage is negative
+    high_clipped: torch.Tensor  # [B, T] bool: ratio > 1 + eps_high where the advantage is positive
+    kl: torch.Tensor | None     # [B, T] per-token KL estimate, or None when beta == 0
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                epsilon_low: float = 0.2, epsilon_high: float = 0.2, loss_type: str = "grpo",
+                importance_sampling_level: str = "token", beta: float = 0.0, ref_logp: torch.Tensor | None = None,
+                kl_estimator: str = "k3", max_completion_length: int | None = None,
+                token_normalizer: float | torch.Tensor | None = None,
+                is_weights: torch.Tensor | None = None) -> PolicyLossOutput:
+    """Clipped surrogate loss  -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A) (+ beta * KL).
+
+    Args:
+        logp: ``[B, T]`` log-probs of the sampled tokens under the current policy (requires grad).
+        old_logp: ``[B, T]`` log-probs under the policy that generated the batch (no grad). With a single
+            gradient step per batch pass ``logp.detach()``: the ratio is 1 but its gradient is the policy gradient.
+        advantages: ``[B]`` one advantage per completion.
+        mask: ``[B, T]`` 1.0 on completion tokens that count for the loss.
+        importance_sampling_level: ``token`` (PPO/GRPO) or ``sequence`` (GSPO).
+        is_weights: optional ``[B, T]`` detached correction weights (train/inference mismatch).
+    """
+    if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+        raise ValueError(f"unknown importance_sampling_level {importance_sampling_level!r}; "
+                         f"expected one of {IMPORTANCE_SAMPLING_LEVELS}")
+    mask = mask.to(logp.dtype)
+    log_ratio = logp - old_logp                                        # [B, T]
+    if importance_sampling_level == "sequence":
+        seq_log_ratio = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)   # [B]
+        log_ratio = seq_log_ratio.unsqueeze(-1).expand_as(logp)        # [B, T]
+    ratio = torch.exp(log_ratio)                                       # [B, T]
+    adv = advantages.unsqueeze(-1).to(logp.dtype)                      # [B, 1]
+    unclipped = ratio * adv                                            # [B, T]
+    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * adv  # [B, T]
+    per_token = -torch.min(unclipped, clipped)                         # [B, T]
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach()
+    kl = None
+    if beta != 0.0:
+        if ref_logp is None:
+            raise ValueError("beta != 0 needs ref_logp (log-probs under the reference model)")
+        kl = kl_penalty(logp, ref_logp, kl_estimator)                 # [B, T]
+        per_token = per_token + beta * kl
+    loss = aggregate(per_token, mask, loss_type, max_completion_length=max_completion_length,
+                     token_normalizer=token_normalizer)
+    with torch.no_grad():
+        low = (ratio < 1.0 - epsilon_low) & (adv < 0)                   # [B, T]
+        high = (ratio > 1.0 + epsilon_high) & (adv > 0)                 # [B, T]
+    return PolicyLossOutput(loss=loss, per_token_loss=per_token, ratio=ratio.detach(), low_clipped=low,
+                            high_clipped=high, kl=None if kl is None else kl.detach())

@@ -1,0 +1,56 @@
+"""From a scored rollout to padded training micro-batches.
+
+Each micro-batch is padded only to its own longest prompt and completion, not to the longest of the whole
+generation round, so short micro-batches cost less compute (the round's samples are shuffled first, which also
+decorrelates micro-batches from prompt groups).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .algorithms import truncated_completion_mask
+
+
+def build_samples(prompt_ids: list[list[int]], completion_ids: list[list[int]], finished: list[bool],
+                  advantages: torch.Tensor, num_generations: int, mask_truncated: bool) -> list[dict]:
+    """One dict per completion: its prompt ids, completion ids, loss mask and advantage."""
+    samples = []
+    for i, completion in enumerate(completion_ids):
+        mask = torch.ones(len(completion))                                       # [C_i]
+        if mask_truncated:
+            mask = truncated_completion_mask(torch.tensor([finished[i]]), mask.unsqueeze(0))[0]
+        samples.append({"prompt_ids": prompt_ids[i // num_generations], "completion_ids": completion,
+                        "completion_mask": mask, "advantage": float(advantages[i]), "index": i})
+    return samples
+
+
+def collate(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Left-pad prompts and right-pad completions into ``[B, P + C]`` model inputs."""
+    P = max(len(s["prompt_ids"]) for s in samples)
+    C = max(1, max(len(s["completion_ids"]) for s in samples))
+    B = len(samples)
+    input_ids = torch.full((B, P + C), pad_id, dtype=torch.long)                # [B, P+C]
+    attention_mask = torch.zeros((B, P + C), dtype=torch.long)                  # [B, P+C]
+    completion_mask = torch.zeros((B, C), dtype=torch.float32)                  # [B, C]
+    for row, s in enumerate(samples):
+        p, c = s["prompt_ids"], s["completion_ids"]
+        input_ids[row, P - len(p):P] = torch.tensor(p, dtype=torch.long)
+        attention_mask[row, P - len(p):P] = 1
+        if c:
+            input_ids[row, P:P + len(c)] = torch.tensor(c, dtype=torch.long)
+            attention_mask[row, P:P + len(c)] = 1
+            completion_mask[row, :len(c)] = s["completion_mask"]
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask,
+            "advantages": torch.tensor([s["advantage"] for s in samples], dtype=torch.float32),      # [B]
+            "index": torch.tensor([s["index"] for s in samples], dtype=torch.long)}                 # [B]
+
+
+def split_microbatches(samples: list[dict], num_micro: int, generator: torch.Generator | None = None) -> list[list[dict]]:
+    """Shuffle (if a generator is given) and split into ``num_micro`` equal micro-batches."""
+    if len(samples) % num_micro:
+        raise ValueError(f"{len(samples)} samples do not split into {num_micro} equal micro-batches")
+    order = torch.randperm(len(samples), generator=generator).tolist() if generator is not None else range(len(samples))
+    shuffled = [samples[i] for i in order]
+    size = len(samples) // num_micro
+    return [shuffled[k * size:(k + 1) * size] for k in range(num_micro)]

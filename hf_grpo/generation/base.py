@@ -1,0 +1,50 @@
+"""The interface every generation backend fills: token ids in, ``n`` completions per prompt out.
+
+Backends see token ids only (the trainer owns chat templates and decoding), so HF ``generate`` and vLLM produce
+interchangeable results. Completions come back group-major: the ``n`` samples of prompt ``i`` are rows
+``i*n .. i*n+n-1``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0            # 0: disabled
+    min_p: float = 0.0        # 0: disabled
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    greedy: bool = False      # evaluation: argmax decoding, temperature ignored
+
+    @classmethod
+    def from_config(cls, args, greedy: bool = False) -> "SamplingParams":
+        return cls(max_tokens=args.max_completion_length, temperature=args.temperature, top_p=args.top_p,
+                   top_k=args.top_k, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+                   stop=tuple(args.stop or ()), greedy=greedy)
+
+
+@dataclass
+class GenerationResult:
+    completion_ids: list[list[int]]          # [P*n] ragged; includes the EOS token when one was produced
+    finished: list[bool]                     # [P*n] ended by EOS or a stop string (False: hit max_tokens)
+    logprobs: list[list[float]] | None = None  # [P*n] sampling log-probs per completion token, if the backend has them
+
+
+class Generator(ABC):
+    """A generation backend. ``weight_version`` counts the policy updates it has received."""
+
+    weight_version: int = 0
+
+    @abstractmethod
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
+        """Sample ``n`` completions for each prompt. Called on every process, possibly with no prompts."""
+
+    def update_weights(self, model) -> None:
+        """Receive the trainer's current weights (no-op for backends that read the live model)."""
+        self.weight_version += 1

@@ -1,0 +1,35 @@
+"""The model card pushed with checkpoints: what was trained, how, and the recipe that reproduces it."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+
+def model_card_text(args, model_name: str | None, dataset_name: str | None, reward_names: list[str],
+                    log_history: list[dict]) -> str:
+    recipe = ""
+    if args.recipe and os.path.isfile(args.recipe):
+        with open(args.recipe) as f:
+            recipe = f.read()
+    settings = {k: getattr(args, k) for k in (
+        "model_name_or_path", "dataset_name", "advantage_estimator", "loss_type", "num_generations",
+        "max_completion_length", "learning_rate", "epsilon", "epsilon_high", "importance_sampling_level", "beta",
+        "num_iterations", "dynamic_sampling", "overlong_buffer_length", "temperature", "seed")}
+    last = next((r for r in reversed(log_history) if "reward" in r), {})
+    evals = {k: v for r in log_history for k, v in r.items() if k.startswith("eval_") and k.endswith("_accuracy")}
+    lines = [
+        "---", "library_name: transformers", "tags: [hf_grpo, grpo, reinforcement-learning]", "---", "",
+        f"# {model_name or os.path.basename(os.path.abspath(args.output_dir))}", "",
+        f"Trained with [hf_grpo](https://github.com/) `DistributedGRPOTrainer` from `{args.model_name_or_path}` on "
+        f"`{dataset_name or args.dataset_name}` with rewards: {', '.join(reward_names)}.", "",
+        "## Settings", "", "```yaml", yaml.safe_dump(settings, sort_keys=False).rstrip(), "```", "",
+    ]
+    if last:
+        lines += ["## Last logged training step", "", f"step {last.get('step')}: reward {last.get('reward'):.4f}", ""]
+    if evals:
+        lines += ["## Latest evaluation", ""] + [f"- {k}: {v:.4f}" for k, v in evals.items()] + [""]
+    if recipe:
+        lines += [f"## Recipe (`{args.recipe}`)", "", "```yaml", recipe.rstrip(), "```", ""]
+    return "\n".join(lines)

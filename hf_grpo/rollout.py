@@ -1,0 +1,149 @@
+"""One generation round: prompts -> completions -> rewards, including DAPO's shaping and dynamic sampling.
+
+Everything here is per process; the only cross-process step is the ``any_rank`` callback that keeps dynamic
+sampling rounds in lock-step (backends such as ZeRO-3 generation are collective, so every process must call
+``generate`` the same number of times).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from .algorithms import dynamic_sampling_keep, overlong_penalty
+from .data import encode_prompt, is_conversational
+from .generation import Generator, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RolloutBatch:
+    """``P`` prompts and their ``P*G`` completions, group-major."""
+    rows: list[dict]                    # [P] dataset rows
+    prompt_ids: list[list[int]]         # [P]
+    completion_ids: list[list[int]]     # [P*G]
+    finished: list[bool]                # [P*G]
+    completions: list                   # [P*G] decoded: str, or [{"role": "assistant", "content": str}]
+    rewards_per_func: torch.Tensor      # [P*G, F], NaN where a function returned None
+    rewards: torch.Tensor               # [P*G] weighted sum plus shaping
+    overlong: torch.Tensor              # [P*G] overlong penalty included in ``rewards`` (0 if disabled)
+    sampling_logprobs: list[list[float]] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def select_groups(self, keep: list[int], num_generations: int) -> "RolloutBatch":
+        rows_idx = [g * num_generations + k for g in keep for k in range(num_generations)]
+        pick = torch.tensor(rows_idx, dtype=torch.long)
+        return RolloutBatch(
+            rows=[self.rows[g] for g in keep], prompt_ids=[self.prompt_ids[g] for g in keep],
+            completion_ids=[self.completion_ids[i] for i in rows_idx], finished=[self.finished[i] for i in rows_idx],
+            completions=[self.completions[i] for i in rows_idx], rewards_per_func=self.rewards_per_func[pick],
+            rewards=self.rewards[pick], overlong=self.overlong[pick],
+            sampling_logprobs=None if self.sampling_logprobs is None else [self.sampling_logprobs[i] for i in rows_idx],
+        )
+
+    @staticmethod
+    def concat(parts: list["RolloutBatch"]) -> "RolloutBatch":
+        first = parts[0]
+        return RolloutBatch(
+            rows=[r for p in parts for r in p.rows], prompt_ids=[x for p in parts for x in p.prompt_ids],
+            completion_ids=[x for p in parts for x in p.completion_ids], finished=[x for p in parts for x in p.finished],
+            completions=[x for p in parts for x in p.completions],
+            rewards_per_func=torch.cat([p.rewards_per_func for p in parts]), rewards=torch.cat([p.rewards for p in parts]),
+            overlong=torch.cat([p.overlong for p in parts]),
+            sampling_logprobs=None if first.sampling_logprobs is None else
+            [x for p in parts for x in p.sampling_logprobs])
+
+
+class RolloutCollector:
+    def __init__(self, generator: Generator, tokenizer, reward_runner, args):
+        self.generator = generator
+        self.tokenizer = tokenizer
+        self.reward_runner = reward_runner
+        self.args = args
+        self.sampling = SamplingParams.from_config(args)
+        self.dynamic_sampling_stats = {"rounds": 0, "rejected_groups": 0, "topped_up_groups": 0}
+
+    def decode(self, rows: list[dict], completion_ids: list[list[int]]) -> list:
+        texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        if rows and is_conversational(rows[0]["prompt"]):
+            return [[{"role": "assistant", "content": t}] for t in texts]
+        return texts
+
+    def collect(self, rows: list[dict], trainer_state=None) -> RolloutBatch:
+        """Generate ``G`` completions for each row and score them."""
+        G = self.args.num_generations
+        prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
+        t0 = time.perf_counter()
+        result = self.generator.generate(prompt_ids, G, self.sampling)
+        t1 = time.perf_counter()
+        completions = self.decode(rows, result.completion_ids)
+        columns = {k: [r[k] for r in rows for _ in range(G)] for k in (rows[0].keys() if rows else []) if k != "prompt"}
+        prompts = [r["prompt"] for r in rows for _ in range(G)]
+        if rows:
+            per_func = self.reward_runner(prompts=prompts, completions=completions,
+                                          completion_ids=result.completion_ids, columns=columns,
+                                          trainer_state=trainer_state)                     # [P*G, F]
+            total = self.reward_runner.total(per_func)                                   # [P*G]
+        else:
+            per_func = torch.zeros(0, len(self.reward_runner.names))
+            total = torch.zeros(0)
+        lengths = torch.tensor([len(c) for c in result.completion_ids], dtype=torch.float32)  # [P*G]
+        if self.args.overlong_buffer_length:
+            overlong = overlong_penalty(lengths, self.args.max_completion_length, self.args.overlong_buffer_length,
+                                        self.args.overlong_penalty_factor)               # [P*G]
+        else:
+            overlong = torch.zeros_like(lengths)
+        t2 = time.perf_counter()
+        return RolloutBatch(rows=list(rows), prompt_ids=prompt_ids, completion_ids=result.completion_ids,
+                            finished=result.finished, completions=completions, rewards_per_func=per_func,
+                            rewards=total + overlong, overlong=overlong, sampling_logprobs=result.logprobs,
+                            timings={"generation": t1 - t0, "rewards": t2 - t1})
+
+    def collect_dynamic(self, rows: list[dict], refill: Callable[[int], list[dict]],
+                        any_rank: Callable[[bool], bool], trainer_state=None) -> RolloutBatch:
+        """DAPO dynamic sampling: keep only informative groups, generating more prompts until ``len(rows)`` are kept.
+
+        After ``dynamic_sampling_max_rounds`` extra rounds the batch is topped up with rejected groups (which carry
+        ~zero advantage) so the step keeps its shape; how many were used is counted in ``dynamic_sampling_stats``.
+        """
+        G, target = self.args.num_generations, len(rows)
+        kept: list[RolloutBatch] = []
+        rejected: list[RolloutBatch] = []
+        n_kept = 0
+        batch = self.collect(rows, trainer_state)
+        timings = dict(batch.timings)
+        for round_ in range(self.args.dynamic_sampling_max_rounds + 1):
+            keep = dynamic_sampling_keep(batch.rewards, G, tuple(self.args.dynamic_sampling_filter_range),
+                                         self.args.dynamic_sampling_success_threshold)   # [P] bool
+            keep_idx = [i for i, k in enumerate(keep.tolist()) if k][:target - n_kept]
+            drop_idx = [i for i, k in enumerate(keep.tolist()) if not k]
+            if keep_idx:
+                kept.append(batch.select_groups(keep_idx, G))
+                n_kept += len(keep_idx)
+            if drop_idx:
+                rejected.append(batch.select_groups(drop_idx, G))
+                self.dynamic_sampling_stats["rejected_groups"] += len(drop_idx)
+            need = target - n_kept
+            if round_ == self.args.dynamic_sampling_max_rounds or not any_rank(need > 0):
+                break
+            self.dynamic_sampling_stats["rounds"] += 1
+            batch = self.collect(refill(need) if need > 0 else [], trainer_state)
+            for k, v in batch.timings.items():
+                timings[k] += v
+        if n_kept < target:
+            pool = RolloutBatch.concat(rejected)
+            # Prefer rejected groups with the largest reward spread: they still carry some signal.
+            spread = pool.rewards.view(-1, G).std(dim=1) if G > 1 else torch.zeros(len(pool.rows))
+            fill = torch.argsort(spread, descending=True)[:target - n_kept].tolist()
+            kept.append(pool.select_groups(fill, G))
+            self.dynamic_sampling_stats["topped_up_groups"] += len(fill)
+            logger.info("dynamic sampling: topped up %d of %d groups with rejected ones after %d extra rounds",
+                        len(fill), target, self.args.dynamic_sampling_max_rounds)
+        result = RolloutBatch.concat(kept)
+        result.timings = timings
+        return result

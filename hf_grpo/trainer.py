@@ -1,0 +1,314 @@
+"""`DistributedGRPOTrainer`: GRPO-family RL as `transformers.Trainer` hooks.
+
+`Trainer.train()` is used as is. This class overrides: the sampler/dataloader (one batch of prompts per generation
+round, repeated for each micro-batch it serves), `_prepare_inputs` (generate, score and buffer a round, then serve
+micro-batches), `compute_loss`, `log`, `evaluate` and the model card. Generation, rewards, algorithms and batching
+live in their own modules.
+
+Departures from TRL's `GRPOTrainer`: groups never straddle processes (each process samples all ``G`` completions of
+its prompts in one request), so advantages need no gather; micro-batches are padded to their own length; the
+``dapo`` loss is normalised by the active tokens of the optimizer step over all processes.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+
+import torch
+from accelerate.utils import gather_object
+from transformers import PreTrainedModel, Trainer
+from transformers.trainer_callback import ProgressCallback
+
+from .algorithms import batch_whitened_advantages, group_advantages, group_std, masked_mean, policy_loss
+from .batching import build_samples, collate, split_microbatches
+from .callbacks import PlotCallback, RichProgressCallback, write_rollout_log
+from .config import GRPOConfig
+from .evaluation import evaluate_rows
+from .generation import HFGenerator, SamplingParams
+from .logprobs import completion_logprobs
+from .metrics import MetricsBuffer
+from .model_card import model_card_text
+from .models import load_model, load_tokenizer
+from .rewards import RewardRunner, load_reward_function
+from .rollout import RolloutBatch, RolloutCollector
+from .sampler import RepeatPromptSampler
+
+logger = logging.getLogger(__name__)
+
+
+class DistributedGRPOTrainer(Trainer):
+    """Drop-in for TRL's `GRPOTrainer`: same constructor arguments, `GRPOConfig` for `args`."""
+
+    def __init__(self, model: str | PreTrainedModel, reward_funcs=None, args: GRPOConfig | None = None,
+                 train_dataset=None, eval_dataset=None, processing_class=None, reward_processing_classes=None,
+                 callbacks=None, optimizers=(None, None), peft_config=None):
+        if args is None:
+            args = GRPOConfig()
+        if reward_processing_classes is not None:
+            raise NotImplementedError("reward models (and their reward_processing_classes) are not supported yet")
+        model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)
+        if isinstance(model, str):
+            model = load_model(model, args.dtype, args.attn_implementation)
+        if processing_class is None:
+            processing_class = load_tokenizer(model_id)
+        if processing_class.pad_token is None:
+            processing_class.pad_token = processing_class.eos_token
+        if peft_config is None and args.use_peft:
+            from peft import LoraConfig
+            peft_config = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                                     target_modules=args.lora_target_modules or "all-linear", task_type="CAUSAL_LM")
+        if peft_config is not None:
+            from peft import get_peft_model
+            model = get_peft_model(model, peft_config)
+        ref_model = None
+        if args.beta > 0 and peft_config is None:
+            # A frozen copy; with PEFT the reference is the base model with the adapter disabled.
+            ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+
+        funcs = reward_funcs if reward_funcs is not None else args.reward_funcs
+        if not funcs:
+            raise ValueError("DistributedGRPOTrainer needs reward_funcs (callables, built-in names or dotted paths)")
+        funcs = [load_reward_function(f) for f in (funcs if isinstance(funcs, (list, tuple)) else [funcs])]
+        if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
+            raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
+        self.reward_runner = RewardRunner(funcs, args.reward_weights)
+        eval_funcs = [load_reward_function(args.eval_reward)] if args.eval_reward else funcs[:1]
+        self.eval_reward_runner = RewardRunner(eval_funcs)
+
+        super().__init__(model=model, args=args, data_collator=lambda rows: rows, train_dataset=train_dataset,
+                         eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks,
+                         optimizers=optimizers)
+        # compute_loss returns a loss already normalised per micro-batch; Trainer divides by the accumulation steps.
+        self.model_accepts_loss_kwargs = False
+        self.loss_is_scaled_for_ga = False
+        self.ref_model = None if ref_model is None else self.accelerator.prepare_model(ref_model, evaluation_mode=True)
+        if args.disable_tqdm is False:
+            self.remove_callback(ProgressCallback)
+            self.add_callback(RichProgressCallback())
+        if args.plot_metrics:
+            self.add_callback(PlotCallback())
+        self.generator = HFGenerator(self.accelerator, self.model_wrapped, processing_class, args.generation_chunk_size)
+        self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args)
+        self._metrics = MetricsBuffer()
+        self._buffer: list[dict] = []
+        self._micro_step: int | None = None
+        self._tokens_since_log = 0.0
+        self._last_log_wall = time.perf_counter()
+        self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
+
+    # ---- data ---------------------------------------------------------------------------------------------------
+    def _get_train_sampler(self, train_dataset=None):
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        return RepeatPromptSampler(len(dataset), self.args.prompts_per_generation, self.accelerator.num_processes,
+                                   repeats=self.args.steps_per_generation * self.args.num_iterations,
+                                   seed=self.args.seed)
+
+    def get_train_dataloader(self):
+        if self.train_dataset is None:
+            raise ValueError("DistributedGRPOTrainer: training requires a train_dataset")
+        # One batch = the prompts of one generation round on one process (not per_device_train_batch_size).
+        return self._get_dataloader(dataset=self.train_dataset, description="Training",
+                                    batch_size=self.args.prompts_per_generation,
+                                    sampler_fn=self._get_train_sampler, is_training=True)
+
+    def _refill(self, n: int) -> list[dict]:
+        """Extra prompts for dynamic sampling, from a per-process seeded stream independent of the main order."""
+        idx = torch.randint(len(self.train_dataset), (n,), generator=self._refill_generator).tolist()
+        return [self.train_dataset[i] for i in idx]
+
+    # ---- rollouts -----------------------------------------------------------------------------------------------
+    def _prepare_inputs(self, inputs):
+        if self._micro_step is None:     # first call, or first after resuming mid-run
+            self._micro_step = self.state.global_step * self.args.gradient_accumulation_steps
+        cycle = self.args.steps_per_generation * self.args.num_iterations
+        position = self._micro_step % cycle
+        if position == 0 or not self._buffer:
+            self._buffer = self._generate_and_score(inputs)
+        self._micro_step += 1
+        return self._buffer[position % self.args.steps_per_generation]
+
+    def _any_rank(self, flag: bool) -> bool:
+        if self.accelerator.num_processes == 1:
+            return flag
+        t = torch.tensor([float(flag)], device=self.accelerator.device)
+        return bool(self.accelerator.reduce(t, reduction="sum").item() > 0)
+
+    def _generate_and_score(self, rows: list[dict]) -> list[dict]:
+        args, G = self.args, self.args.num_generations
+        start = time.perf_counter()
+        if args.dynamic_sampling:
+            batch = self.collector.collect_dynamic(rows, self._refill, self._any_rank, self.state)
+        else:
+            batch = self.collector.collect(rows, self.state)
+        advantages = self._advantages(batch.rewards)                                      # [P*G]
+        samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
+                                args.mask_truncated_completions)
+        shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
+        micro = [collate(m, self.processing_class.pad_token_id)
+                 for m in split_microbatches(samples, args.steps_per_generation, shuffle)]
+        self._add_logprob_inputs(micro)
+        self._add_token_normalizer(micro)
+        self._record_rollout_metrics(batch, advantages, time.perf_counter() - start)
+        step = self.state.global_step + 1
+        if args.log_completions_steps and step % args.log_completions_steps == 0:
+            write_rollout_log(args.output_dir, step, gather_object(self._rollout_records(batch, advantages)),
+                              self.accelerator.is_main_process)
+        return micro
+
+    def _advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        args = self.args
+        if args.advantage_estimator != "reinforce_pp":
+            return group_advantages(rewards, args.num_generations, args.advantage_estimator, args.advantage_eps)
+        # REINFORCE++: whiten with the mean/std of the whole step's batch over all processes.
+        stats = torch.tensor([rewards.sum(), rewards.pow(2).sum(), rewards.numel()], dtype=torch.float64)
+        if self.accelerator.num_processes > 1:
+            stats = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum").cpu()
+        total, sq, count = stats.tolist()
+        mean = total / count
+        std = max(sq / count - mean * mean, 0.0) ** 0.5
+        return batch_whitened_advantages(rewards, mean, std, args.advantage_eps)
+
+    @torch.no_grad()
+    def _add_logprob_inputs(self, micro: list[dict]) -> None:
+        """Old-policy log-probs (needed once a batch is reused) and reference log-probs (when beta > 0)."""
+        args = self.args
+        need_old = args.num_iterations > 1 or args.steps_per_generation > args.gradient_accumulation_steps
+        if not need_old and args.beta == 0:
+            return
+        for batch in micro:
+            inputs = {k: batch[k].to(self.accelerator.device) for k in ("input_ids", "attention_mask")}
+            C = batch["completion_mask"].shape[1]
+            if need_old:
+                batch["old_logp"] = self._logprobs(self.model_wrapped, inputs, C)[0].cpu()
+            if args.beta > 0:
+                if self.ref_model is not None:
+                    batch["ref_logp"] = self._logprobs(self.ref_model, inputs, C)[0].cpu()
+                else:
+                    with self.accelerator.unwrap_model(self.model).disable_adapter():
+                        batch["ref_logp"] = self._logprobs(self.model_wrapped, inputs, C)[0].cpu()
+
+    def _logprobs(self, model, inputs, completion_length: int, with_entropy: bool = False):
+        head = self.accelerator.unwrap_model(model).get_output_embeddings()
+        return completion_logprobs(model, head, inputs["input_ids"], inputs["attention_mask"], completion_length,
+                                   temperature=self.args.temperature, chunk_size=self.args.logprob_chunk_size,
+                                   with_entropy=with_entropy)
+
+    def _add_token_normalizer(self, micro: list[dict]) -> None:
+        """``dapo``: each micro-batch's loss is divided by the optimizer step's active tokens over all processes,
+        scaled by (accumulation steps x processes) because Trainer divides by the former and DDP averages the latter."""
+        ga, world = self.args.gradient_accumulation_steps, self.accelerator.num_processes
+        counts = torch.tensor([float(m["completion_mask"].sum()) for m in micro], dtype=torch.float64)  # [S]
+        per_step = counts.view(-1, ga).sum(dim=1)                                                       # [S/GA]
+        if world > 1:
+            per_step = self.accelerator.reduce(per_step.to(self.accelerator.device), reduction="sum").cpu()
+        for k, m in enumerate(micro):
+            m["token_normalizer"] = max(float(per_step[k // ga]), 1.0) / (ga * world)
+
+    # ---- loss ---------------------------------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        args, device = self.args, self.accelerator.device
+        input_ids = inputs["input_ids"].to(device)                                        # [B, P+C]
+        attention_mask = inputs["attention_mask"].to(device)                              # [B, P+C]
+        mask = inputs["completion_mask"].to(device)                                       # [B, C]
+        logp, entropy = self._logprobs(model, {"input_ids": input_ids, "attention_mask": attention_mask},
+                                       mask.shape[1], with_entropy=True)                  # [B, C] each
+        old_logp = inputs["old_logp"].to(device) if "old_logp" in inputs else logp.detach()
+        ref_logp = inputs["ref_logp"].to(device) if "ref_logp" in inputs else None
+        out = policy_loss(logp, old_logp, inputs["advantages"].to(device), mask, epsilon_low=args.epsilon,
+                          epsilon_high=args.epsilon_high, loss_type=args.loss_type,
+                          importance_sampling_level=args.importance_sampling_level, beta=args.beta, ref_logp=ref_logp,
+                          kl_estimator=args.kl_estimator, max_completion_length=args.max_completion_length,
+                          token_normalizer=inputs["token_normalizer"])
+        m = self._metrics
+        m.add("entropy", masked_mean(entropy, mask))
+        m.add("clip_ratio/low_mean", masked_mean(out.low_clipped.float(), mask))
+        m.add("clip_ratio/high_mean", masked_mean(out.high_clipped.float(), mask))
+        m.add("clip_ratio/region_mean", masked_mean((out.low_clipped | out.high_clipped).float(), mask))
+        if out.kl is not None:
+            m.add("kl", masked_mean(out.kl, mask))
+        return (out.loss, None) if return_outputs else out.loss
+
+    # ---- logging ------------------------------------------------------------------------------------------------
+    def _record_rollout_metrics(self, batch: RolloutBatch, advantages: torch.Tensor, seconds: float) -> None:
+        G = self.args.num_generations
+        lengths = torch.tensor([len(c) for c in batch.completion_ids], dtype=torch.float32)   # [P*G]
+        finished = torch.tensor(batch.finished, dtype=torch.bool)                             # [P*G]
+        m = self._metrics
+        m.add("reward", batch.rewards.mean())
+        m.add("reward_std", batch.rewards.std() if batch.rewards.numel() > 1 else 0.0)
+        for j, name in enumerate(self.reward_runner.names):
+            col = batch.rewards_per_func[:, j]                                                 # [P*G]
+            valid = col[~torch.isnan(col)]
+            m.add(f"rewards/{name}/mean", valid.mean() if valid.numel() else 0.0)
+            m.add(f"rewards/{name}/std", valid.std() if valid.numel() > 1 else 0.0)
+        m.add("frac_reward_zero_std", (group_std(batch.rewards, G) < 1e-6).float().mean())
+        m.add("advantages/abs_mean", advantages.abs().mean())
+        m.add("completions/mean_length", lengths.mean())
+        m.add("completions/min_length", lengths.min())
+        m.add("completions/max_length", lengths.max())
+        m.add("completions/clipped_ratio", (~finished).float().mean())
+        if self.args.overlong_buffer_length:
+            m.add("overlong_penalty/mean", batch.overlong.mean())
+        num_tokens = sum(len(p) for p in batch.prompt_ids) * G + float(lengths.sum())
+        m.add("num_tokens", num_tokens)
+        self._tokens_since_log += num_tokens
+        m.add("timing/generation_s", batch.timings["generation"])
+        m.add("timing/rewards_s", batch.timings["rewards"])
+        m.add("timing/rollout_s", seconds)
+        m.add("throughput/generated_tokens_per_s", lengths.sum() / max(batch.timings["generation"], 1e-9))
+        for name, seconds_fn in self.reward_runner.last_timings.items():
+            m.add(f"rewards/{name}/seconds", seconds_fn)
+        if self.args.dynamic_sampling:
+            for k, v in self.collector.dynamic_sampling_stats.items():
+                m.add(f"dynamic_sampling/{k}", v)
+
+    def _rollout_records(self, batch: RolloutBatch, advantages: torch.Tensor) -> list[dict]:
+        G = self.args.num_generations
+        return [{"step": self.state.global_step + 1, "process": self.accelerator.process_index,
+                 "prompt": batch.rows[i // G]["prompt"], "completion": batch.completions[i],
+                 "rewards": dict(zip(self.reward_runner.names,
+                                     [None if v != v else v for v in batch.rewards_per_func[i].tolist()])),
+                 "reward": float(batch.rewards[i]), "advantage": float(advantages[i]),
+                 "finished": batch.finished[i], "weight_version": self.generator.weight_version}
+                for i in range(len(batch.completions))]
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.model.training and "loss" in logs:
+            logs = {**logs, **self._metrics.reduce(self.accelerator)}
+            # Prompt + completion tokens through the trainer per wall-clock second, all processes.
+            now = time.perf_counter()
+            logs["throughput/tokens_per_s"] = (self._tokens_since_log * self.accelerator.num_processes
+                                               / max(now - self._last_log_wall, 1e-9))
+            self._tokens_since_log, self._last_log_wall = 0.0, now
+        super().log(logs, start_time)
+
+    # ---- evaluation ---------------------------------------------------------------------------------------------
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Greedy pass@1 accuracy on each named eval set (correct: eval reward >= 1)."""
+        sets = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if sets is None:
+            return {}
+        if not isinstance(sets, dict):
+            sets = {"eval": sets}
+        sampling = SamplingParams.from_config(self.args, greedy=True)
+        metrics: dict[str, float] = {}
+        for name, dataset in sets.items():
+            result = evaluate_rows(self.generator, self.processing_class, dataset, self.eval_reward_runner, sampling,
+                                   self.accelerator, max_rows=self.args.eval_max_samples)
+            metrics[f"{metric_key_prefix}_{name}_accuracy"] = result.accuracy
+            metrics[f"{metric_key_prefix}_{name}_mean_length"] = result.mean_length
+            metrics[f"{metric_key_prefix}_{name}_samples"] = float(result.count)
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    # ---- saving -------------------------------------------------------------------------------------------------
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None, **kwargs):
+        if not self.is_world_process_zero():
+            return
+        text = model_card_text(self.args, model_name=model_name, dataset_name=dataset_name,
+                               reward_names=self.reward_runner.names, log_history=self.state.log_history)
+        with open(f"{self.args.output_dir}/README.md", "w") as f:
+            f.write(text)
