@@ -1,0 +1,125 @@
+"""Ours vs TRL's `GRPOTrainer`, both generating with HF `generate`, in one run.
+
+Same model (the embedded SmolLM2-135M-Instruct), same prompts (the generated arithmetic task), same reward callable,
+same batch shape (prompts x num_generations per step), same learning rate and sampling settings. Each trainer runs
+``--warmup`` untimed steps and then ``--steps`` timed steps; the order of the two runs alternates with ``--repeats``
+to spread machine noise. Prints seconds per step and trained tokens (prompt + completion) per second for each, then
+
+    RESULT compare_trl speedup=<our steps per second / TRL's> tokens_ratio=<our tokens/s / TRL's>
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+from transformers import TrainerCallback, set_seed  # noqa: E402
+
+from hf_grpo import DistributedGRPOTrainer, GRPOConfig  # noqa: E402
+from hf_grpo.data import load_prompt_dataset  # noqa: E402
+from hf_grpo.models import load_tokenizer, resolve_model_path  # noqa: E402
+from hf_grpo.rewards import BUILTIN_REWARDS  # noqa: E402
+
+SYSTEM = "Solve the problem. Think briefly, then give the final answer as \\boxed{number}."
+
+
+class StepTimer(TrainerCallback):
+    def __init__(self):
+        self.ends: list[float] = []
+        self.start = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ends.append(time.perf_counter())
+
+
+def common(opts, out: str) -> dict:
+    return dict(output_dir=out, per_device_train_batch_size=opts.prompts * opts.generations,
+                num_generations=opts.generations, gradient_accumulation_steps=1,
+                max_completion_length=opts.max_tokens, learning_rate=1e-6, max_steps=opts.warmup + opts.steps,
+                logging_steps=1, save_strategy="no", report_to="none", seed=0, temperature=1.0, beta=0.0,
+                loss_type="dapo", disable_tqdm=True, bf16=False, use_cpu=True)
+
+
+def timed(trainer, timer: StepTimer, warmup: int, cumulative_tokens: bool) -> tuple[float, float]:
+    """Seconds per timed step and prompt+completion tokens per second over the timed steps."""
+    trainer.train()
+    ends = timer.ends
+    steps = len(ends) - warmup
+    seconds = ends[-1] - ends[warmup - 1] if warmup else ends[-1] - timer.start
+    tokens = [r["num_tokens"] for r in trainer.state.log_history if "num_tokens" in r]   # one per step
+    if cumulative_tokens:       # TRL logs a running total
+        trained = tokens[-1] - (tokens[warmup - 1] if warmup else 0)
+    else:                       # we log each step's own count
+        trained = sum(tokens[warmup:])
+    return seconds / steps, trained / seconds
+
+
+def run_ours(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
+    set_seed(0)
+    timer = StepTimer()
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(**common(opts, out), plot_metrics=False)
+        trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=[BUILTIN_REWARDS["boxed"]], args=args,
+                                         train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+        return timed(trainer, timer, opts.warmup, cumulative_tokens=False)
+
+
+def run_trl(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
+    from trl import GRPOConfig as TRLConfig
+    from trl import GRPOTrainer
+    set_seed(0)
+    timer = StepTimer()
+    with tempfile.TemporaryDirectory() as out:
+        args = TRLConfig(**common(opts, out), use_vllm=False)
+        trainer = GRPOTrainer(model=model_path, reward_funcs=[BUILTIN_REWARDS["boxed"]], args=args,
+                              train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+        return timed(trainer, timer, opts.warmup, cumulative_tokens=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
+    parser.add_argument("--generations", type=int, default=8, help="completions per prompt")
+    parser.add_argument("--max_tokens", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1, help="alternating runs of each")
+    opts = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(os.cpu_count() or 1)
+    model_path = resolve_model_path("smollm2-135m")
+    tokenizer = load_tokenizer(model_path)
+    dataset = load_prompt_dataset("arithmetic:500", system_prompt=SYSTEM)
+    results = {"ours": [], "trl": []}
+    for r in range(opts.repeats):
+        order = [("ours", run_ours), ("trl", run_trl)] if r % 2 == 0 else [("trl", run_trl), ("ours", run_ours)]
+        for name, fn in order:
+            results[name].append(fn(opts, model_path, dataset, tokenizer))
+            print(f"run {r} {name}: {results[name][-1][0]:.2f} s/step, {results[name][-1][1]:.1f} tokens/s", flush=True)
+    ours_s = statistics.median(x[0] for x in results["ours"])
+    trl_s = statistics.median(x[0] for x in results["trl"])
+    ours_t = statistics.median(x[1] for x in results["ours"])
+    trl_t = statistics.median(x[1] for x in results["trl"])
+    print(f"\nshape: {opts.prompts} prompts x {opts.generations} completions, max {opts.max_tokens} tokens, "
+          f"{opts.steps} timed steps after {opts.warmup} warmup, {opts.repeats} repeat(s)")
+    print(f"{'trainer':<10}{'s/step':>10}{'tokens/s':>12}")
+    print(f"{'TRL':<10}{trl_s:>10.2f}{trl_t:>12.1f}")
+    print(f"{'hf_grpo':<10}{ours_s:>10.2f}{ours_t:>12.1f}")
+    print(f"RESULT compare_trl speedup={trl_s / ours_s:.3f} tokens_ratio={ours_t / trl_t:.3f}")
+
+
+if __name__ == "__main__":
+    main()

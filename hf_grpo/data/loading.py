@@ -1,0 +1,179 @@
+"""``load_prompt_dataset``: one entry point from any supported prompt source to canonical rows.
+
+Sources: ``"arithmetic"`` / ``"arithmetic:N"`` (the generated task), a ``.jsonl`` file (parsed here, with
+``file:line`` errors), a ``.json`` or ``.parquet`` file or a ``save_to_disk`` folder (read with ``datasets``),
+an in-memory ``Dataset`` (or a single-split ``DatasetDict``), a dict of equal-length columns, or a list of row
+dicts. Every source goes through the same row validation (``schema.normalize_rows``), so the result always has
+a ``prompt`` column (string or conversation) plus the passed-through columns.
+
+Departures from ColossalChat's loader: besides its JSONL rows, GSM8K files, generic prompt-column data and
+``datasets`` sources are accepted; the result is a ``datasets.Dataset`` of untokenised rows (tokenisation and
+length filtering are separate, see ``prompts``); a system message is only added when none leads the prompt.
+Hub dataset names are not resolved here: load them with ``datasets.load_dataset`` and pass the ``Dataset``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset, DatasetDict, load_from_disk
+
+from .arithmetic import arithmetic_rows
+from .jsonl import read_jsonl
+from .prompts import add_system_prompt
+from .schema import DataFormatError, normalize_rows
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ARITHMETIC_ROWS = 2000
+_ARITHMETIC = re.compile(r"arithmetic(?::(.*))?")
+
+
+def _rows_from_records(records: list, desc: str, prompt_column: str) -> tuple[list[dict], str]:
+    rows, fmt = normalize_rows(((f"{desc} row {i}", r) for i, r in enumerate(records, start=1)), prompt_column)
+    if fmt is None:
+        raise DataFormatError(f"{desc}: the source has no rows")
+    return rows, fmt
+
+
+def _records_from_columns(columns: Mapping, desc: str) -> list[dict]:
+    lengths = {}
+    for key, values in columns.items():
+        if not isinstance(values, (list, tuple)):
+            raise DataFormatError(
+                f"{desc}: key {key!r}: expected a list of column values (a dict source maps column names to "
+                f"equal-length lists; pass [row] for a single row), got {type(values).__name__}"
+            )
+        lengths[key] = len(values)
+    if len(set(lengths.values())) > 1:
+        raise DataFormatError(f"{desc}: expected columns of equal length, got lengths {lengths}")
+    n = next(iter(lengths.values()), 0)
+    return [{key: columns[key][i] for key in columns} for i in range(n)]
+
+
+def _single_split(dataset_dict: DatasetDict, desc: str) -> Dataset:
+    if len(dataset_dict) != 1:
+        raise DataFormatError(
+            f"{desc}: a DatasetDict with splits {sorted(dataset_dict)} is ambiguous; pass one split "
+            f"(e.g. dataset_dict['train'] or the split's sub-folder)"
+        )
+    return next(iter(dataset_dict.values()))
+
+
+def _load_path(path: Path, prompt_column: str) -> tuple[list[dict], str]:
+    desc = str(path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{desc}: no such file or folder. Supported sources: a .jsonl/.json/.parquet file, a save_to_disk "
+            f"folder, 'arithmetic' or 'arithmetic:N' (hub datasets: load them with datasets.load_dataset and pass "
+            f"the Dataset)"
+        )
+    if path.is_dir():
+        try:
+            loaded = load_from_disk(desc)
+        except FileNotFoundError as err:
+            raise DataFormatError(f"{desc}: folder is not a dataset saved with save_to_disk ({err})") from None
+        if isinstance(loaded, DatasetDict):
+            loaded = _single_split(loaded, desc)
+        return _rows_from_records(loaded.to_list(), desc, prompt_column)
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return read_jsonl(path, prompt_column)
+    if suffix in (".json", ".parquet"):
+        if path.stat().st_size == 0:
+            raise DataFormatError(f"{desc}: the file is empty")
+        reader = Dataset.from_json if suffix == ".json" else Dataset.from_parquet
+        try:
+            loaded = reader(desc)
+        except Exception as err:  # datasets wraps parser errors in several exception types
+            raise DataFormatError(f"{desc}: could not read the {suffix} file: {err}") from err
+        return _rows_from_records(loaded.to_list(), desc, prompt_column)
+    raise DataFormatError(f"{desc}: unsupported file type {suffix!r}; expected .jsonl, .json or .parquet")
+
+
+def _load_rows(source: Any, prompt_column: str, seed: int) -> tuple[list[dict], str, str]:
+    """Return ``(canonical_rows, format_name, description_of_source)``."""
+    if isinstance(source, str):
+        match = _ARITHMETIC.fullmatch(source.strip())
+        if match:
+            size = match.group(1)
+            if size is not None and not size.strip().isdigit():
+                raise ValueError(f"{source!r}: expected 'arithmetic' or 'arithmetic:N' with a positive integer N")
+            n = DEFAULT_ARITHMETIC_ROWS if size is None else int(size)
+            return arithmetic_rows(n, seed), "arithmetic", f"arithmetic (n={n}, seed={seed})"
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source).expanduser()
+        return (*_load_path(path, prompt_column), str(path))
+    if isinstance(source, DatasetDict):
+        source = _single_split(source, "DatasetDict")
+    if isinstance(source, Dataset):
+        desc = "Dataset"
+        return (*_rows_from_records(source.to_list(), desc, prompt_column), desc)
+    if isinstance(source, Mapping):
+        desc = "dict source"
+        return (*_rows_from_records(_records_from_columns(source, desc), desc, prompt_column), desc)
+    if isinstance(source, (list, tuple)):
+        desc = "list source"
+        return (*_rows_from_records(list(source), desc, prompt_column), desc)
+    raise TypeError(
+        f"unsupported prompt source of type {type(source).__name__}; expected a path, 'arithmetic[:N]', "
+        f"a datasets.Dataset, a dict of columns or a list of rows"
+    )
+
+
+def _to_dataset(rows: list[dict], desc: str) -> Dataset:
+    columns: dict[str, list] = {}
+    for row in rows:  # union of keys in first-seen order; missing values become None
+        for key in row:
+            columns.setdefault(key, [])
+    for key, values in columns.items():
+        values.extend(row.get(key) for row in rows)
+    try:
+        return Dataset.from_dict(columns)
+    except Exception as err:  # pyarrow type inference errors
+        raise DataFormatError(
+            f"{desc}: rows could not be stored as one dataset (a column's nested type differs between rows): {err}"
+        ) from err
+
+
+def load_prompt_dataset(
+    source: Any,
+    *,
+    prompt_column: str = "prompt",
+    system_prompt: str | None = None,
+    max_rows: int | None = None,
+    seed: int = 0,
+) -> Dataset:
+    """Load prompts from ``source`` as a ``Dataset`` of canonical rows (see the module docstring).
+
+    Args:
+        source: path (``.jsonl``/``.json``/``.parquet`` file or ``save_to_disk`` folder), ``"arithmetic"`` or
+            ``"arithmetic:N"`` (default N=2000), ``Dataset``, dict of columns or list of row dicts.
+        prompt_column: column holding the prompt in generic data; renamed to ``prompt``.
+        system_prompt: prepended as a system message to every chat prompt that does not start with one;
+            raises DataFormatError for plain-string prompts.
+        max_rows: keep only the first ``max_rows`` rows (after loading and validating all of them).
+        seed: seed of the generated arithmetic task (other sources are not shuffled).
+
+    Raises:
+        DataFormatError: malformed data, with ``file:line`` (or ``row i``) and the offending key.
+        FileNotFoundError: ``source`` is a path that does not exist.
+    """
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+        raise ValueError(f"max_rows must be a positive int or None, got {max_rows!r}")
+    rows, fmt, desc = _load_rows(source, prompt_column, seed)
+    if max_rows is not None and len(rows) > max_rows:
+        logger.info("%s: keeping the first %d of %d rows (max_rows); %d cut",
+                    desc, max_rows, len(rows), len(rows) - max_rows)
+        rows = rows[:max_rows]
+    if system_prompt is not None:
+        added = add_system_prompt(rows, system_prompt, desc)
+        logger.debug("%s: added the system prompt to %d of %d prompts", desc, added, len(rows))
+    dataset = _to_dataset(rows, desc)
+    logger.info("Loaded %d prompts from %s (format: %s, columns: %s)", len(dataset), desc, fmt, dataset.column_names)
+    return dataset

