@@ -12,10 +12,15 @@ It is a script rather than a module of the package so that starting it never imp
 import os
 import sys
 
-# Running a script puts its own directory first on sys.path, where this package's ``math.py`` would shadow the
-# standard library's ``math`` module. Drop that entry before importing anything else.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+if __name__ == "__main__":  # only as the worker: importing this module (e.g. for docs) must change nothing
+    # Running a script puts its own directory first on sys.path, where this package's ``math.py`` would shadow the
+    # standard library's ``math`` module. Drop that entry before importing anything else.
+    _HERE = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+    # Our stdout carries the protocol: keep a private copy of it and point fd 1 at stderr, before any library
+    # import can print something.
+    _CHANNEL = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
 
 import json  # noqa: E402
 import logging  # noqa: E402
@@ -55,16 +60,13 @@ def _check(pred: str, gold: str, timeout_s: float) -> str:
 
 
 def main() -> None:
-    # Our stdout carries the protocol; anything a library prints goes to stderr instead.
-    channel = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     # Ctrl-C reaches the whole process group; the parent decides when this worker stops (it closes stdin).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGALRM, _on_timer)
     # The "timeouts disabled" warning is expected (we time out ourselves) and math_verify logs whole inputs.
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
 
-    channel.write(json.dumps({"ready": True}) + "\n")
+    _CHANNEL.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         request = json.loads(line)
         timeout_s = float(request["timeout"])
@@ -74,7 +76,7 @@ def main() -> None:
             except _ItemTimeout:  # also covers the timer firing between the try body and its finally
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 status = "timeout"
-            channel.write(json.dumps({"i": index, "r": status}) + "\n")
+            _CHANNEL.write(json.dumps({"i": index, "r": status}) + "\n")
 
 
 if __name__ == "__main__":

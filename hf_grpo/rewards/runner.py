@@ -153,6 +153,12 @@ class RewardRunner:
     # ---- calling ------------------------------------------------------------------------------------------------
     def __call__(self, prompts: list, completions: list, completion_ids: list[list[int]],
                  columns: dict[str, list] | None = None, trainer_state: Any = None) -> torch.Tensor:
+        """Rewards ``[N, F]`` (float32, CPU, NaN where a function returned None) for N completions.
+
+        ``columns`` maps each dataset column except the prompt to one value per completion. Raises
+        :class:`RewardFunctionError` (after all functions finished) for the first function, in order, that raised
+        or returned something invalid.
+        """
         n = len(completions)
         columns = columns or {}
         if len(prompts) != n or len(completion_ids) != n:

@@ -15,8 +15,8 @@ def test_completion_text_plain_and_conversational():
     conversation = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "first"},
                     {"role": "tool", "content": "x"}, {"role": "assistant", "content": "last"}]
     assert completion_text(conversation) == "last"
-    assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "a"},
-                                                              {"type": "image"}, {"type": "text", "text": "b"}]}]) == "ab"
+    parts = [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]
+    assert completion_text([{"role": "assistant", "content": parts}]) == "ab"
     assert completion_text([{"role": "user", "content": "no reply"}]) == ""
     with pytest.raises(TypeError, match="int"):
         completion_text(3)
