@@ -48,7 +48,7 @@ class RichProgressCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.progress is None or not logs:
             return
-        self.progress.console.print(format_metrics(state.global_step, logs))
+        self.progress.console.print(format_metrics(state.global_step, logs), soft_wrap=True)
         if "reward" in logs:
             self.progress.update(self.task, description=f"reward {logs['reward']:.3f}")
 

@@ -76,7 +76,8 @@ def parse_config(argv: list[str] | None = None) -> GRPOConfig:
         else:
             rest.append(arg)
         i += 1
-    parser = HfArgumentParser(GRPOConfig)
+    # No prefix matching: `--num_generation` must be an error with a suggestion, not silently `--num_generations`.
+    parser = HfArgumentParser(GRPOConfig, allow_abbrev=False)
     # Recipe values become the parser's defaults, so explicit flags still override them.
     parser.set_defaults(**{k: v for k, v in recipe_values.items()})
     if recipe_values.get("output_dir") is None and "--output_dir" not in rest:
