@@ -1,7 +1,10 @@
 """Ours vs TRL's `GRPOTrainer`, both generating with HF `generate`, in one run.
 
-Same model (the embedded SmolLM2-135M-Instruct), same prompts (the generated arithmetic task), same reward callable,
-same batch shape (prompts x num_generations per step), same learning rate and sampling settings. Each trainer runs
+Same model (the embedded SmolLM2-135M-Instruct), same prompts (the generated arithmetic task with the quickstart
+system prompt), same reward callables and weights (`boxed` 1.0 + `boxed_format` 0.5, so groups have real reward
+variance), same batch shape (prompts x num_generations per step), same learning rate and sampling settings.
+Differences that are ours by design stay on: we skip the forward/backward of completions whose advantage is exactly 0
+(zero gradient with beta=0) and pad each micro-batch to its own length. Each trainer runs
 ``--warmup`` untimed steps and then ``--steps`` timed steps; the order of the two runs alternates with ``--repeats``
 to spread machine noise. Prints seconds per step and trained tokens (prompt + completion) per second for each, then
 
@@ -29,7 +32,10 @@ from hf_grpo.data import load_prompt_dataset  # noqa: E402
 from hf_grpo.models import load_tokenizer, resolve_model_path  # noqa: E402
 from hf_grpo.rewards import BUILTIN_REWARDS  # noqa: E402
 
-SYSTEM = "Solve the problem. Think briefly, then give the final answer as \\boxed{number}."
+SYSTEM = ("You are a math assistant. Always end your reply with the final answer written as \\boxed{N}, "
+          "for example \\boxed{7}.")
+REWARDS = [BUILTIN_REWARDS["boxed"], BUILTIN_REWARDS["boxed_format"]]
+WEIGHTS = [1.0, 0.5]
 
 
 class StepTimer(TrainerCallback):
@@ -47,7 +53,7 @@ class StepTimer(TrainerCallback):
 def common(opts, out: str) -> dict:
     return dict(output_dir=out, per_device_train_batch_size=opts.prompts * opts.generations,
                 num_generations=opts.generations, gradient_accumulation_steps=1,
-                max_completion_length=opts.max_tokens, learning_rate=1e-6, max_steps=opts.warmup + opts.steps,
+                max_completion_length=opts.max_tokens, learning_rate=2e-5, reward_weights=WEIGHTS, max_steps=opts.warmup + opts.steps,
                 logging_steps=1, save_strategy="no", report_to="none", seed=0, temperature=1.0, beta=0.0,
                 loss_type="dapo", disable_tqdm=True, bf16=False, use_cpu=True)
 
@@ -71,8 +77,7 @@ def run_ours(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(**common(opts, out), plot_metrics=False)
-        trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=[BUILTIN_REWARDS["boxed"]], args=args,
-                                         train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+        trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=REWARDS, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
         return timed(trainer, timer, opts.warmup, cumulative_tokens=False)
 
 
@@ -83,7 +88,7 @@ def run_trl(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
         args = TRLConfig(**common(opts, out), use_vllm=False)
-        trainer = GRPOTrainer(model=model_path, reward_funcs=[BUILTIN_REWARDS["boxed"]], args=args,
+        trainer = GRPOTrainer(model=model_path, reward_funcs=REWARDS, args=args,
                               train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
         return timed(trainer, timer, opts.warmup, cumulative_tokens=True)
 
@@ -92,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
     parser.add_argument("--generations", type=int, default=8, help="completions per prompt")
-    parser.add_argument("--max_tokens", type=int, default=64)
+    parser.add_argument("--max_tokens", type=int, default=48)
     parser.add_argument("--steps", type=int, default=3, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=1, help="alternating runs of each")

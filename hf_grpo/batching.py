@@ -46,11 +46,26 @@ def collate(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
             "index": torch.tensor([s["index"] for s in samples], dtype=torch.long)}                 # [B]
 
 
-def split_microbatches(samples: list[dict], num_micro: int, generator: torch.Generator | None = None) -> list[list[dict]]:
-    """Shuffle (if a generator is given) and split into ``num_micro`` equal micro-batches."""
-    if len(samples) % num_micro:
-        raise ValueError(f"{len(samples)} samples do not split into {num_micro} equal micro-batches")
+def split_microbatches(samples: list[dict], num_micro: int, generator: torch.Generator | None = None,
+                       skip_zero_advantage: bool = False) -> tuple[list[list[dict]], int]:
+    """Shuffle (if a generator is given) and split into ``num_micro`` micro-batches of near-equal size.
+
+    With ``skip_zero_advantage``, samples whose advantage is exactly 0 are left out (the caller guarantees they have
+    zero gradient), except that every micro-batch keeps at least one sample so each still runs a forward and backward
+    (DDP and gradient accumulation expect one per micro-step). Returns the micro-batches and how many were left out.
+    """
     order = torch.randperm(len(samples), generator=generator).tolist() if generator is not None else range(len(samples))
     shuffled = [samples[i] for i in order]
-    size = len(samples) // num_micro
-    return [shuffled[k * size:(k + 1) * size] for k in range(num_micro)]
+    if not skip_zero_advantage:
+        if len(samples) % num_micro:
+            raise ValueError(f"{len(samples)} samples do not split into {num_micro} equal micro-batches")
+        size = len(samples) // num_micro
+        return [shuffled[k * size:(k + 1) * size] for k in range(num_micro)], 0
+    active = [s for s in shuffled if s["advantage"] != 0.0]
+    idle = [s for s in shuffled if s["advantage"] == 0.0]
+    micro = [active[k::num_micro] for k in range(num_micro)]
+    for batch in micro:
+        if not batch:
+            batch.append(idle.pop())
+    kept = sum(len(b) for b in micro)
+    return micro, len(samples) - kept

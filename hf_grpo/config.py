@@ -106,6 +106,9 @@ class GRPOConfig(TrainingArguments):
         "help": "A completion counts as a success when its total reward is at least this."})
     dynamic_sampling_max_rounds: int = field(default=3, metadata={
         "help": "Extra generation rounds per step before topping up with rejected groups."})
+    skip_zero_advantage: bool = field(default=True, metadata={
+        "help": "Skip the forward/backward of completions whose advantage is exactly 0 (e.g. groups that all succeed "
+                "or all fail): with beta == 0 their gradient is exactly 0. Loss normalisers still count them."})
     logprob_chunk_size: int = field(default=1024, metadata={
         "help": "Tokens per chunk when projecting to the vocabulary for log-probs and entropy, so full-vocabulary "
                 "logits of a batch never sit in memory at once."})

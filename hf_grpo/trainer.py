@@ -31,7 +31,7 @@ from .logprobs import completion_logprobs
 from .metrics import MetricsBuffer
 from .model_card import model_card_text
 from .models import load_model, load_tokenizer
-from .rewards import RewardRunner, load_reward_function
+from .rewards import RewardFunctionError, RewardRunner, load_reward_function
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
 
@@ -138,24 +138,43 @@ class DistributedGRPOTrainer(Trainer):
     def _generate_and_score(self, rows: list[dict]) -> list[dict]:
         args, G = self.args, self.args.num_generations
         start = time.perf_counter()
-        if args.dynamic_sampling:
-            batch = self.collector.collect_dynamic(rows, self._refill, self._any_rank, self.state)
-        else:
-            batch = self.collector.collect(rows, self.state)
+        try:
+            if args.dynamic_sampling:
+                batch = self.collector.collect_dynamic(rows, self._refill, self._any_rank, self.state)
+            else:
+                batch = self.collector.collect(rows, self.state)
+        except RewardFunctionError:
+            self._save_after_user_code_crash()
+            raise
         advantages = self._advantages(batch.rewards)                                      # [P*G]
         samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
                                 args.mask_truncated_completions)
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
-        micro = [collate(m, self.processing_class.pad_token_id)
-                 for m in split_microbatches(samples, args.steps_per_generation, shuffle)]
+        # Zero-advantage completions have exactly zero gradient unless a KL term pulls on them.
+        skip = args.skip_zero_advantage and args.beta == 0
+        parts, skipped = split_microbatches(samples, args.steps_per_generation, shuffle, skip_zero_advantage=skip)
+        micro = [collate(m, self.processing_class.pad_token_id) for m in parts]
+        self._metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
         self._add_logprob_inputs(micro)
-        self._add_token_normalizer(micro)
+        self._add_normalizers(micro, samples)
         self._record_rollout_metrics(batch, advantages, time.perf_counter() - start)
         step = self.state.global_step + 1
         if args.log_completions_steps and step % args.log_completions_steps == 0:
             write_rollout_log(args.output_dir, step, gather_object(self._rollout_records(batch, advantages)),
                               self.accelerator.is_main_process)
         return micro
+
+    def _save_after_user_code_crash(self) -> None:
+        """A reward function raised: keep the progress made so far before the error ends the run.
+
+        Generation rounds start on optimizer-step boundaries, so the weights are exactly those of ``global_step``.
+        With several processes the others are blocked in a collective and cannot join a (collective) save; there the
+        error ends the run and the last regular checkpoint stays the resume point.
+        """
+        if self.accelerator.num_processes == 1 and self.state.global_step > 0:
+            logger.error("a reward function failed at step %d; saving checkpoint-%d before stopping",
+                         self.state.global_step + 1, self.state.global_step)
+            self._save_checkpoint(self.model, trial=None)
 
     def _advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         args = self.args
@@ -195,16 +214,23 @@ class DistributedGRPOTrainer(Trainer):
                                    temperature=self.args.temperature, chunk_size=self.args.logprob_chunk_size,
                                    with_entropy=with_entropy)
 
-    def _add_token_normalizer(self, micro: list[dict]) -> None:
-        """``dapo``: each micro-batch's loss is divided by the optimizer step's active tokens over all processes,
-        scaled by (accumulation steps x processes) because Trainer divides by the former and DDP averages the latter."""
+    def _add_normalizers(self, micro: list[dict], samples: list[dict]) -> None:
+        """Loss denominators computed from *all* of the round's completions, skipped ones included.
+
+        ``dapo``: the optimizer step's active tokens over all processes, scaled by (accumulation steps x processes)
+        because Trainer divides by the former and DDP averages the latter. ``grpo``/``dr_grpo``: the configured
+        micro-batch size. ``bnpo``: the round's active tokens per micro-batch on this process.
+        """
         ga, world = self.args.gradient_accumulation_steps, self.accelerator.num_processes
-        counts = torch.tensor([float(m["completion_mask"].sum()) for m in micro], dtype=torch.float64)  # [S]
-        per_step = counts.view(-1, ga).sum(dim=1)                                                       # [S/GA]
+        num_micro = len(micro)
+        tokens = float(sum(float(s["completion_mask"].sum()) for s in samples))
+        step_tokens = torch.tensor([tokens * ga / num_micro], dtype=torch.float64)   # one optimizer step's share
         if world > 1:
-            per_step = self.accelerator.reduce(per_step.to(self.accelerator.device), reduction="sum").cpu()
-        for k, m in enumerate(micro):
-            m["token_normalizer"] = max(float(per_step[k // ga]), 1.0) / (ga * world)
+            step_tokens = self.accelerator.reduce(step_tokens.to(self.accelerator.device), reduction="sum").cpu()
+        for m in micro:
+            m["token_normalizer"] = max(float(step_tokens[0]), 1.0) / (ga * world)
+            m["num_sequences"] = len(samples) // num_micro
+            m["num_tokens"] = tokens / num_micro
 
     # ---- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -220,7 +246,8 @@ class DistributedGRPOTrainer(Trainer):
                           epsilon_high=args.epsilon_high, loss_type=args.loss_type,
                           importance_sampling_level=args.importance_sampling_level, beta=args.beta, ref_logp=ref_logp,
                           kl_estimator=args.kl_estimator, max_completion_length=args.max_completion_length,
-                          token_normalizer=inputs["token_normalizer"])
+                          token_normalizer=inputs["token_normalizer"], num_sequences=inputs["num_sequences"],
+                          num_tokens=inputs["num_tokens"])
         m = self._metrics
         m.add("entropy", masked_mean(entropy, mask))
         m.add("clip_ratio/low_mean", masked_mean(out.low_clipped.float(), mask))
@@ -243,6 +270,8 @@ class DistributedGRPOTrainer(Trainer):
             valid = col[~torch.isnan(col)]
             m.add(f"rewards/{name}/mean", valid.mean() if valid.numel() else 0.0)
             m.add(f"rewards/{name}/std", valid.std() if valid.numel() > 1 else 0.0)
+        # Rows for which every reward function returned None get reward 0: count them, never drop them silently.
+        m.add("rewards/all_none_rows", float(torch.isnan(batch.rewards_per_func).all(dim=1).sum()))
         m.add("frac_reward_zero_std", (group_std(batch.rewards, G) < 1e-6).float().mean())
         m.add("advantages/abs_mean", advantages.abs().mean())
         m.add("completions/mean_length", lengths.mean())

@@ -131,3 +131,30 @@ def test_bad_reward_weights_and_missing_rewards(tiny_llama_path, tmp_path):
 def test_unknown_builtin_reward_suggests(tiny_llama_path, tmp_path):
     with pytest.raises(ValueError, match="boxed"):
         make_trainer(tiny_llama_path, tmp_path, reward_funcs=("boxd",))
+
+
+def test_reward_crash_names_function_and_keeps_a_checkpoint(tiny_llama_path, tmp_path):
+    from hf_grpo.rewards import RewardFunctionError
+    from tests.helpers.rewards import failing_after_first_step
+    trainer = make_trainer(tiny_llama_path, tmp_path, reward_funcs=(failing_after_first_step,), max_steps=3)
+    with pytest.raises(RewardFunctionError, match="failing_after_first_step"):
+        trainer.train()
+    checkpoint = tmp_path / "out" / "checkpoint-1"
+    assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "trainer_state.json").is_file()
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo", "bnpo"])
+def test_skipping_zero_advantage_completions_leaves_the_update_unchanged(tiny_llama_path, tmp_path, loss_type):
+    from tests.helpers.rewards import half_constant_reward
+    results = {}
+    for skip in (False, True):
+        trainer = make_trainer(tiny_llama_path, tmp_path / str(skip), reward_funcs=(half_constant_reward,),
+                               max_steps=1, optim="sgd", learning_rate=1.0, loss_type=loss_type,
+                               per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4,
+                               skip_zero_advantage=skip)
+        trainer.train()
+        results[skip] = (params(trainer.model), next(r for r in trainer.state.log_history if "reward" in r))
+    assert results[True][1]["skipped_zero_advantage_frac"] > 0
+    assert results[False][1]["skipped_zero_advantage_frac"] == 0
+    for name, value in results[False][0].items():
+        assert torch.allclose(value, results[True][0][name], atol=1e-6), name

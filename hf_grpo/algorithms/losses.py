@@ -53,17 +53,23 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, *, max_completion_length: int | None = None,
-              token_normalizer: float | torch.Tensor | None = None) -> torch.Tensor:
-    """Reduce a ``[B, T]`` per-token loss to a scalar according to ``loss_type`` (see module docstring)."""
+              token_normalizer: float | torch.Tensor | None = None, num_sequences: int | None = None,
+              num_tokens: float | None = None) -> torch.Tensor:
+    """Reduce a ``[B, T]`` per-token loss to a scalar according to ``loss_type`` (see module docstring).
+
+    ``num_sequences`` / ``num_tokens`` override the batch's own sequence and token counts in the denominators, for
+    callers that leave out rows known to contribute zero (their numerator terms are 0, their counts still matter).
+    """
     masked = per_token * mask                                          # [B, T]
+    sequences = per_token.shape[0] if num_sequences is None else num_sequences
     if loss_type == "grpo":
-        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / sequences
     if loss_type == "bnpo":
-        return masked.sum() / mask.sum().clamp(min=1.0)
+        return masked.sum() / (mask.sum().clamp(min=1.0) if num_tokens is None else max(num_tokens, 1.0))
     if loss_type == "dr_grpo":
         if max_completion_length is None:
             raise ValueError("loss_type='dr_grpo' needs max_completion_length")
-        return masked.sum() / (per_token.shape[0] * max_completion_length)
+        return masked.sum() / (sequences * max_completion_length)
     if loss_type == "dapo":
         if token_normalizer is None:
             raise ValueError("loss_type='dapo' needs token_normalizer (active tokens in the global batch)")
@@ -85,8 +91,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
                 epsilon_low: float = 0.2, epsilon_high: float = 0.2, loss_type: str = "grpo",
                 importance_sampling_level: str = "token", beta: float = 0.0, ref_logp: torch.Tensor | None = None,
                 kl_estimator: str = "k3", max_completion_length: int | None = None,
-                token_normalizer: float | torch.Tensor | None = None,
-                is_weights: torch.Tensor | None = None) -> PolicyLossOutput:
+                token_normalizer: float | torch.Tensor | None = None, num_sequences: int | None = None,
+                num_tokens: float | None = None, is_weights: torch.Tensor | None = None) -> PolicyLossOutput:
     """Clipped surrogate loss  -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A) (+ beta * KL).
 
     Args:
@@ -97,6 +103,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         mask: ``[B, T]`` 1.0 on completion tokens that count for the loss.
         importance_sampling_level: ``token`` (PPO/GRPO) or ``sequence`` (GSPO).
         is_weights: optional ``[B, T]`` detached correction weights (train/inference mismatch).
+        num_sequences, num_tokens: denominators to use instead of this batch's own counts (see `aggregate`).
     """
     if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
         raise ValueError(f"unknown importance_sampling_level {importance_sampling_level!r}; "
@@ -120,7 +127,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         kl = kl_penalty(logp, ref_logp, kl_estimator)                 # [B, T]
         per_token = per_token + beta * kl
     loss = aggregate(per_token, mask, loss_type, max_completion_length=max_completion_length,
-                     token_normalizer=token_normalizer)
+                     token_normalizer=token_normalizer, num_sequences=num_sequences, num_tokens=num_tokens)
     with torch.no_grad():
         low = (ratio < 1.0 - epsilon_low) & (adv < 0)                   # [B, T]
         high = (ratio > 1.0 + epsilon_high) & (adv > 0)                 # [B, T]

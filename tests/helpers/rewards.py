@@ -16,3 +16,16 @@ def recording_reward(prompts, completions, **kwargs):
         f.write(json.dumps({"step": kwargs["trainer_state"].global_step,
                             "prompts": [p[-1]["content"] for p in prompts]}) + "\n")
     return [float(i % 2) for i in range(len(completions))]
+
+
+def failing_after_first_step(completion_ids, trainer_state=None, **kwargs):
+    """Scores like even_token_reward on the first step, then raises: a user reward that crashes mid-run."""
+    if trainer_state.global_step >= 1:
+        raise RuntimeError("boom: user reward bug")
+    return even_token_reward(completion_ids)
+
+
+def half_constant_reward(completion_ids, gt_answer, **kwargs):
+    """Constant 1.0 for prompts with an even answer (zero-std groups, advantage 0), even-token fraction otherwise."""
+    return [1.0 if int(g) % 2 == 0 else sum(t % 2 == 0 for t in ids) / max(len(ids), 1)
+            for ids, g in zip(completion_ids, gt_answer)]
