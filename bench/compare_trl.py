@@ -53,7 +53,8 @@ class StepTimer(TrainerCallback):
 def common(opts, out: str) -> dict:
     return dict(output_dir=out, per_device_train_batch_size=opts.prompts * opts.generations,
                 num_generations=opts.generations, gradient_accumulation_steps=1,
-                max_completion_length=opts.max_tokens, learning_rate=2e-5, reward_weights=WEIGHTS, max_steps=opts.warmup + opts.steps,
+                max_completion_length=opts.max_tokens, learning_rate=2e-5, reward_weights=WEIGHTS,
+                max_steps=opts.warmup + opts.steps,
                 logging_steps=1, save_strategy="no", report_to="none", seed=0, temperature=1.0, beta=0.0,
                 loss_type="dapo", disable_tqdm=True, bf16=False, use_cpu=True)
 
@@ -77,7 +78,8 @@ def run_ours(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(**common(opts, out), plot_metrics=False)
-        trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=REWARDS, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+        trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=REWARDS, args=args, train_dataset=dataset,
+                                         processing_class=tokenizer, callbacks=[timer])
         return timed(trainer, timer, opts.warmup, cumulative_tokens=False)
 
 
