@@ -63,7 +63,8 @@ class GRPOConfig(TrainingArguments):
         "help": "Who samples completions: `hf` (transformers generate on the training processes)."})
     num_generations: int = field(default=8, metadata={"help": "Completions sampled per prompt (the group size G)."})
     max_completion_length: int = field(default=256, metadata={"help": "Maximum new tokens per completion."})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (also applied to training log-probs)."})
+    temperature: float = field(default=1.0, metadata={
+        "help": "Sampling temperature (also applied to training log-probs)."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass."})
     top_k: int = field(default=0, metadata={"help": "Top-k sampling; 0 disables."})
     min_p: float = field(default=0.0, metadata={"help": "Min-p sampling; 0 disables."})

@@ -51,9 +51,11 @@ class RolloutBatch:
         first = parts[0]
         return RolloutBatch(
             rows=[r for p in parts for r in p.rows], prompt_ids=[x for p in parts for x in p.prompt_ids],
-            completion_ids=[x for p in parts for x in p.completion_ids], finished=[x for p in parts for x in p.finished],
+            completion_ids=[x for p in parts for x in p.completion_ids],
+            finished=[x for p in parts for x in p.finished],
             completions=[x for p in parts for x in p.completions],
-            rewards_per_func=torch.cat([p.rewards_per_func for p in parts]), rewards=torch.cat([p.rewards for p in parts]),
+            rewards_per_func=torch.cat([p.rewards_per_func for p in parts]),
+            rewards=torch.cat([p.rewards for p in parts]),
             overlong=torch.cat([p.overlong for p in parts]),
             sampling_logprobs=None if first.sampling_logprobs is None else
             [x for p in parts for x in p.sampling_logprobs])

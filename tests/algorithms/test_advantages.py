@@ -38,7 +38,8 @@ def test_rloo_needs_two_samples():
 
 def test_reinforce_pp_batch_whitening():
     r = torch.tensor([1.0, 3.0])
-    assert torch.allclose(batch_whitened_advantages(r, batch_mean=2.0, batch_std=1.0, eps=0.0), torch.tensor([-1.0, 1.0]))
+    adv = batch_whitened_advantages(r, batch_mean=2.0, batch_std=1.0, eps=0.0)
+    assert torch.allclose(adv, torch.tensor([-1.0, 1.0]))
 
 
 def test_shape_errors_and_unknown_estimator():
