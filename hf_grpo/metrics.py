@@ -14,10 +14,6 @@ class MetricsBuffer:
     def add(self, key: str, value: float | torch.Tensor) -> None:
         self._values[key].append(float(value))
 
-    def update(self, values: dict[str, float]) -> None:
-        for key, value in values.items():
-            self.add(key, value)
-
     def reduce(self, accelerator) -> dict[str, float]:
         """Mean of each metric over its entries here, then over processes (one collective for all keys).
 

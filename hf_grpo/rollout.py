@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .algorithms import dynamic_sampling_keep, overlong_penalty
-from .data import encode_prompt, is_conversational
+from .data import encode_prompts, is_conversational
 from .generation import Generator, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class RolloutCollector:
     def collect(self, rows: list[dict], trainer_state=None) -> RolloutBatch:
         """Generate ``G`` completions for each row and score them."""
         G = self.args.num_generations
-        prompt_ids = [encode_prompt(self.tokenizer, r["prompt"]) for r in rows]
+        prompt_ids = encode_prompts(self.tokenizer, [r["prompt"] for r in rows])
         t0 = time.perf_counter()
         result = self.generator.generate(prompt_ids, G, self.sampling)
         t1 = time.perf_counter()

