@@ -58,9 +58,12 @@ def test_wandb_offline_receives_metrics(tiny_llama_path, tmp_path, monkeypatch):
                                      train_dataset=load_prompt_dataset("arithmetic:32"))
     trainer.train()
     import wandb
+    run = wandb.run
+    assert run is not None and run.offline, "the wandb callback did not start an offline run"
+    # The run's summary is updated synchronously by every wandb.log call (the record file is flushed later by the
+    # wandb service, so reading it here would race).
+    summary = dict(run.summary)
     wandb.finish()
-    runs = list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))
-    assert runs, "no offline wandb run was written"
-    records = runs[0].read_bytes()      # the run's protobuf record stream: metric keys appear verbatim
-    for key in (b"train/reward", b"train/rewards/even_token_reward/mean", b"train/completions/mean_length"):
-        assert key in records, key
+    for key in ("train/reward", "train/rewards/even_token_reward/mean", "train/completions/mean_length"):
+        assert key in summary, key
+    assert list(tmp_path.glob("wandb/offline-run-*")), "no offline run directory"
