@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .data import encode_prompt, is_conversational
+from .data import encode_prompts
 from .generation import Generator, SamplingParams
+from .rollout import decode_completions, reward_columns
 
 
 @dataclass
@@ -35,15 +36,12 @@ def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampl
     predictions = []
     for k in range(rounds):
         rows = [dataset[i] for i in mine[k * chunk:(k + 1) * chunk]]
-        result = generator.generate([encode_prompt(tokenizer, r["prompt"]) for r in rows], 1, sampling)
+        result = generator.generate(encode_prompts(tokenizer, [r["prompt"] for r in rows]), 1, sampling)
         if not rows:
             continue
-        texts = tokenizer.batch_decode(result.completion_ids, skip_special_tokens=True)
-        completions = [[{"role": "assistant", "content": t}] for t in texts] if is_conversational(rows[0]["prompt"]) \
-            else texts
-        columns = {key: [r[key] for r in rows] for key in rows[0] if key != "prompt"}
+        texts, completions = decode_completions(tokenizer, rows, result.completion_ids)
         scores = reward_runner(prompts=[r["prompt"] for r in rows], completions=completions,
-                               completion_ids=result.completion_ids, columns=columns)[:, 0]   # [n]
+                               completion_ids=result.completion_ids, columns=reward_columns(rows, 1))[:, 0]   # [n]
         for row, text, ids, score in zip(rows, texts, result.completion_ids, scores.tolist()):
             ok = score == score and score >= 1.0        # NaN (not applicable) counts as wrong
             correct += float(ok)

@@ -22,7 +22,7 @@ def model_card_text(args, model_name: str | None, dataset_name: str | None, rewa
     lines = [
         "---", "library_name: transformers", "tags: [hf_grpo, grpo, reinforcement-learning]", "---", "",
         f"# {model_name or os.path.basename(os.path.abspath(args.output_dir))}", "",
-        f"Trained with [hf_grpo](https://github.com/) `DistributedGRPOTrainer` from `{args.model_name_or_path}` on "
+        f"Trained with hf_grpo's `DistributedGRPOTrainer` from `{args.model_name_or_path}` on "
         f"`{dataset_name or args.dataset_name}` with rewards: {', '.join(reward_names)}.", "",
         "## Settings", "", "```yaml", yaml.safe_dump(settings, sort_keys=False).rstrip(), "```", "",
     ]

@@ -79,9 +79,7 @@ def parse_config(argv: list[str] | None = None) -> GRPOConfig:
     # No prefix matching: `--num_generation` must be an error with a suggestion, not silently `--num_generations`.
     parser = HfArgumentParser(GRPOConfig, allow_abbrev=False)
     # Recipe values become the parser's defaults, so explicit flags still override them.
-    parser.set_defaults(**{k: v for k, v in recipe_values.items()})
-    if recipe_values.get("output_dir") is None and "--output_dir" not in rest:
-        parser.set_defaults(output_dir=GRPOConfig.output_dir)
+    parser.set_defaults(**recipe_values)
     namespace, unknown = parser.parse_known_args(rest)
     if unknown:
         flag = next((u for u in unknown if u.startswith("--")), unknown[0])

@@ -61,6 +61,20 @@ class RolloutBatch:
             [x for p in parts for x in p.sampling_logprobs])
 
 
+def decode_completions(tokenizer, rows: list[dict], completion_ids: list[list[int]]) -> tuple[list[str], list]:
+    """Completion texts, and the completions as reward functions see them: chat messages for chat prompts."""
+    texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+    if rows and is_conversational(rows[0]["prompt"]):
+        return texts, [[{"role": "assistant", "content": t}] for t in texts]
+    return texts, texts
+
+
+def reward_columns(rows: list[dict], repeats: int) -> dict[str, list]:
+    """Every dataset column but the prompt, one entry per completion (``repeats`` completions per row)."""
+    keys = rows[0].keys() if rows else []
+    return {k: [r[k] for r in rows for _ in range(repeats)] for k in keys if k != "prompt"}
+
+
 class RolloutCollector:
     def __init__(self, generator: Generator, tokenizer, reward_runner, args):
         self.generator = generator
@@ -70,12 +84,6 @@ class RolloutCollector:
         self.sampling = SamplingParams.from_config(args)
         self.dynamic_sampling_stats = {"rounds": 0, "rejected_groups": 0, "topped_up_groups": 0}
 
-    def decode(self, rows: list[dict], completion_ids: list[list[int]]) -> list:
-        texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        if rows and is_conversational(rows[0]["prompt"]):
-            return [[{"role": "assistant", "content": t}] for t in texts]
-        return texts
-
     def collect(self, rows: list[dict], trainer_state=None) -> RolloutBatch:
         """Generate ``G`` completions for each row and score them."""
         G = self.args.num_generations
@@ -83,8 +91,8 @@ class RolloutCollector:
         t0 = time.perf_counter()
         result = self.generator.generate(prompt_ids, G, self.sampling)
         t1 = time.perf_counter()
-        completions = self.decode(rows, result.completion_ids)
-        columns = {k: [r[k] for r in rows for _ in range(G)] for k in (rows[0].keys() if rows else []) if k != "prompt"}
+        _, completions = decode_completions(self.tokenizer, rows, result.completion_ids)
+        columns = reward_columns(rows, G)
         prompts = [r["prompt"] for r in rows for _ in range(G)]
         if rows:
             per_func = self.reward_runner(prompts=prompts, completions=completions,
