@@ -19,7 +19,8 @@ def test_two_process_ddp_ranks_end_identical(tiny_llama_path, tmp_path):
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch",
-           "--config_file", str(ROOT / "accelerate_configs/ddp.yaml"), "--num_processes", "2", str(ROOT / "tests/scripts/ddp_train.py"), tiny_llama_path, str(out)]
+           "--config_file", str(ROOT / "accelerate_configs/ddp.yaml"), "--num_processes", "2",
+           str(ROOT / "tests/scripts/ddp_train.py"), tiny_llama_path, str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
