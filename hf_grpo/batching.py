@@ -13,15 +13,23 @@ from .algorithms import truncated_completion_mask
 
 
 def build_samples(prompt_ids: list[list[int]], completion_ids: list[list[int]], finished: list[bool],
-                  advantages: torch.Tensor, num_generations: int, mask_truncated: bool) -> list[dict]:
-    """One dict per completion: its prompt ids, completion ids, loss mask and advantage."""
+                  advantages: torch.Tensor, num_generations: int, mask_truncated: bool,
+                  sampling_logprobs: list[list[float]] | None = None) -> list[dict]:
+    """One dict per completion: its prompt ids, completion ids, loss mask, advantage and (from vLLM) the sampler's
+    log-probs of its tokens."""
     samples = []
     for i, completion in enumerate(completion_ids):
         mask = torch.ones(len(completion))                                       # [C_i]
         if mask_truncated:
             mask = truncated_completion_mask(torch.tensor([finished[i]]), mask.unsqueeze(0))[0]
-        samples.append({"prompt_ids": prompt_ids[i // num_generations], "completion_ids": completion,
-                        "completion_mask": mask, "advantage": float(advantages[i]), "index": i})
+        sample = {"prompt_ids": prompt_ids[i // num_generations], "completion_ids": completion,
+                  "completion_mask": mask, "advantage": float(advantages[i]), "index": i}
+        if sampling_logprobs is not None:
+            if len(sampling_logprobs[i]) != len(completion):
+                raise ValueError(f"completion {i}: {len(sampling_logprobs[i])} sampling log-probs for "
+                                 f"{len(completion)} tokens")
+            sample["sampling_logp"] = sampling_logprobs[i]
+        samples.append(sample)
     return samples
 
 
@@ -41,9 +49,15 @@ def collate(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
             input_ids[row, P:P + len(c)] = torch.tensor(c, dtype=torch.long)
             attention_mask[row, P:P + len(c)] = 1
             completion_mask[row, :len(c)] = s["completion_mask"]
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask,
-            "advantages": torch.tensor([s["advantage"] for s in samples], dtype=torch.float32),      # [B]
-            "index": torch.tensor([s["index"] for s in samples], dtype=torch.long)}                 # [B]
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask,
+             "advantages": torch.tensor([s["advantage"] for s in samples], dtype=torch.float32),      # [B]
+             "index": torch.tensor([s["index"] for s in samples], dtype=torch.long)}                 # [B]
+    if "sampling_logp" in samples[0]:
+        sampling_logp = torch.zeros((B, C), dtype=torch.float32)                # [B, C], 0 on padding
+        for row, s in enumerate(samples):
+            sampling_logp[row, :len(s["sampling_logp"])] = torch.tensor(s["sampling_logp"], dtype=torch.float32)
+        batch["sampling_logp"] = sampling_logp
+    return batch
 
 
 def split_microbatches(samples: list[dict], num_micro: int, generator: torch.Generator | None = None,

@@ -1,4 +1,4 @@
-"""The `hf-grpo` command: `hf-grpo train [--recipe FILE] [--field value ...]`."""
+"""The `hf-grpo` command: `hf-grpo train [--recipe FILE] [--field value ...]`, `hf-grpo serve [--model M]`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ USAGE = """usage: hf-grpo <command> [options]
 
 commands:
   train   run GRPO training (same arguments as train.py: --recipe FILE and any GRPOConfig --field value)
+  serve   start a vLLM server for vllm_mode: server (hf-grpo serve --help)
 """
 
 
@@ -21,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
         from .train import main as train_main
         train_main(rest)
         return 0
+    if command == "serve":
+        from .serve import main as serve_main
+        return serve_main(rest)
     print(f"hf-grpo: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -13,6 +13,7 @@ Batch arithmetic (checked in `__post_init__`):
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass, field
 
@@ -20,7 +21,9 @@ from transformers import TrainingArguments
 
 from .algorithms import ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES
 
-GENERATION_BACKENDS = ("hf",)
+GENERATION_BACKENDS = ("auto", "hf", "vllm")
+VLLM_MODES = ("colocate", "server")
+VLLM_WEIGHT_TRANSFERS = ("auto", "disk", "nccl")
 
 
 @dataclass
@@ -59,8 +62,9 @@ class GRPOConfig(TrainingArguments):
                 "defaults to the first of reward_funcs."})
 
     # ---- generation ---------------------------------------------------------------------------------
-    generation_backend: str = field(default="hf", metadata={
-        "help": "Who samples completions: `hf` (transformers generate on the training processes)."})
+    generation_backend: str = field(default="auto", metadata={
+        "help": "Who samples completions: `vllm`, `hf` (transformers generate on the training processes) or "
+                "`auto` (vllm when it is installed, else hf)."})
     num_generations: int = field(default=8, metadata={"help": "Completions sampled per prompt (the group size G)."})
     max_completion_length: int = field(default=256, metadata={"help": "Maximum new tokens per completion."})
     temperature: float = field(default=1.0, metadata={
@@ -75,6 +79,46 @@ class GRPOConfig(TrainingArguments):
                 "(one round per optimizer step)."})
     generation_chunk_size: int = field(default=64, metadata={
         "help": "Most sequences per `generate` call (HF backend), to bound memory."})
+
+    # ---- vLLM ---------------------------------------------------------------------------------------
+    vllm_mode: str = field(default="colocate", metadata={
+        "help": "`colocate`: an in-process vllm.LLM on every training process; `server`: remote `vllm serve` "
+                "processes listed in vllm_server_urls (start them with `hf-grpo serve`)."})
+    vllm_server_urls: list[str] | None = field(default=None, metadata={
+        "help": "Server mode: base URLs of the `vllm serve` processes, e.g. [http://127.0.0.1:8000]. Each "
+                "process spreads its prompts over all of them."})
+    vllm_server_timeout: float = field(default=240.0, metadata={
+        "help": "Server mode: seconds to wait for a server to become healthy (at start, or after it went away)."})
+    vllm_request_timeout: float = field(default=600.0, metadata={
+        "help": "Server mode: seconds one generation or weight-update request may take before it is an error."})
+    vllm_weight_sync_dir: str | None = field(default=None, metadata={
+        "help": "Server mode on CPU: directory (shared with the servers) the trainer writes weights to for the "
+                "servers to reload; defaults to a fresh directory under /dev/shm (or output_dir)."})
+    vllm_weight_transfer: str = field(default="auto", metadata={
+        "help": "Server mode: `nccl` (vLLM's weight-transfer engine; GPU), `disk` (safetensors in "
+                "vllm_weight_sync_dir; works anywhere the directory is shared) or `auto` (nccl on CUDA, else disk)."})
+    vllm_dtype: str = field(default="auto", metadata={
+        "help": "Weights dtype inside vLLM; `auto` uses the trainer's dtype."})
+    vllm_max_model_len: int | None = field(default=None, metadata={
+        "help": "vLLM context length; defaults to max_prompt_length + max_completion_length."})
+    vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
+        "help": "Colocate on GPU: fraction of GPU memory vLLM may take (weights + KV cache)."})
+    vllm_kv_cache_gib: float = field(default=2.0, metadata={
+        "help": "Colocate on CPU: GiB of host memory for vLLM's KV cache."})
+    vllm_tensor_parallel_size: int = field(default=1, metadata={
+        "help": "Colocate on GPU: shard each vLLM engine over this many training processes (must divide them)."})
+    vllm_enable_sleep_mode: bool = field(default=False, metadata={
+        "help": "Colocate on GPU: release vLLM's weights and KV cache during the training step, restore before "
+                "generating (frees memory for large models at the cost of a reload per step)."})
+    vllm_enforce_eager: bool = field(default=False, metadata={
+        "help": "Skip vLLM's graph compilation: starts in seconds instead of minutes, generates more slowly."})
+    vllm_importance_sampling_correction: bool = field(default=True, metadata={
+        "help": "Multiply the loss by the truncated ratio pi_trainer / pi_vllm of the sampled tokens, correcting "
+                "the train/inference mismatch (vLLM backend only)."})
+    vllm_importance_sampling_level: str = field(default="token", metadata={
+        "help": "Mismatch ratio per `token`, or per `sequence` (product over the completion's tokens)."})
+    vllm_importance_sampling_cap: float = field(default=2.0, metadata={
+        "help": "Upper bound of the mismatch ratio (truncated importance sampling)."})
 
     # ---- algorithm ----------------------------------------------------------------------------------
     advantage_estimator: str = field(default="grpo", metadata={
@@ -116,10 +160,23 @@ class GRPOConfig(TrainingArguments):
 
     # ---- rewards ------------------------------------------------------------------------------------
     reward_funcs: list[str] | None = field(default=None, metadata={
-        "help": "Reward functions: built-in names (boxed, think_answer_tags, format, boxed_format, gsm8k) or "
-                "dotted import paths (my_pkg.rewards.fn)."})
+        "help": "Reward functions: built-in names (boxed, think_answer_tags, format, boxed_format, gsm8k, code), "
+                "dotted import paths (my_pkg.rewards.fn), or model:<path or hub id> for a sequence-classification "
+                "reward model."})
     reward_weights: list[float] | None = field(default=None, metadata={
         "help": "One weight per reward function; default all 1."})
+    reward_error: str = field(default="raise", metadata={
+        "help": "When a reward function raises: raise (stop, after saving a checkpoint), zero (that function scores "
+                "0 for the batch) or skip (it abstains for the batch, like returning None). Errors are logged and "
+                "counted as rewards/<name>/errors."})
+    code_timeout_s: float = field(default=5.0, metadata={
+        "help": "code reward: wall-clock and CPU seconds per test run."})
+    code_memory_mb: int = field(default=512, metadata={"help": "code reward: address-space limit per process, MiB."})
+    code_workers: int | None = field(default=None, metadata={
+        "help": "code reward: sandboxes running tests in parallel; default the number of CPUs."})
+    code_executor_url: str | None = field(default=None, metadata={
+        "help": "code reward: run tests on a remote sandbox service (python -m hf_grpo.rewards.code.server) at this "
+                "URL instead of locally."})
 
     # ---- logging ------------------------------------------------------------------------------------
     log_completions_steps: int = field(default=0, metadata={
@@ -145,6 +202,10 @@ class GRPOConfig(TrainingArguments):
         super().__post_init__()
         self.steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
         self.epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
+        if self.generation_backend == "auto":
+            self.generation_backend = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+        if isinstance(self.vllm_server_urls, str):      # a single URL, or a comma-separated list, from the CLI
+            self.vllm_server_urls = [u for u in self.vllm_server_urls.split(",") if u]
         self.validate()
 
     def validate(self) -> None:
@@ -157,10 +218,21 @@ class GRPOConfig(TrainingArguments):
             check(getattr(self, name) in allowed, f"{name}={getattr(self, name)!r} is not one of {allowed}")
 
         one_of("generation_backend", GENERATION_BACKENDS)
+        one_of("vllm_mode", VLLM_MODES)
+        one_of("vllm_weight_transfer", VLLM_WEIGHT_TRANSFERS)
+        one_of("vllm_importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
+        check(self.vllm_importance_sampling_cap >= 1.0,
+              f"vllm_importance_sampling_cap must be >= 1 (a ratio cap), got {self.vllm_importance_sampling_cap}")
+        if self.generation_backend == "vllm" and self.vllm_mode == "server":
+            check(bool(self.vllm_server_urls), "vllm_mode=server needs vllm_server_urls (start servers with "
+                  "`hf-grpo serve --model <model> --port <port>`)")
+        check(0 < self.vllm_gpu_memory_utilization <= 1,
+              f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
         one_of("advantage_estimator", ADVANTAGE_ESTIMATORS)
         one_of("loss_type", LOSS_TYPES)
         one_of("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
         one_of("kl_estimator", KL_ESTIMATORS)
+        one_of("reward_error", ("raise", "zero", "skip"))  # RewardRunner's ON_ERROR (config stays import-light)
         check(self.remove_unused_columns is False, "remove_unused_columns must be False (rewards read dataset columns)")
         check(self.num_generations >= 1, f"num_generations must be >= 1, got {self.num_generations}")
         check(self.num_generations >= 2 or self.advantage_estimator == "reinforce_pp",
@@ -196,6 +268,10 @@ class GRPOConfig(TrainingArguments):
                   f"reward_weights has {len(self.reward_weights)} entries but reward_funcs has "
                   f"{len(self.reward_funcs)} ({self.reward_funcs})")
         check(self.log_completions_steps >= 0, "log_completions_steps must be >= 0")
+        check(self.code_timeout_s > 0, f"code_timeout_s must be > 0, got {self.code_timeout_s}")
+        check(self.code_memory_mb > 0, f"code_memory_mb must be > 0, got {self.code_memory_mb}")
+        check(self.code_workers is None or self.code_workers >= 1,
+              f"code_workers must be >= 1 or None (one per CPU), got {self.code_workers}")
 
     @property
     def prompts_per_generation(self) -> int:

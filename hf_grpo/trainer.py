@@ -21,16 +21,17 @@ from accelerate.utils import gather_object
 from transformers import PreTrainedModel, Trainer
 from transformers.trainer_callback import ProgressCallback
 
-from .algorithms import batch_whitened_advantages, group_advantages, group_std, masked_mean, policy_loss
+from .algorithms import (batch_whitened_advantages, group_advantages, group_std, logp_difference, masked_mean,
+                         policy_loss, truncated_importance_weights)
 from .batching import build_samples, collate, split_microbatches
 from .callbacks import PlotCallback, RichProgressCallback, write_rollout_log
 from .config import GRPOConfig
 from .evaluation import evaluate_rows
-from .generation import HFGenerator, SamplingParams
+from .generation import SamplingParams, build_generator
 from .logprobs import completion_logprobs
 from .metrics import MetricsBuffer
 from .model_card import model_card_text
-from .models import load_model, load_tokenizer
+from .models import load_model, load_tokenizer, resolve_model_path
 from .rewards import RewardFunctionError, RewardRunner, load_reward_function
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
@@ -89,7 +90,8 @@ class DistributedGRPOTrainer(Trainer):
             self.add_callback(RichProgressCallback())
         if args.plot_metrics:
             self.add_callback(PlotCallback())
-        self.generator = HFGenerator(self.accelerator, self.model_wrapped, processing_class, args.generation_chunk_size)
+        self.generator = build_generator(args, self.accelerator, self.model_wrapped, processing_class,
+                                         resolve_model_path(model_id))
         self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args)
         self._metrics = MetricsBuffer()
         self._buffer: list[dict] = []
@@ -137,6 +139,7 @@ class DistributedGRPOTrainer(Trainer):
 
     def _generate_and_score(self, rows: list[dict]) -> list[dict]:
         args, G = self.args, self.args.num_generations
+        self._sync_generator()
         start = time.perf_counter()
         try:
             if args.dynamic_sampling:
@@ -148,7 +151,7 @@ class DistributedGRPOTrainer(Trainer):
             raise
         advantages = self._advantages(batch.rewards)                                      # [P*G]
         samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
-                                args.mask_truncated_completions)
+                                args.mask_truncated_completions, batch.sampling_logprobs)
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
         # Zero-advantage completions have exactly zero gradient unless a KL term pulls on them.
         skip = args.skip_zero_advantage and args.beta == 0
@@ -163,6 +166,14 @@ class DistributedGRPOTrainer(Trainer):
             write_rollout_log(args.output_dir, step, gather_object(self._rollout_records(batch, advantages)),
                               self.accelerator.is_main_process)
         return micro
+
+    def _sync_generator(self) -> None:
+        """Push the policy into the generation backend when it holds an older version (every process calls this)."""
+        if self.generator.weight_version == self.state.global_step:
+            return
+        start = time.perf_counter()
+        self.generator.update_weights(self.model_wrapped, self.state.global_step)
+        self._metrics.add("timing/weight_sync_s", time.perf_counter() - start)
 
     def _save_after_user_code_crash(self) -> None:
         """A reward function raised: keep the progress made so far before the error ends the run.
@@ -242,12 +253,24 @@ class DistributedGRPOTrainer(Trainer):
                                        mask.shape[1], with_entropy=True)                  # [B, C] each
         old_logp = inputs["old_logp"].to(device) if "old_logp" in inputs else logp.detach()
         ref_logp = inputs["ref_logp"].to(device) if "ref_logp" in inputs else None
+        is_weights = None
+        if "sampling_logp" in inputs:
+            # old_logp is the trainer's view of the sampling policy (same weights): compare it with the sampler's.
+            sampling_logp = inputs["sampling_logp"].to(device)                            # [B, C]
+            diff_mean, diff_max = logp_difference(old_logp, sampling_logp, mask)
+            self._metrics.add("sampling/logp_difference/mean", diff_mean)
+            self._metrics.add("sampling/logp_difference/max", diff_max)
+            if args.vllm_importance_sampling_correction:
+                is_weights = truncated_importance_weights(old_logp, sampling_logp, mask,
+                                                          args.vllm_importance_sampling_level,
+                                                          args.vllm_importance_sampling_cap)      # [B, C]
+                self._metrics.add("sampling/importance_sampling_ratio/mean", masked_mean(is_weights, mask))
         out = policy_loss(logp, old_logp, inputs["advantages"].to(device), mask, epsilon_low=args.epsilon,
                           epsilon_high=args.epsilon_high, loss_type=args.loss_type,
                           importance_sampling_level=args.importance_sampling_level, beta=args.beta, ref_logp=ref_logp,
                           kl_estimator=args.kl_estimator, max_completion_length=args.max_completion_length,
                           token_normalizer=inputs["token_normalizer"], num_sequences=inputs["num_sequences"],
-                          num_tokens=inputs["num_tokens"])
+                          num_tokens=inputs["num_tokens"], is_weights=is_weights)
         m = self._metrics
         m.add("entropy", masked_mean(entropy, mask))
         m.add("clip_ratio/low_mean", masked_mean(out.low_clipped.float(), mask))
@@ -283,6 +306,7 @@ class DistributedGRPOTrainer(Trainer):
         num_tokens = sum(len(p) for p in batch.prompt_ids) * G + float(lengths.sum())
         m.add("num_tokens", num_tokens)
         self._tokens_since_log += num_tokens
+        m.add("weight_version", float(self.generator.weight_version))
         m.add("timing/generation_s", batch.timings["generation"])
         m.add("timing/rewards_s", batch.timings["rewards"])
         m.add("timing/rollout_s", seconds)
@@ -322,6 +346,7 @@ class DistributedGRPOTrainer(Trainer):
         if not isinstance(sets, dict):
             sets = {"eval": sets}
         sampling = SamplingParams.from_config(self.args, greedy=True)
+        self._sync_generator()
         metrics: dict[str, float] = {}
         for name, dataset in sets.items():
             result = evaluate_rows(self.generator, self.processing_class, dataset, self.eval_reward_runner, sampling,

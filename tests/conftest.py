@@ -21,19 +21,18 @@ def tokenizer(smol_path):
     return load_tokenizer(smol_path)
 
 
-def make_tiny_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+def make_tiny_llama(vocab_size: int, seed: int = 0, head_dim: int = 8) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    heads = 4 if head_dim == 8 else 2
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=heads * head_dim, intermediate_size=2 * heads * head_dim,
+                         num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=heads // 2,
+                         max_position_embeddings=1024, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=2)
     return LlamaForCausalLM(config)
 
 
-@pytest.fixture(scope="session")
-def tiny_llama_path(tmp_path_factory, tokenizer):
-    """A saved tiny random Llama with the embedded model's tokenizer (loadable by path, like a hub model)."""
-    path = tmp_path_factory.mktemp("tiny-llama")
-    model = make_tiny_llama(len(tokenizer))
+def save_tiny_llama(path, tokenizer, head_dim: int = 8) -> str:
+    model = make_tiny_llama(len(tokenizer), head_dim=head_dim)
     model.config.eos_token_id = tokenizer.eos_token_id
     model.config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -41,6 +40,18 @@ def tiny_llama_path(tmp_path_factory, tokenizer):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_path(tmp_path_factory, tokenizer):
+    """A saved tiny random Llama with the embedded model's tokenizer (loadable by path, like a hub model)."""
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer)
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny_path(tmp_path_factory, tokenizer):
+    """The tiny Llama with 64-dim attention heads, which vLLM's CPU attention kernels support (8 is not)."""
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama-vllm"), tokenizer, head_dim=64)
 
 
 @pytest.fixture(autouse=True)

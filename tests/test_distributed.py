@@ -12,18 +12,23 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_two_process_ddp_ranks_end_identical(tiny_llama_path, tmp_path):
-    out = tmp_path / "ddp"
+def launch_two_process_training(model_path: str, out: Path, *backend: str) -> tuple[dict, dict]:
+    """`accelerate launch --num_processes 2 tests/scripts/ddp_train.py`; returns both ranks' saved results."""
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch",
            "--config_file", str(ROOT / "accelerate_configs/ddp.yaml"), "--num_processes", "2",
-           str(ROOT / "tests/scripts/ddp_train.py"), tiny_llama_path, str(out)]
+           str(ROOT / "tests/scripts/ddp_train.py"), model_path, str(out), *backend]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    r0, r1 = torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
+    return torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_process_ddp_ranks_end_identical(tiny_llama_path, tmp_path):
+    out = tmp_path / "ddp"
+    r0, r1 = launch_two_process_training(tiny_llama_path, out, "hf")
     assert r0["world"] == 2
     assert torch.equal(r0["before"], r1["before"])
     assert not torch.equal(r0["before"], r0["after"]), "training did not change the weights"

@@ -21,7 +21,8 @@ EXPECTED_METRICS = ["loss", "reward", "reward_std", "rewards/even_token_reward/m
 def make_config(tmp_path, **overrides):
     values = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, num_generations=4,
                   max_completion_length=12, learning_rate=1e-3, max_steps=2, logging_steps=1, save_strategy="no",
-                  report_to="none", seed=0, disable_tqdm=True, plot_metrics=False, use_cpu=True)
+                  report_to="none", seed=0, disable_tqdm=True, plot_metrics=False, use_cpu=True,
+                  generation_backend="hf")   # mechanics: the vLLM backend has its own tests (tests/generation)
     values.update(overrides)
     return GRPOConfig(**values)
 

@@ -3,10 +3,12 @@
 from .advantages import ADVANTAGE_ESTIMATORS, batch_whitened_advantages, group_advantages, group_std
 from .losses import (IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, PolicyLossOutput, aggregate, kl_penalty,
                      masked_mean, policy_loss)
+from .mismatch import logp_difference, truncated_importance_weights
 from .shaping import dynamic_sampling_keep, group_success_rate, overlong_penalty, truncated_completion_mask
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "IMPORTANCE_SAMPLING_LEVELS", "KL_ESTIMATORS", "LOSS_TYPES", "PolicyLossOutput",
     "aggregate", "batch_whitened_advantages", "dynamic_sampling_keep", "group_advantages", "group_std",
-    "group_success_rate", "kl_penalty", "masked_mean", "overlong_penalty", "policy_loss", "truncated_completion_mask",
+    "group_success_rate", "kl_penalty", "logp_difference", "masked_mean", "overlong_penalty", "policy_loss", "truncated_completion_mask",
+    "truncated_importance_weights",
 ]

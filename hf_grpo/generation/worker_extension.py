@@ -1,0 +1,27 @@
+"""Methods added to vLLM's workers (``worker_extension_cls``), callable by name through ``collective_rpc``.
+
+Loaded into colocated engines and into ``vllm serve`` processes started by ``hf-grpo serve``, so the same fix
+applies in both modes.
+
+``refresh_packed_weights``: on CPU, vLLM 0.32 keeps a *packed copy* of every embedding matrix for its use as an LM
+head (``layer.cpu_linear``). An in-place ``reload_weights`` updates ``embed_tokens.weight`` but not the packed copy
+of a *tied* LM head (SmolLM2 ties them), so after a sync the engine would sample from the new body and the old head:
+the log-probs of a fixed completion then differ from the trainer's by ~1 nat. Re-running the embedding's post-load
+step rebuilds the packed copies from the current weights. It is a no-op on GPU, where the head reads the weight
+directly. (Verified by tests/generation/test_vllm_colocate.py, which fails without it.)
+"""
+
+from __future__ import annotations
+
+
+class HFGRPOWorkerExtension:
+    def refresh_packed_weights(self) -> int:
+        from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+        refreshed = 0
+        for module in self.model_runner.get_model().modules():
+            method = getattr(module, "quant_method", None)
+            if isinstance(method, UnquantizedEmbeddingMethod) and hasattr(module, "cpu_linear"):
+                method.process_weights_after_loading(module)
+                refreshed += 1
+        return refreshed
