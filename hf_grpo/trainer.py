@@ -32,7 +32,7 @@ from .logprobs import completion_logprobs
 from .metrics import MetricsBuffer
 from .model_card import model_card_text
 from .models import load_model, load_tokenizer, resolve_model_path
-from .rewards import RewardFunctionError, RewardRunner, load_reward_function
+from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward_function
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
 
@@ -47,8 +47,6 @@ class DistributedGRPOTrainer(Trainer):
                  callbacks=None, optimizers=(None, None), peft_config=None):
         if args is None:
             args = GRPOConfig()
-        if reward_processing_classes is not None:
-            raise NotImplementedError("reward models (and their reward_processing_classes) are not supported yet")
         model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)
         if isinstance(model, str):
             model = load_model(model, args.dtype, args.attn_implementation)
@@ -71,11 +69,13 @@ class DistributedGRPOTrainer(Trainer):
         funcs = reward_funcs if reward_funcs is not None else args.reward_funcs
         if not funcs:
             raise ValueError("DistributedGRPOTrainer needs reward_funcs (callables, built-in names or dotted paths)")
-        funcs = [load_reward_function(f) for f in (funcs if isinstance(funcs, (list, tuple)) else [funcs])]
+        funcs = list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
+        funcs = [self._reward_function(f, args, reward_processing_classes, i) for i, f in enumerate(funcs)]
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
-        self.reward_runner = RewardRunner(funcs, args.reward_weights)
-        eval_funcs = [load_reward_function(args.eval_reward)] if args.eval_reward else funcs[:1]
+        self.reward_runner = RewardRunner(funcs, args.reward_weights, on_error=args.reward_error)
+        # Evaluation scores with eval_reward (default: the first training reward, reusing its object and any pool).
+        eval_funcs = [load_reward_function(args.eval_reward, args)] if args.eval_reward else funcs[:1]
         self.eval_reward_runner = RewardRunner(eval_funcs)
 
         super().__init__(model=model, args=args, data_collator=lambda rows: rows, train_dataset=train_dataset,
@@ -99,6 +99,15 @@ class DistributedGRPOTrainer(Trainer):
         self._tokens_since_log = 0.0
         self._last_log_wall = time.perf_counter()
         self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
+
+    @staticmethod
+    def _reward_function(spec, args, processing_classes, index: int):
+        """A reward callable from a callable, a name or path, or (TRL-style) a sequence-classification model module
+        scored with ``reward_processing_classes[index]``."""
+        if isinstance(spec, PreTrainedModel):
+            tokenizer = processing_classes[index] if processing_classes is not None else None
+            return RewardModel(spec, tokenizer=tokenizer)
+        return load_reward_function(spec, args)
 
     # ---- data ---------------------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset=None):
@@ -313,6 +322,12 @@ class DistributedGRPOTrainer(Trainer):
         m.add("throughput/generated_tokens_per_s", lengths.sum() / max(batch.timings["generation"], 1e-9))
         for name, seconds_fn in self.reward_runner.last_timings.items():
             m.add(f"rewards/{name}/seconds", seconds_fn)
+        # Failures handled by reward_error (zero/skip) are counted, never silent; so are a verifier's own counts.
+        for name, count in self.reward_runner.last_error_counts.items():
+            m.add(f"rewards/{name}/errors", count)
+        for name, stats in self.reward_runner.last_function_stats.items():
+            for key, value in stats.items():
+                m.add(f"rewards/{name}/{key}", value)
         if self.args.dynamic_sampling:
             for k, v in self.collector.dynamic_sampling_stats.items():
                 m.add(f"dynamic_sampling/{k}", v)

@@ -37,3 +37,20 @@ def test_two_process_ddp_ranks_end_identical(tiny_llama_path, tmp_path):
     records = [json.loads(line) for line in (out / "rollouts" / "step_000002.jsonl").read_text().splitlines()]
     by_rank = {p: {json.dumps(r["prompt"]) for r in records if r["process"] == p} for p in (0, 1)}
     assert len(records) == 16 and by_rank[0] and by_rank[1] and by_rank[0].isdisjoint(by_rank[1])
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_process_training_with_colocated_vllm(vllm_tiny_path, tmp_path):
+    """Each rank owns an in-process vLLM engine for its prompts and reloads the synced weights after every step."""
+    r0, r1 = launch_two_process_training(vllm_tiny_path, tmp_path / "colocate", "colocate")
+    assert torch.equal(r0["after"], r1["after"]) and not torch.equal(r0["before"], r0["after"])
+    logs = [r for r in r0["log"] if "reward" in r]
+    assert [r["weight_version"] for r in logs] == [0.0, 1.0]
+    # fp32 engine and trainer with the same weights: the sampler's log-probs are the trainer's.
+    assert all(r["sampling/logp_difference/mean"] < 1e-3 for r in logs)
+    records = [json.loads(line) for line in (tmp_path / "colocate" / "rollouts" / "step_000002.jsonl").read_text()
+               .splitlines()]
+    assert {r["weight_version"] for r in records} == {1}
+    by_rank = {p: {json.dumps(r["prompt"]) for r in records if r["process"] == p} for p in (0, 1)}
+    assert by_rank[0] and by_rank[1] and by_rank[0].isdisjoint(by_rank[1])

@@ -46,6 +46,11 @@ class GenerationResult:
     finished: list[bool]                     # [P*n] ended by EOS or a stop string (False: hit max_tokens)
     logprobs: list[list[float]] | None = None  # [P*n] sampling log-probs per completion token, if the backend has them
 
+    def repeat_each(self, n: int) -> "GenerationResult":
+        """Each completion ``n`` times in a row: greedy decoding's ``n`` samples (vLLM rejects greedy with n > 1)."""
+        rep = lambda xs: None if xs is None else [x for x in xs for _ in range(n)]
+        return GenerationResult(rep(self.completion_ids), rep(self.finished), rep(self.logprobs))
+
 
 class Generator(ABC):
     """A generation backend.

@@ -113,6 +113,8 @@ class VLLMColocateGenerator(Generator):
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
+        if sampling.greedy and n > 1:
+            return self.generate(prompt_ids, 1, sampling).repeat_each(n)
         local = prompt_ids
         if self._tp_group is not None:
             # The ranks of a tensor-parallel group drive one sharded engine: it must see the same requests on each.

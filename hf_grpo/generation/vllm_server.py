@@ -144,6 +144,8 @@ class VLLMServerGenerator(Generator):
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
         if not prompt_ids:
             return GenerationResult(completion_ids=[], finished=[], logprobs=[])
+        if sampling.greedy and n > 1:
+            return self.generate(prompt_ids, 1, sampling).repeat_each(n)
         bounds = _split(prompt_ids, len(self.clients), self.accelerator.process_index)
         jobs = [(c, prompt_ids[a:b]) for c, (a, b) in zip(self.clients, bounds) if b > a]
         parts = list(self.pool.map(lambda job: self._complete(job[0], job[1], n, sampling), jobs))

@@ -2,19 +2,28 @@
 
 * :mod:`.extract` -- completion text, final answers (``\\boxed{}``, ``<answer>``, GSM8K ``####``), format checks.
 * :mod:`.verify` -- math equivalence with math-verify in a timeout-guarded worker process.
-* :mod:`.math` -- the built-in rewards (``BUILTIN_REWARDS``).
-* :mod:`.registry` -- ``load_reward_function``: built-in name or dotted import path -> callable.
-* :mod:`.runner` -- ``RewardRunner``: concurrent calls, strict validation, per-function timings.
+* :mod:`.math` -- the built-in math rewards.
+* :mod:`.code` -- the ``code`` reward (``CodeReward``): programs run against test cases in a kernel sandbox.
+* :mod:`.model` -- ``RewardModel``: a sequence-classification model as a reward function.
+* :mod:`.registry` -- ``BUILTIN_REWARDS`` and ``load_reward_function``: built-in name, ``model:<path>`` or dotted
+  import path -> callable.
+* :mod:`.runner` -- ``RewardRunner``: concurrent calls, strict validation, per-function timings, error policy.
 
-Importing this package starts nothing: the verification worker starts on the first math-equivalence check.
+Importing this package starts nothing: the verification worker starts on the first math-equivalence check, the
+code sandboxes on the first code run.
 """
 
+from .code import CodeReward
+from .model import RewardModel
 from .registry import BUILTIN_REWARDS, load_reward_function
-from .runner import RewardFunctionError, RewardRunner, reward_name
+from .runner import ON_ERROR, RewardFunctionError, RewardRunner, reward_name
 from .verify import MathVerifier, get_verifier
 
 __all__ = [
     "BUILTIN_REWARDS",
+    "CodeReward",
+    "ON_ERROR",
+    "RewardModel",
     "MathVerifier",
     "RewardFunctionError",
     "RewardRunner",

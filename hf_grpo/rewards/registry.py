@@ -1,4 +1,9 @@
-"""Name -> reward function: the built-ins, or any function importable by its dotted path."""
+"""Name -> reward function: the built-ins, ``model:<path or hub id>`` for a reward model, or any function importable
+by its dotted path.
+
+The ``model:`` prefix is explicit on purpose: guessing from a string whether it names a model (by probing for a
+config file or the hub) would turn a typo in a dotted path into a download attempt.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import importlib
 from typing import Callable
 
 from . import math as math_rewards
+from .code import CodeReward
 
 BUILTIN_REWARDS: dict[str, Callable[..., list]] = {
     "boxed": math_rewards.boxed,
@@ -14,16 +20,20 @@ BUILTIN_REWARDS: dict[str, Callable[..., list]] = {
     "format": math_rewards.format,
     "boxed_format": math_rewards.boxed_format,
     "gsm8k": math_rewards.gsm8k,
+    "code": CodeReward(),  # defaults; configure with CodeReward(...) or GRPOConfig's code_* fields
 }
+MODEL_PREFIX = "model:"
 
 _DOTTED_HELP = ("A custom reward function is given by its dotted import path, e.g. 'my_pkg.rewards.my_reward' for "
                 "`def my_reward(completions, **kwargs)` in my_pkg/rewards.py (importable: installed, or on "
                 "PYTHONPATH / in the working directory).")
 
 
-def load_reward_function(spec: str | Callable) -> Callable:
-    """A callable is returned as is; a string is a built-in name (see ``BUILTIN_REWARDS``) or a dotted import path.
+def load_reward_function(spec: str | Callable, config=None) -> Callable:
+    """A callable is returned as is; a string is a built-in name (see ``BUILTIN_REWARDS``), ``model:<path or id>``
+    (a :class:`~.model.RewardModel`) or a dotted import path.
 
+    With a ``config`` (a ``GRPOConfig``), ``"code"`` gives a new ``CodeReward`` set up by its ``code_*`` fields.
     Raises ValueError for an unknown name (with the closest built-in), ImportError when the module or attribute of
     a dotted path cannot be loaded, TypeError when the loaded object is not callable.
     """
@@ -31,13 +41,23 @@ def load_reward_function(spec: str | Callable) -> Callable:
         return spec
     if not isinstance(spec, str):
         raise TypeError(f"a reward function spec must be a string or a callable, got {type(spec).__name__}")
+    if spec == "code" and config is not None:
+        return CodeReward.from_config(config)
     if spec in BUILTIN_REWARDS:
         return BUILTIN_REWARDS[spec]
+    if spec.startswith(MODEL_PREFIX):
+        from .model import RewardModel  # transformers is only needed for reward models
+
+        if not spec[len(MODEL_PREFIX):]:
+            raise ValueError(f"reward function {spec!r}: expected model:<local path or hub id> of a sequence-"
+                             f"classification model")
+        return RewardModel(spec[len(MODEL_PREFIX):])
     if "." not in spec:
         close = difflib.get_close_matches(spec, BUILTIN_REWARDS, n=1, cutoff=0.5)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         raise ValueError(f"Unknown reward function {spec!r}.{hint} Built-in rewards: "
-                         f"{', '.join(BUILTIN_REWARDS)}. {_DOTTED_HELP}")
+                         f"{', '.join(BUILTIN_REWARDS)}; a reward model: '{MODEL_PREFIX}<path or hub id>'. "
+                         f"{_DOTTED_HELP}")
     module_name, _, attr = spec.rpartition(".")
     try:
         module = importlib.import_module(module_name)

@@ -15,6 +15,15 @@ Departures from TRL:
   showing a sample. ``bool`` is accepted as 0/1; so are ``numpy`` scalars and 0-d tensors.
 * Functions that do not take ``**kwargs`` are rejected when the runner is built, not at the first step.
 * TRL's ``log_extra``/``log_metric``/``environments`` keyword arguments are not passed.
+* TRL lets an exception end the step. Here ``on_error`` decides (:data:`ON_ERROR`): ``raise`` (default) raises
+  :class:`RewardFunctionError`; ``zero`` logs the error and scores that function 0.0 for every completion of the
+  call (as if all failed its check); ``skip`` logs it and makes the function abstain for the call (NaN, i.e. None:
+  its weight drops out of those rows' totals and its logged mean excludes them). With ``nansum`` totals both give
+  the same total reward, and neither trains on the failure (a column constant over the batch carries no
+  group-relative advantage); they differ in what the per-function metrics and the all-None count show, and
+  ``zero`` keeps the function's "everything failed" signal visible. Only exceptions are subject to the policy: a
+  function that returns a wrong length, a non-number or NaN has a bug that recurs every step, so that always raises.
+  Errors are counted per call (``last_error_counts``) and in total (``error_counts``) for the trainer to log.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 _RESERVED = ("prompts", "completions", "completion_ids", "trainer_state")
+ON_ERROR = ("raise", "zero", "skip")
 
 
 class RewardFunctionError(Exception):
@@ -107,14 +117,21 @@ class _Outcome:
 class RewardRunner:
     """Runs reward functions on a batch and returns their rewards as an ``[N, F]`` float32 tensor (NaN = None).
 
-    After each call: ``last_timings`` maps each name to the function's wall time in seconds, and
+    After each call: ``last_timings`` maps each name to the function's wall time in seconds,
     ``last_all_none_count`` is the number of completions for which every function returned None (their total
-    reward is 0, see :meth:`total`). ``names`` are the functions' names, made unique with ``_2``, ``_3`` suffixes.
+    reward is 0, see :meth:`total`), ``last_error_counts`` maps each name to 1 if it raised (handled by
+    ``on_error``) else 0 (``error_counts`` sums those over all calls), and ``last_function_stats`` maps the name of
+    each function object that exposes a ``last_stats`` dict (e.g. ``CodeReward``: runs, timeouts, ...) to a copy of
+    it, for logging. ``names`` are the functions' names, made unique with ``_2``, ``_3`` suffixes.
     """
 
-    def __init__(self, reward_funcs: list[Callable], reward_weights: list[float] | None = None):
+    def __init__(self, reward_funcs: list[Callable], reward_weights: list[float] | None = None,
+                 on_error: str = "raise"):
         if not reward_funcs:
             raise ValueError("RewardRunner needs at least one reward function")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error={on_error!r} is not one of {ON_ERROR}")
+        self.on_error = on_error
         for fn in reward_funcs:
             if not callable(fn):
                 raise TypeError(f"reward functions must be callables, got {type(fn).__name__}: {fn!r} "
@@ -139,6 +156,9 @@ class RewardRunner:
         self._loop_thread: threading.Thread | None = None
         self.last_timings: dict[str, float] = {}
         self.last_all_none_count = 0
+        self.last_error_counts = dict.fromkeys(self.names, 0)
+        self.error_counts = dict.fromkeys(self.names, 0)
+        self.last_function_stats: dict[str, dict[str, float]] = {}
         self._warned_all_none = False
 
     @staticmethod
@@ -188,9 +208,17 @@ class RewardRunner:
                 outcomes[i] = outcome
 
         self.last_timings = {name: o.seconds for name, o in zip(self.names, outcomes)}
+        self.last_error_counts = dict.fromkeys(self.names, 0)
         per_func = torch.empty(n, len(self.funcs), dtype=torch.float32)  # [N, F]
         for i, outcome in enumerate(outcomes):  # in function order, so the first broken function is reported
+            if outcome.error is not None and self.on_error != "raise":
+                per_func[:, i] = self._on_error(i, outcome.error, kwargs)
+                continue
             per_func[:, i] = torch.tensor(self._validate(i, outcome, kwargs), dtype=torch.float32)
+        # Optional contract for reward objects: ``last_stats``, a dict describing their last call (same keys always,
+        # so every process logs the same metrics).
+        self.last_function_stats = {name: dict(fn.last_stats) for fn, name in zip(self.funcs, self.names)
+                                    if isinstance(getattr(fn, "last_stats", None), dict)}
         all_none = per_func.isnan().all(dim=1)  # [N]
         self.last_all_none_count = int(all_none.sum())
         if self.last_all_none_count and not self._warned_all_none:
@@ -249,6 +277,18 @@ class RewardRunner:
             self._loop_thread.join()
             self._loop.close()
             self._loop = None
+
+    def _on_error(self, i: int, error: BaseException, kwargs: dict[str, Any]) -> float:
+        """Count and log a handled error; the value the function's column gets for this call."""
+        name = self.names[i]
+        self.last_error_counts[name] = 1
+        self.error_counts[name] += 1
+        sample = self._context(kwargs, 0) if kwargs["completions"] else ""
+        logger.warning("Reward function '%s' raised %s: %s. on_error=%s: it %s for these %d completions (error %d "
+                       "of this function so far). %s", name, type(error).__name__, error, self.on_error,
+                       "scores 0.0" if self.on_error == "zero" else "abstains (None)", len(kwargs["completions"]),
+                       self.error_counts[name], sample)
+        return 0.0 if self.on_error == "zero" else math.nan
 
     # ---- validation ---------------------------------------------------------------------------------------------
     def _context(self, kwargs: dict[str, Any], row: int) -> str:

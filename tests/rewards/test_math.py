@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from hf_grpo.rewards import BUILTIN_REWARDS, RewardRunner
+from hf_grpo.rewards import BUILTIN_REWARDS, CodeReward, RewardRunner
 from hf_grpo.rewards.math import boxed, boxed_format, format, gsm8k, think_answer_tags
 
 
@@ -11,7 +11,8 @@ def chat(text):
 
 def test_registry_holds_the_builtins():
     assert BUILTIN_REWARDS == {"boxed": boxed, "think_answer_tags": think_answer_tags, "format": format,
-                               "boxed_format": boxed_format, "gsm8k": gsm8k}
+                               "boxed_format": boxed_format, "gsm8k": gsm8k, "code": BUILTIN_REWARDS["code"]}
+    assert isinstance(BUILTIN_REWARDS["code"], CodeReward)
 
 
 def test_boxed():

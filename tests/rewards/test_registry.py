@@ -27,7 +27,7 @@ def test_unknown_name_suggests_closest_builtin_and_dotted_form():
     assert "'boxd'" in message and "Did you mean 'boxed'?" in message and "dotted import path" in message
     with pytest.raises(ValueError) as info:
         load_reward_function("zzzzzz")
-    assert "Did you mean" not in str(info.value)
+    assert "Did you mean" not in str(info.value) and "'model:<path or hub id>'" in str(info.value)
 
 
 def test_import_failures_name_module_and_attribute():

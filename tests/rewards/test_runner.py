@@ -233,3 +233,95 @@ def test_reward_name_and_unique_names():
     assert reward_name(AsyncScorer()) == "AsyncScorer"
     assert reward_name(functools.partial(length_reward)) == "length_reward"
     assert RewardRunner([length_reward, length_reward]).names == ["length_reward", "length_reward_2"]
+
+
+# ---- reward_error policy ----------------------------------------------------------------------------------------
+class FlakyVerifier:
+    """Raises on the calls listed in ``fail_on`` (0-based), else scores 1.0."""
+
+    __name__ = "flaky_verifier"
+
+    def __init__(self, fail_on):
+        self.fail_on, self.calls = set(fail_on), 0
+
+    def __call__(self, completions, **kwargs):
+        self.calls += 1
+        if self.calls - 1 in self.fail_on:
+            raise ConnectionError("verifier at http://127.0.0.1:1/run unreachable")
+        return [1.0] * len(completions)
+
+
+@pytest.mark.parametrize("policy, value", [("zero", 0.0), ("skip", math.nan)])
+def test_on_error_zero_or_skip_fills_the_column_counts_and_logs(policy, value, caplog):
+    runner = RewardRunner([length_reward, FlakyVerifier(fail_on=[0])], reward_weights=[1.0, 10.0], on_error=policy)
+    with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
+        per_func = run(runner)
+    column = per_func[:, 1].tolist()
+    assert all(math.isnan(v) for v in column) if policy == "skip" else column == [value] * 4
+    assert per_func[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]           # the other function is unaffected
+    assert runner.total(per_func).tolist() == [1.0, 2.0, 3.0, 4.0]   # zero and skip give the same total
+    assert runner.last_error_counts == {"length_reward": 0, "flaky_verifier": 1}
+    assert "'flaky_verifier' raised ConnectionError: verifier at http://127.0.0.1:1/run unreachable" in caplog.text
+    assert f"on_error={policy}" in caplog.text and "prompt='p0', completion='a'" in caplog.text  # a sample
+    run(runner)  # the next call succeeds: per-call counts reset, totals accumulate
+    assert runner.last_error_counts["flaky_verifier"] == 0 and runner.error_counts["flaky_verifier"] == 1
+    assert run(runner)[:, 1].tolist() == [1.0] * 4
+
+
+def test_skip_makes_rows_all_none_when_it_was_the_only_function():
+    runner = RewardRunner([FlakyVerifier(fail_on=[0])], on_error="skip")
+    assert runner.total(run(runner)).tolist() == [0.0] * 4
+    assert runner.last_all_none_count == 4
+
+
+def test_on_error_raise_is_the_default_and_counts_nothing():
+    runner = RewardRunner([FlakyVerifier(fail_on=[0])])
+    with pytest.raises(RewardFunctionError, match="'flaky_verifier' raised ConnectionError.*Sample 0"):
+        run(runner)
+    assert runner.error_counts == {"flaky_verifier": 0}
+
+
+def test_on_error_applies_to_async_functions_too():
+    async def async_broken(completions, **kwargs):
+        raise TimeoutError("remote judge")
+
+    runner = RewardRunner([length_reward, async_broken], on_error="zero")
+    assert run(runner)[:, 1].tolist() == [0.0] * 4
+    assert runner.last_error_counts["async_broken"] == 1
+
+
+def test_contract_violations_always_raise_whatever_the_policy():
+    def short_reward(completions, **kwargs):
+        return [1.0]
+
+    with pytest.raises(RewardFunctionError, match="returned 1 values for 4 completions"):
+        run(RewardRunner([short_reward], on_error="zero"))
+
+
+def test_unknown_policy_and_config_field(tmp_path):
+    with pytest.raises(ValueError, match=r"on_error='ignore' is not one of \('raise', 'zero', 'skip'\)"):
+        RewardRunner([length_reward], on_error="ignore")
+    from hf_grpo.config import GRPOConfig
+    from hf_grpo.rewards import ON_ERROR
+
+    for policy in ON_ERROR:  # the config accepts exactly the runner's policies
+        assert GRPOConfig(output_dir=str(tmp_path), reward_error=policy).reward_error == policy
+    with pytest.raises(ValueError, match="reward_error='ignore' is not one of"):
+        GRPOConfig(output_dir=str(tmp_path), reward_error="ignore")
+
+
+def test_reward_objects_last_stats_are_collected_for_logging():
+    class Counting:
+        __name__ = "counting"
+
+        def __init__(self):
+            self.last_stats = {"runs": 0}
+
+        def __call__(self, completions, **kwargs):
+            self.last_stats = {"runs": len(completions)}
+            return [0.0] * len(completions)
+
+    runner = RewardRunner([length_reward, Counting()])
+    assert runner.last_function_stats == {}
+    run(runner)
+    assert runner.last_function_stats == {"counting": {"runs": 4}}

@@ -1,0 +1,62 @@
+"""Hostile programs against the ``code`` reward's sandbox: contained or not, and how long until it was.
+
+Runs every attack of tests/helpers/sandbox_attacks.py through ``CodeReward`` (1 s limit, 256 MiB, 16 processes,
+1 MiB output) and prints one row per attack: whether it was contained (it scored 0 *and* the host shows no
+evidence of it: no file written, no connection accepted, no signal received, no process left), the seconds from
+submitting it to having its reward, and the evidence when it got through. ``--no-namespaces`` shows what the
+rlimits-only fallback (a kernel without user namespaces) leaves open. Ends with
+
+    RESULT sandbox_table contained=<n>/<total> isolation=<namespaces|rlimits>
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from hf_grpo.rewards.code import CodeReward, LocalExecutor  # noqa: E402
+from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret  # noqa: E402
+
+TIMEOUT_S = 1.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-namespaces", action="store_true", help="the fallback: rlimits and seccomp only")
+    args = parser.parse_args()
+    secret = new_secret()
+    os.environ["HF_TOKEN"] = secret  # set before the sandbox starts, as a trainer's token would be
+    reward = CodeReward(timeout_s=TIMEOUT_S, memory_mb=256, max_processes=16, workers=1)
+    reward.executor = LocalExecutor(reward.limits, workers=1, namespaces=not args.no_namespaces)
+    reward(["```python\npass\n```"], test_cases=[{"inputs": [""], "outputs": [""]}])  # start the zygote
+    (sandbox,) = reward.executor.sandboxes
+    rows, contained = [], 0
+    for attack in ATTACKS:
+        with tempfile.TemporaryDirectory() as tmp, Arena(Path(tmp), sandbox.zygote_pid, TIMEOUT_S, secret) as arena:
+            completion = f"```python\n{attack.program(arena)}```"
+            start = time.monotonic()
+            (score,) = reward([completion], test_cases=[{"inputs": [""], "outputs": ["ESCAPED"]}])
+            seconds = time.monotonic() - start
+            breach = attack.breach(arena, reward.last_stats, seconds)
+        if score != 0.0:
+            breach = f"scored {score}" + (f"; {breach}" if breach else "")
+        contained += breach is None
+        rows.append((attack.name, "yes" if breach is None else "NO", seconds, breach or ""))
+    reward.close()
+    print(f"isolation: {sandbox.isolation}, seccomp: {sandbox.seccomp}" +
+          (f" ({'; '.join(sandbox.warnings)})" if sandbox.warnings else ""))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'attack':<{width}}  contained  seconds  evidence")
+    for name, ok, seconds, breach in rows:
+        print(f"{name:<{width}}  {ok:<9}  {seconds:7.3f}  {breach}")
+    print(f"RESULT sandbox_table contained={contained}/{len(rows)} isolation={sandbox.isolation}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The ``code`` reward: run the completion's program against the row's tests in the sandbox.
+
+Tests come from dataset columns, first match wins per row:
+
+* ``test_cases`` = ``{"inputs": [str], "outputs": [str]}`` (ColossalChat code rows): one run per case with the
+  input on stdin; a case passes when the run exits 0 and its stdout matches (:func:`.extract.outputs_match`).
+* ``test`` + ``entry_point`` (HumanEval): one run of ``code + test + check(<entry_point>)``.
+* ``test_list`` = ``[assert statement, ...]`` (MBPP): one run per statement, after the code.
+
+Assert-style runs pass only if the program runs to its end (the sandbox prints a per-run nonce last), so an early
+``exit(0)`` is a failure. The score is the fraction of passing tests, or with ``all_or_nothing`` 1.0/0.0. A
+completion without a program scores 0.0; a row whose test column is None scores None (not applicable). Every run
+of a batch goes to the executor at once, so they spread over its workers.
+
+``CodeReward`` is a configured reward-function object (TRL contract: called with keyword arguments, ``__name__``
+is ``"code"``); ``BUILTIN_REWARDS["code"]`` is one with the defaults. Nothing starts before the first call.
+
+Departures: TRL's ``code_reward`` needs E2B/Morph; ColossalChat posts to a verifier URL it never reads from the
+config; open-instruct calls a remote FastAPI. Here the default runs locally in a kernel sandbox (``executor_url``
+switches to a remote one); counts of timeouts, output-limit kills, sandbox errors and completions without code are
+kept in ``last_stats`` for logging instead of being folded silently into the score.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from ...data.schema import DataFormatError, validate_test_cases
+from ..extract import completion_text
+from .executor import LocalExecutor, RemoteExecutor
+from .extract import extract_code, outputs_match
+from .sandbox import Job, Limits, RunResult, make_nonce
+
+logger = logging.getLogger(__name__)
+
+# ``last_stats`` keys, the same after every call (zeros after a failed one) so every process logs the same metrics.
+STAT_KEYS = ("runs", "tests_passed", "crashed", "timeouts", "output_limit", "sandbox_errors", "no_code")
+
+
+class CodeReward:
+    """Reward function object: pass fraction of the row's tests (see module docstring).
+
+    Options: ``all_or_nothing``; ``float_tolerance`` (None: exact tokens); sandbox ``timeout_s`` (wall clock, and the
+    CPU limit), ``memory_mb``, ``max_processes``, ``output_bytes`` per run; ``workers`` (default: CPUs);
+    ``executor_url`` for a remote executor, with ``request_timeout_s`` and ``retries``.
+    """
+
+    def __init__(self, *, all_or_nothing: bool = False, float_tolerance: float | None = None, timeout_s: float = 5.0,
+                 memory_mb: int = 512, max_processes: int = 32, output_bytes: int = 1 << 20,
+                 workers: int | None = None, executor_url: str | None = None, request_timeout_s: float = 120.0,
+                 retries: int = 2, name: str = "code"):
+        if float_tolerance is not None and not float_tolerance >= 0:
+            raise ValueError(f"float_tolerance must be >= 0 or None, got {float_tolerance!r}")
+        self.__name__ = name
+        self.all_or_nothing = all_or_nothing
+        self.float_tolerance = float_tolerance
+        self.limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
+                             output_bytes=output_bytes)
+        if executor_url:
+            self.executor = RemoteExecutor(executor_url, self.limits, request_timeout_s, retries)
+        else:
+            self.executor = LocalExecutor(self.limits, workers)
+        self.last_stats = dict.fromkeys(STAT_KEYS, 0)
+
+    @classmethod
+    def from_config(cls, args) -> CodeReward:
+        """The ``code`` reward configured by a ``GRPOConfig``'s ``code_*`` fields."""
+        return cls(timeout_s=args.code_timeout_s, memory_mb=args.code_memory_mb, workers=args.code_workers,
+                   executor_url=args.code_executor_url)
+
+    def __repr__(self) -> str:
+        return (f"CodeReward(all_or_nothing={self.all_or_nothing}, float_tolerance={self.float_tolerance}, "
+                f"limits={self.limits}, executor={type(self.executor).__name__})")
+
+    def close(self) -> None:
+        self.executor.close()
+
+    # ---- scoring ------------------------------------------------------------------------------------------------
+    def __call__(self, completions: list, test_cases: list | None = None, test: list | None = None,
+                 entry_point: list | None = None, test_list: list | None = None, **kwargs: Any) -> list[float | None]:
+        self.last_stats = dict.fromkeys(STAT_KEYS, 0)
+        if test_cases is None and test is None and test_list is None:
+            raise ValueError(f"the '{self.__name__}' reward needs a test column: 'test_cases' ({{'inputs': [...], "
+                             f"'outputs': [...]}}, stdin/stdout), 'test' with 'entry_point' (HumanEval) or "
+                             f"'test_list' (assert statements); got columns {sorted(kwargs)}")
+        if test is not None and entry_point is None:
+            raise ValueError(f"the '{self.__name__}' reward got a 'test' column but no 'entry_point' column (the "
+                             f"name of the function its check(candidate) tests)")
+        jobs: list[Job] = []
+        plans: list[list[tuple[int, str | None]] | None] = []  # per completion: (job index, expected stdout or None)
+        no_code = 0
+        for row, completion in enumerate(completions):
+            tests = self._tests(row, test_cases, test, entry_point, test_list)
+            if tests is None:
+                plans.append(None)
+                continue
+            code = extract_code(completion_text(completion))
+            if code is None:
+                no_code += 1
+                plans.append([])
+                continue
+            plan = []
+            for suffix, stdin, expected in tests:
+                plan.append((len(jobs), expected))
+                program = code if suffix is None else f"{code}\n\n{suffix}\n"
+                jobs.append(Job(program, stdin, None if expected is not None else make_nonce()))
+            plans.append(plan)
+        results = self.executor.run(jobs)
+        scores: list[float | None] = []
+        tests_passed = 0
+        for plan in plans:
+            if not plan:  # None: not applicable; []: no program
+                scores.append(None if plan is None else 0.0)
+                continue
+            n = sum(self._passed(index, expected, results, jobs) for index, expected in plan)
+            tests_passed += n
+            scores.append(float(n == len(plan)) if self.all_or_nothing else n / len(plan))
+        self._record(results, tests_passed, no_code)
+        return scores
+
+    def _tests(self, row: int, test_cases, test, entry_point, test_list) -> list[tuple] | None:
+        """``[(suffix appended to the code or None, stdin, expected stdout or None), ...]`` for one row, or None
+        when its test column is None."""
+        where = f"'{self.__name__}' reward, completion {row}"
+        if test_cases is not None and test_cases[row] is not None:
+            cases = test_cases[row]
+            if not isinstance(cases, Mapping):
+                raise DataFormatError(f"{where}: key 'test_cases': expected a dict with 'inputs' and 'outputs' "
+                                      f"lists, got {type(cases).__name__}")
+            cases = validate_test_cases(cases, where)
+            if not cases["inputs"]:
+                raise DataFormatError(f"{where}: key 'test_cases': has no test cases (empty 'inputs')")
+            return [(None, i, o) for i, o in zip(cases["inputs"], cases["outputs"])]
+        if test is not None and test[row] is not None:
+            if not isinstance(test[row], str) or not isinstance(entry_point[row], str) or not entry_point[row]:
+                raise DataFormatError(f"{where}: keys 'test'/'entry_point': expected strings, got "
+                                      f"{type(test[row]).__name__}/{type(entry_point[row]).__name__}")
+            return [(f"{test[row]}\n\ncheck({entry_point[row]})", "", None)]
+        if test_list is not None and test_list[row] is not None:
+            asserts = test_list[row]
+            if not isinstance(asserts, list) or not asserts or not all(isinstance(a, str) for a in asserts):
+                raise DataFormatError(f"{where}: key 'test_list': expected a non-empty list of assert statements "
+                                      f"(str), got {asserts!r:.200}")
+            return [(a, "", None) for a in asserts]
+        return None
+
+    def _passed(self, index: int, expected: str | None, results: list[RunResult], jobs: list[Job]) -> bool:
+        result = results[index]
+        if expected is not None:
+            return result.passed and outputs_match(result.stdout, expected, self.float_tolerance)
+        return result.passed and result.stdout.rstrip().endswith(jobs[index].nonce)
+
+    def _record(self, results: list[RunResult], tests_passed: int, no_code: int) -> None:
+        statuses = Counter(r.status for r in results)
+        self.last_stats = {"runs": len(results), "tests_passed": tests_passed, "crashed": statuses["failed"],
+                           "timeouts": statuses["timeout"], "output_limit": statuses["output_limit"],
+                           "sandbox_errors": statuses["sandbox_error"], "no_code": no_code}
+        if statuses["sandbox_error"]:
+            logger.warning("%s: %d of %d runs hit a sandbox error and scored as failed tests",
+                           self.__name__, statuses["sandbox_error"], len(results))

@@ -1,0 +1,306 @@
+"""Run untrusted Python programs confined: one :class:`Sandbox` is one zygote process (``_zygote.py``) that forks a
+confined child per run. See docs/sandbox.md for the full list of what is and is not contained.
+
+Per run, with the namespace isolation this kernel offers (detected when the zygote starts):
+
+* its own pid namespace, with the program as pid 1: everything it starts dies with it, and no host process
+  (the trainer included) can be seen or signalled;
+* its own network namespace (no interface but a downed loopback) and a seccomp filter denying non-AF_UNIX sockets;
+* a private read-only root holding only the system libraries and the Python install (the trainer's files,
+  ``/root``, ``/home``, ``/work`` and the host's ``/tmp`` are not mounted), fresh size-capped tmpfs ``/sandbox``
+  (the working directory) and ``/tmp`` that vanish with the run, a clean environment (no HF tokens);
+* rlimits: CPU seconds, address space (memory), processes and threads, file size, open files;
+* the host's wall-clock deadline and output cap: past either, the run's process group is SIGKILLed.
+
+Without user namespaces (the zygote reports ``isolation == "rlimits"``, logged as a warning) only the rlimits,
+seccomp, the clean environment, a fresh working directory under a private temp dir, and the killing of every
+process a program leaves (child subreapers) remain; the trainer's world-readable files, the zygote and, when not
+root, the trainer's processes are then reachable.
+
+Departures from peers: TRL's code rewards send programs to E2B/Morph services, open-instruct to a remote
+FastAPI executor, ColossalChat to an HTTP verifier; their local fallbacks run ``exec`` in a subprocess with
+``resource`` limits only. Here the local path is isolated by the kernel, and a run costs a fork, not an
+interpreter start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+_ZYGOTE = Path(__file__).with_name("_zygote.py")
+_CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+# Exit code with which the zygote's runner/program report that confinement (not the program) failed.
+_CONFINEMENT_FAILED = 125
+SANDBOX_UID = 65534  # "nobody": the uid a root host drops to
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-run limits. ``timeout_s`` is wall clock; the CPU limit is the same number of seconds, rounded up."""
+
+    timeout_s: float = 5.0
+    memory_mb: int = 512        # address space of each process
+    max_processes: int = 32     # processes and threads of one run
+    output_bytes: int = 1 << 20  # stdout and stderr, each
+    disk_mb: int = 32           # tmpfs /sandbox and /tmp, each; also the largest file
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if not value > 0:
+                raise ValueError(f"Limits.{name} must be > 0, got {value!r}")
+
+
+@dataclass
+class Job:
+    """One program run: ``source`` with ``stdin``. With a ``nonce`` the run passes only if the program ran to its
+    end (the zygote then prints the nonce last), so an early ``exit(0)`` cannot fake a pass."""
+
+    source: str
+    stdin: str = ""
+    nonce: str | None = None
+
+
+@dataclass
+class RunResult:
+    """``status``: ``ok`` (exit 0), ``failed`` (non-zero exit or killed by a signal/rlimit), ``timeout``,
+    ``output_limit`` or ``sandbox_error`` (the sandbox, not the program, failed)."""
+
+    status: str
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "ok"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (zygote did not start, died, or broke protocol)."""
+
+
+def make_nonce() -> str:
+    return f"<<hf-grpo-complete-{secrets.token_hex(8)}>>"
+
+
+def python_dirs() -> list[str]:
+    """Directories the confined interpreter needs besides the system ones: its installation prefix."""
+    return sorted({os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)})
+
+
+class Sandbox:
+    """One zygote process; runs one program at a time (a pool runs several sandboxes).
+
+    Attributes after :meth:`start`: ``isolation`` (``namespaces`` or ``rlimits``), ``seccomp`` (bool),
+    ``warnings`` (why isolation is weaker than it could be), ``zygote_pid``.
+    """
+
+    def __init__(self, limits: Limits = Limits(), namespaces: bool = True, processes_per_uid: int = 1,
+                 startup_timeout_s: float = 30.0):
+        self.limits = limits
+        self.namespaces = namespaces
+        # In rlimits mode as root, the process limit counts every run of the shared sandbox uid, so it scales.
+        self.processes_per_uid = processes_per_uid
+        self.startup_timeout_s = startup_timeout_s
+        self.isolation: str | None = None
+        self.seccomp = False
+        self.warnings: list[str] = []
+        self.zygote_pid: int | None = None
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._dir: str | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._dir = tempfile.mkdtemp(prefix="hf-grpo-sandbox-")
+        os.chmod(self._dir, 0o711)  # the zygote may run as another uid in fallback mode and must reach runs/
+        for sub in ("root", "runs"):
+            os.mkdir(os.path.join(self._dir, sub))
+        host_end, zygote_end = socket.socketpair()
+        config = {"control_fd": zygote_end.fileno(), "namespaces": self.namespaces, "uid": SANDBOX_UID,
+                  "root": os.path.join(self._dir, "root"), "base": os.path.join(self._dir, "runs"),
+                  "python_dirs": python_dirs()}
+        try:
+            self._proc = subprocess.Popen(
+                [os.path.realpath(sys.executable), "-I", "-S", str(_ZYGOTE), json.dumps(config)],
+                pass_fds=(zygote_end.fileno(),), env=_CLEAN_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                cwd="/", start_new_session=True)
+        finally:
+            zygote_end.close()
+        self._sock = host_end
+        ready = self._receive(time.monotonic() + self.startup_timeout_s)
+        if ready is None or not ready.get("ready"):
+            code = self._proc.poll()
+            self.close()
+            raise SandboxError(f"the sandbox zygote ({_ZYGOTE}) did not start (exit code {code}; its traceback, if "
+                               f"any, is on stderr above)")
+        self.isolation, self.seccomp, self.warnings = ready["isolation"], ready["seccomp"], ready["warnings"]
+        self.zygote_pid = ready["pid"]
+
+    def close(self) -> None:
+        """Stop the zygote (a run in progress is killed with it) and remove its temp dir. Idempotent."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=2.0)  # it exits when the control socket closes
+            except subprocess.TimeoutExpired:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait()
+            self._proc = None
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    # ---- one run ------------------------------------------------------------------------------------------------
+    def run(self, job: Job) -> RunResult:
+        """Run ``job`` to completion under the limits. Raises :class:`SandboxError` if the zygote fails (the
+        caller restarts it); a misbehaving program never raises, it gets a non-``ok`` status."""
+        if self._sock is None:
+            self.start()
+        start = time.monotonic()
+        deadline = start + self.limits.timeout_s
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        nproc = self.limits.max_processes + 2  # + zygote and runner, which share the program's (namespace, uid)
+        if self.isolation == "rlimits":
+            nproc = nproc * self.processes_per_uid if os.geteuid() == 0 else None
+        request = {"source": job.source, "nonce": job.nonce, "cpu_s": max(1, int(-(-self.limits.timeout_s // 1))),
+                   "memory_mb": self.limits.memory_mb, "nproc": nproc, "disk_mb": self.limits.disk_mb}
+        try:
+            body = json.dumps(request).encode()
+            socket.send_fds(self._sock, [struct.pack(">I", len(body))], [in_r, out_w, err_w])
+            self._sock.sendall(body)
+        except OSError as e:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            raise SandboxError(f"the sandbox zygote is gone: {e}") from None
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        started = self._receive(time.monotonic() + 10.0)
+        if started is None or "pid" not in started:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            raise SandboxError(f"the sandbox zygote did not start the program (got {started})")
+        stdout, stderr, status = self._pump(started["pid"], in_w, out_r, err_r, job.stdin.encode(), deadline)
+        # Killed already: the exit report follows at once. Else the program may have closed its output and go on.
+        finished = self._receive(time.monotonic() + 10.0 if status else deadline)
+        if finished is None and status is None:
+            self._kill(started["pid"])
+            status = "timeout"
+            finished = self._receive(time.monotonic() + 10.0)
+        if finished is None or "exit" not in finished:
+            raise SandboxError(f"the sandbox zygote did not report the program's exit (got {finished})")
+        code = finished["exit"]
+        if status is None:
+            if code == _CONFINEMENT_FAILED and not finished.get("confined", False):
+                raise SandboxError(f"confinement failed in the sandbox: {stderr.decode(errors='replace')[-2000:]}")
+            status = "ok" if code == 0 else "failed"
+        return RunResult(status=status, exit_code=code, stdout=stdout.decode("utf-8", errors="replace"),
+                         stderr=stderr[-4096:].decode("utf-8", errors="replace"), seconds=time.monotonic() - start)
+
+    def _pump(self, pid: int, in_w: int, out_r: int, err_r: int, data: bytes,
+              deadline: float) -> tuple[bytes, bytes, str | None]:
+        """Feed stdin and collect stdout/stderr until both close, the deadline passes or output overflows."""
+        buffers = {out_r: bytearray(), err_r: bytearray()}
+        status = None
+        with selectors.DefaultSelector() as selector:
+            for fd in (out_r, err_r):
+                selector.register(fd, selectors.EVENT_READ)
+            if data:
+                os.set_blocking(in_w, False)
+                selector.register(in_w, selectors.EVENT_WRITE)
+            else:
+                os.close(in_w)
+                in_w = -1
+            open_outputs = 2
+            while open_outputs:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    status = "timeout"
+                    break
+                for key, _ in selector.select(remaining):
+                    fd = key.fd
+                    if fd == in_w:
+                        try:
+                            written = os.write(in_w, data[:1 << 16])
+                        except BlockingIOError:
+                            written = 0
+                        except BrokenPipeError:  # the program exited or closed stdin without reading it all
+                            written = len(data)
+                        data = data[written:]
+                        if not data:
+                            selector.unregister(in_w)
+                            os.close(in_w)
+                            in_w = -1
+                        continue
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        selector.unregister(fd)
+                        open_outputs -= 1
+                        continue
+                    buffers[fd] += chunk
+                    if len(buffers[fd]) > self.limits.output_bytes:
+                        status = "output_limit"
+                if status is not None:
+                    break
+        if status is not None:
+            self._kill(pid)
+        for fd in (in_w, out_r, err_r):
+            if fd >= 0:
+                os.close(fd)
+        return bytes(buffers[out_r][:self.limits.output_bytes]), bytes(buffers[err_r]), status
+
+    @staticmethod
+    def _kill(pid: int) -> None:
+        # The runner is a session leader (pgid == pid) and still unreaped: its zygote reaps it only after it exits
+        # and we kill only before hearing that, so the pid cannot have been reused. The program, pid 1 of its own
+        # namespace, dies with the runner (parent-death signal) and takes its descendants with it.
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:  # killed before its setsid(): the group does not exist yet
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _receive(self, deadline: float) -> dict | None:
+        """Next protocol message, or None on timeout or end of stream."""
+        head = self._recv_exact(4, deadline)
+        if head is None:
+            return None
+        body = self._recv_exact(struct.unpack(">I", head)[0], deadline)
+        return None if body is None else json.loads(body)
+
+    def _recv_exact(self, n: int, deadline: float) -> bytes | None:
+        data = b""
+        while len(data) < n:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._sock.settimeout(remaining)
+            try:
+                chunk = self._sock.recv(n - len(data))
+            except (socket.timeout, OSError):
+                return None
+            if not chunk:
+                return None
+            data += chunk
+        return data

@@ -1,0 +1,168 @@
+"""Server mode against two real `vllm serve` processes on loopback, started here with `hf-grpo serve`: prompts are
+spread over both, a weight sync reaches both, a killed server is reported by URL, and a restarted one is brought up
+to the trainer's current weights before it is used. Ends with a 2-process `accelerate launch` run in server mode."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+import torch
+from accelerate import Accelerator
+
+from hf_grpo import GRPOConfig
+from hf_grpo.generation import SamplingParams
+from hf_grpo.generation.vllm_server import VLLMServerError, VLLMServerGenerator
+from hf_grpo.logprobs import completion_logprobs
+from hf_grpo.models import load_model
+from tests.test_distributed import launch_two_process_training
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model_path: str, log_dir):
+        self.model_path, self.port, self.log_dir = model_path, free_port(), log_dir
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self):
+        log = open(self.log_dir / f"server-{self.port}.log", "ab")
+        cmd = [sys.executable, "-m", "hf_grpo.cli", "serve", "--model", self.model_path, "--port", str(self.port),
+               "--enforce-eager", "--kv-cache-gib", "0.25", "--max-model-len", "512"]
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self, timeout=300):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"server {self.url} exited: see {self.log_dir}"
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        raise TimeoutError(self.url)
+
+    def kill(self):
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def requests_served(self) -> float:
+        text = requests.get(self.url + "/metrics", timeout=5).text
+        return sum(float(m) for m in re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
+
+    def weight_version(self) -> str:
+        return requests.get(self.url + "/weight_info", timeout=5).json()["weight_version"]
+
+    def completion_logprobs(self, prompt, completion) -> torch.Tensor:
+        ids = prompt + completion
+        body = {"model": self.model_path, "prompt": [ids], "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
+        choice = requests.post(self.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
+        return torch.tensor([choice["prompt_logprobs"][i][str(ids[i])]["logprob"] for i in range(len(prompt), len(ids))])
+
+
+@pytest.fixture(scope="module")
+def servers(vllm_tiny_path, tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("server-logs")
+    pair = [Server(vllm_tiny_path, log_dir), Server(vllm_tiny_path, log_dir)]
+    for s in pair:
+        s.start()
+    try:
+        for s in pair:
+            s.wait()
+        yield pair
+    finally:
+        for s in pair:
+            if s.proc.poll() is None:
+                s.kill()
+
+
+@pytest.fixture(scope="module")
+def setup(servers, vllm_tiny_path, tmp_path_factory):
+    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("server-mode")), generation_backend="vllm",
+                      vllm_mode="server", vllm_server_urls=[s.url for s in servers], vllm_server_timeout=5,
+                      vllm_request_timeout=60, use_cpu=True, report_to="none")
+    generator = VLLMServerGenerator(args, Accelerator(cpu=True))
+    model = load_model(vllm_tiny_path).eval()
+    yield generator, model
+    generator.close()
+
+
+def trainer_logprobs(model, prompt, completion):
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        return completion_logprobs(model, model.get_output_embeddings(), ids, torch.ones_like(ids), len(completion))[0][0]
+
+
+PROMPTS = [[1, 200 + i, 300 + i, 400 + i] for i in range(5)]
+
+
+def test_prompts_are_spread_over_both_servers_and_returned_in_order(servers, setup):
+    generator, _ = setup
+    served = [s.requests_served() for s in servers]
+    greedy = SamplingParams(max_tokens=6, greedy=True)
+    result = generator.generate(PROMPTS, 2, greedy)
+    assert len(result.completion_ids) == 10 and all(len(lp) == len(c) for lp, c in
+                                                    zip(result.logprobs, result.completion_ids))
+    assert all(s.requests_served() > before for s, before in zip(servers, served)), "a server got no prompts"
+    # Order: each prompt's group equals what that prompt alone produces.
+    for i, prompt in enumerate(PROMPTS):
+        alone = generator.generate([prompt], 2, greedy).completion_ids
+        assert result.completion_ids[2 * i:2 * i + 2] == alone
+
+
+def test_weight_sync_reaches_every_server(servers, setup):
+    generator, model = setup
+    prompt, completion = PROMPTS[0], [500, 600, 700, 800]
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    expected = trainer_logprobs(model, prompt, completion)
+    assert (servers[0].completion_logprobs(prompt, completion) - expected).abs().max() > 0.01
+    generator.update_weights(model, version=3)
+    for s in servers:
+        assert s.weight_version() == "3"
+        torch.testing.assert_close(s.completion_logprobs(prompt, completion), expected, atol=1e-3, rtol=0)
+
+
+def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(servers, setup):
+    generator, model = setup
+    generator.update_weights(model, version=4)
+    victim = servers[1]
+    victim.kill()
+    start = time.monotonic()
+    with pytest.raises(VLLMServerError, match=re.escape(victim.url) + ".*Restart it"):
+        generator.generate(PROMPTS, 2, SamplingParams(max_tokens=4))
+    assert time.monotonic() - start < 60, "reporting a dead server took too long"
+    victim.start()
+    victim.wait()
+    assert victim.weight_version() != "4"                # a fresh server holds the checkpoint's weights
+    result = generator.generate(PROMPTS, 2, SamplingParams(max_tokens=4))
+    assert len(result.completion_ids) == 10
+    assert victim.weight_version() == "4"
+    prompt, completion = PROMPTS[1], [510, 610, 710]
+    torch.testing.assert_close(victim.completion_logprobs(prompt, completion),
+                               trainer_logprobs(model, prompt, completion), atol=1e-3, rtol=0)
+
+
+def test_two_process_training_in_server_mode(servers, vllm_tiny_path, tmp_path):
+    r0, r1 = launch_two_process_training(vllm_tiny_path, tmp_path / "run", "server",
+                                         ",".join(s.url for s in servers))
+    assert torch.equal(r0["after"], r1["after"]) and not torch.equal(r0["before"], r0["after"])
+    logs = [r for r in r0["log"] if "reward" in r]
+    assert [r["weight_version"] for r in logs] == [0.0, 1.0]
+    assert all(r["sampling/logp_difference/mean"] < 1e-3 for r in logs)    # servers held the trainer's weights
+    assert all(s.weight_version() == "1" for s in servers)

@@ -1,0 +1,111 @@
+"""Hostile programs against the code sandbox: each must score 0 and leave no trace on the host (see
+tests/helpers/sandbox_attacks.py for the attacks and the host-side evidence each one is checked for)."""
+
+import ctypes.util
+import logging
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from hf_grpo.rewards.code import CodeReward, Job, Limits, LocalExecutor
+from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret
+
+TIMEOUT_S = 1.0
+
+
+def _namespaces_possible() -> bool:
+    return subprocess.run(["unshare", "-Urnm", "true"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def secret():
+    value = new_secret()
+    os.environ["HF_TOKEN"] = value  # before any sandbox starts: a leaking sandbox would inherit it
+    yield value
+    del os.environ["HF_TOKEN"]
+
+
+@pytest.fixture(scope="module")
+def reward(secret):
+    code = CodeReward(timeout_s=TIMEOUT_S, memory_mb=256, max_processes=16, output_bytes=1 << 20, workers=1)
+    assert code([_fenced("print(1)")], test_cases=[_cases("1")]) == [1.0]  # starts the zygote
+    yield code
+    code.close()
+
+
+def _fenced(source: str) -> str:
+    return f"Here is my solution.\n```python\n{source.rstrip()}\n```\n"
+
+
+def _cases(expected: str) -> dict:
+    return {"inputs": [""], "outputs": [expected]}
+
+
+def _zygote_pid(reward: CodeReward) -> int:
+    (sandbox,) = reward.executor.sandboxes
+    return sandbox.zygote_pid
+
+
+def test_isolation_is_the_strongest_this_kernel_offers(reward):
+    (sandbox,) = reward.executor.sandboxes
+    if _namespaces_possible():
+        assert sandbox.isolation == "namespaces", sandbox.warnings
+    else:
+        assert sandbox.isolation == "rlimits"
+    assert sandbox.seccomp == (ctypes.util.find_library("seccomp") is not None)
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+def test_attack_is_contained(attack, reward, secret, tmp_path):
+    if reward.executor.isolation != "namespaces":
+        pytest.skip("without namespaces the host is reachable by design (docs/sandbox.md)")
+    with Arena(tmp_path, _zygote_pid(reward), TIMEOUT_S, secret) as arena:
+        start = time.monotonic()
+        score = reward([_fenced(attack.program(arena))], test_cases=[_cases("ESCAPED")])
+        seconds = time.monotonic() - start
+        breach = attack.breach(arena, reward.last_stats, seconds)
+    assert score == [0.0], f"{attack.name}: the program got through ({reward.last_stats})"
+    assert breach is None, f"{attack.name}: {breach}"
+    assert reward.last_stats["sandbox_errors"] == 0
+    # The sandbox (and this process) are unharmed: the next program runs normally.
+    assert reward([_fenced("print(input())")], test_cases=[{"inputs": ["ok\n"], "outputs": ["ok"]}]) == [1.0]
+
+
+def test_program_sees_a_clean_private_world(reward):
+    source = ("import os\nprint(sorted(os.environ))\nprint(os.getcwd(), os.getpid(), sorted(os.listdir('/')))\n"
+              "print(sorted(os.listdir('/proc'))[:3])\nopen('scratch.txt', 'w').write('x')\n"
+              "print(sorted(os.listdir('.')))\n")
+    (result,) = reward.executor.run([Job(source)])
+    env, where, proc, files = result.stdout.splitlines()
+    assert env == "['HOME', 'LANG', 'LC_ALL', 'PATH', 'TMPDIR']"
+    assert where.startswith("/sandbox 1 ") and "'work'" not in where and "'home'" not in where
+    assert proc.startswith("['1',")  # its own pid namespace: pid 1 and what it starts
+    assert files == "['main.py', 'scratch.txt']"
+    (again,) = reward.executor.run([Job("import os\nprint(os.listdir('.'))\n")])
+    assert again.stdout.strip() == "['main.py']"  # a fresh working directory per run
+
+
+def test_fallback_without_namespaces_still_runs_and_limits(caplog, secret):
+    executor = LocalExecutor(Limits(timeout_s=TIMEOUT_S, memory_mb=256), workers=1, namespaces=False)
+    with caplog.at_level(logging.WARNING):
+        ok, loop, env = executor.run([Job("print(int(input()) + 1)", "41\n"), Job("while True: pass"),
+                                      Job("import os\nprint(os.environ.get('HF_TOKEN'))")])
+    executor.close()
+    assert (ok.status, ok.stdout) == ("ok", "42\n")
+    assert loop.status == "timeout" and loop.seconds < TIMEOUT_S + 1.5
+    assert env.stdout.strip() == "None"
+    assert "weaker isolation" in caplog.text
+
+
+def test_a_dead_zygote_is_replaced_and_the_job_still_runs():
+    executor = LocalExecutor(workers=1)
+    executor.run([Job("pass")])
+    (sandbox,) = executor.sandboxes
+    os.kill(sandbox.zygote_pid, signal.SIGKILL)
+    (result,) = executor.run([Job("print('alive')")])
+    executor.close()
+    assert (result.status, result.stdout) == ("ok", "alive\n")
+    assert executor.restarts == 1
