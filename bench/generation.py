@@ -57,7 +57,6 @@ def main() -> None:
     tokenizer = load_tokenizer(path)
     prompt_ids = encode_prompts(tokenizer, questions(args.prompts))
     sampling = SamplingParams(max_tokens=args.max_tokens, temperature=1.0)
-    accelerator = Accelerator(cpu=True)
     print(f"{args.prompts} prompts x n={args.n}, max_tokens={args.max_tokens}, torch threads "
           f"{torch.get_num_threads()}, eager={args.eager}")
     rows = {}
@@ -81,6 +80,7 @@ def main() -> None:
     config = GRPOConfig(output_dir="/tmp/bench_generation", generation_backend="vllm", use_cpu=True,
                         report_to="none", vllm_enforce_eager=args.eager, vllm_kv_cache_gib=args.kv_cache_gib,
                         max_prompt_length=1024 - args.max_tokens, max_completion_length=args.max_tokens)
+    accelerator = Accelerator(cpu=True)       # after the config: TrainingArguments resets accelerate's state
     ours = VLLMColocateGenerator(config, accelerator, path)
     ours.generate(prompt_ids[:2], args.n, sampling)                                # warm-up
     result, seconds = timed(lambda: ours.generate(prompt_ids, args.n, sampling))

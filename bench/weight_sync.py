@@ -46,12 +46,12 @@ def main() -> None:
     from hf_grpo.models import load_model, resolve_model_path
 
     path = resolve_model_path("smollm2-135m")
-    accelerator = Accelerator(cpu=True)
     model = load_model(path, args.dtype)
     params = [p.detach() for p in model.parameters()]
     nbytes = sum(p.numel() * p.element_size() for p in params)
     config = GRPOConfig(output_dir="/tmp/bench_weight_sync", generation_backend="vllm", use_cpu=True,
                         report_to="none", dtype=args.dtype, vllm_enforce_eager=True, vllm_kv_cache_gib=0.5)
+    accelerator = Accelerator(cpu=True)       # after the config: TrainingArguments resets accelerate's state
     generator = VLLMColocateGenerator(config, accelerator, path)
 
     destinations = [torch.empty_like(p) for p in params]

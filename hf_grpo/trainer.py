@@ -150,14 +150,21 @@ class DistributedGRPOTrainer(Trainer):
         args, G = self.args, self.args.num_generations
         self._sync_generator()
         start = time.perf_counter()
+        error = None
         try:
             if args.dynamic_sampling:
                 batch = self.collector.collect_dynamic(rows, self._refill, self._any_rank, self.state)
             else:
                 batch = self.collector.collect(rows, self.state)
-        except RewardFunctionError:
+        except RewardFunctionError as e:      # reward_error: raise (zero/skip are handled inside the runner)
+            error = e
+        # Every process learns whether any failed, so all can take part in the (collective) save, then stop.
+        if self._any_rank(error is not None):
             self._save_after_user_code_crash()
-            raise
+            if error is not None:
+                raise error
+            raise RewardFunctionError("a reward function failed on another process (its error is in that "
+                                      "process's log)", function_name="<other process>")
         advantages = self._advantages(batch.rewards)                                      # [P*G]
         samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
                                 args.mask_truncated_completions, batch.sampling_logprobs)
@@ -188,10 +195,10 @@ class DistributedGRPOTrainer(Trainer):
         """A reward function raised: keep the progress made so far before the error ends the run.
 
         Generation rounds start on optimizer-step boundaries, so the weights are exactly those of ``global_step``.
-        With several processes the others are blocked in a collective and cannot join a (collective) save; there the
-        error ends the run and the last regular checkpoint stays the resume point.
+        Called on every process (the save gathers state). With ``dynamic_sampling`` a failure on one process while
+        the others wait in a refill round's collective cannot be coordinated; that case stops without saving.
         """
-        if self.accelerator.num_processes == 1 and self.state.global_step > 0:
+        if self.state.global_step > 0:
             logger.error("a reward function failed at step %d; saving checkpoint-%d before stopping",
                          self.state.global_step + 1, self.state.global_step)
             self._save_checkpoint(self.model, trial=None)

@@ -54,3 +54,20 @@ def test_two_process_training_with_colocated_vllm(vllm_tiny_path, tmp_path):
     assert {r["weight_version"] for r in records} == {1}
     by_rank = {p: {json.dumps(r["prompt"]) for r in records if r["process"] == p} for p in (0, 1)}
     assert by_rank[0] and by_rank[1] and by_rank[0].isdisjoint(by_rank[1])
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_reward_crash_on_one_rank_still_saves_a_checkpoint(tiny_llama_path, tmp_path):
+    """Rank 1's reward raises at step 2 while rank 0's is fine: both stop, and checkpoint-1 is saved first."""
+    out = tmp_path / "crash"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch",
+           "--config_file", str(ROOT / "accelerate_configs/ddp.yaml"), "--num_processes", "2",
+           str(ROOT / "tests/scripts/ddp_train.py"), tiny_llama_path, str(out), "hf-reward-crash"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "rank 1 stopped: " in proc.stdout and "rank 0 stopped: a reward function failed on another" in proc.stdout
+    assert (out / "checkpoint-1" / "model.safetensors").is_file()
+    assert (out / "checkpoint-1" / "trainer_state.json").is_file()
