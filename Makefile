@@ -35,6 +35,10 @@ test-fast: install
 
 bench: install
 	$(BIN)/python bench/compare_trl.py
+	$(BIN)/python bench/generation.py
+	$(BIN)/python bench/weight_sync.py
+	$(BIN)/python bench/code_reward.py
+	$(BIN)/python bench/sandbox_table.py
 
 clean:
 	rm -rf $(VENV) outputs

@@ -83,7 +83,7 @@ def run_ours(opts, model_path, dataset, tokenizer, backend: str = "hf") -> tuple
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(**common(opts, out), plot_metrics=False, generation_backend=backend,
-                          max_prompt_length=256, vllm_kv_cache_gib=1.0)
+                          max_prompt_length=256, vllm_kv_cache_gib=1.0, vllm_enforce_eager=True)
         trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=REWARDS, args=args, train_dataset=dataset,
                                          processing_class=tokenizer, callbacks=[timer])
         result = timed(trainer, timer, opts.warmup, cumulative_tokens=False)

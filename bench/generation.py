@@ -1,8 +1,8 @@
 """Generation throughput, in one run: HF `generate` vs hf_grpo's vLLM backend vs plain `vllm.LLM`.
 
 All three sample the same prompts (chat-templated GSM8K-style questions for the embedded SmolLM2-135M-Instruct)
-with the same settings: n completions per prompt, temperature 1.0, max_tokens. Each vLLM engine gets one untimed
-warm-up call; tokens/s counts generated tokens. Ours differs from plain vLLM by what the trainer needs: sampling
+with the same settings: n completions per prompt, temperature 1.0, max_tokens. Each vLLM engine first runs the
+same requests once untimed (so compilation for every batch shape is done before timing); tokens/s counts generated tokens. Ours differs from plain vLLM by what the trainer needs: sampling
 log-probs, processed-logprob mode, prompt-id inputs and result re-assembly.
 
     .venv/bin/python bench/generation.py [--prompts 8] [--n 8] [--max-tokens 96] [--eager]
@@ -69,7 +69,7 @@ def main() -> None:
     torch.set_num_threads(threads)
     params = VLLMSamplingParams(n=args.n, max_tokens=args.max_tokens, temperature=1.0)
     requests = [TokensPrompt(prompt_token_ids=p) for p in prompt_ids]
-    plain.generate(requests[:2], params, use_tqdm=False)                          # warm-up
+    plain.generate(requests, params, use_tqdm=False)                              # warm-up: every batch shape
     outs, seconds = timed(lambda: plain.generate(requests, params, use_tqdm=False))
     rows["plain vLLM"] = (sum(len(c.token_ids) for o in outs for c in o.outputs), seconds)
     del plain, outs
@@ -82,7 +82,7 @@ def main() -> None:
                         max_prompt_length=1024 - args.max_tokens, max_completion_length=args.max_tokens)
     accelerator = Accelerator(cpu=True)       # after the config: TrainingArguments resets accelerate's state
     ours = VLLMColocateGenerator(config, accelerator, path)
-    ours.generate(prompt_ids[:2], args.n, sampling)                                # warm-up
+    ours.generate(prompt_ids, args.n, sampling)                                    # warm-up: every batch shape
     result, seconds = timed(lambda: ours.generate(prompt_ids, args.n, sampling))
     rows["hf_grpo vLLM backend"] = (sum(len(c) for c in result.completion_ids), seconds)
     ours.close()

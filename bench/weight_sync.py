@@ -42,7 +42,7 @@ def main() -> None:
 
     from hf_grpo import GRPOConfig
     from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
-    from hf_grpo.generation.weights import save_policy_weights
+    from hf_grpo.generation.weights import iter_policy_weights, save_policy_weights
     from hf_grpo.models import load_model, resolve_model_path
 
     path = resolve_model_path("smollm2-135m")
@@ -62,15 +62,24 @@ def main() -> None:
 
     version = iter(range(1_000_000))
     copy_s = median_seconds(copy, args.repeats)
+    clone_s = median_seconds(lambda: [p.clone() for p in params], args.repeats)
     sync_s = median_seconds(lambda: generator.update_weights(model, next(version)), args.repeats)
+    # Where the sync's time goes: vLLM's reload (copies + re-packing every linear weight into oneDNN's layout on
+    # CPU) and the packed LM-head refresh.
+    reload_s = median_seconds(lambda: generator.llm.collective_rpc("reload_weights", kwargs=dict(
+        weights_iterator=iter_policy_weights(accelerator, model), is_checkpoint_format=True)), args.repeats)
+    refresh_s = median_seconds(lambda: generator.llm.collective_rpc("refresh_packed_weights"), args.repeats)
     with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
         disk_s = median_seconds(lambda: save_policy_weights(accelerator, model, tmp), args.repeats)
 
     print(f"{nbytes / 1e6:.0f} MB of {args.dtype} weights ({len(params)} tensors), median of {args.repeats}")
     print(f"{'operation':<44}{'seconds':>9}{'GB/s':>8}")
-    for name, seconds in [("memory copy (floor)", copy_s), ("colocated sync (reload_weights + refresh)", sync_s),
+    for name, seconds in [("memory copy into preallocated (floor)", copy_s), ("clone (allocate + copy)", clone_s),
+                          ("colocated sync, total", sync_s), ("  of which vLLM reload_weights", reload_s),
+                          ("  of which packed LM-head refresh", refresh_s),
                           ("disk transfer: write safetensors to /dev/shm", disk_s)]:
         print(f"{name:<44}{seconds:>9.3f}{nbytes / seconds / 1e9:>8.2f}")
+    print(f"sync / clone = {sync_s / clone_s:.2f}")
     print(f"RESULT weight_sync vs_copy={sync_s / copy_s:.2f}")
     generator.close()
 
