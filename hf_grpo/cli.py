@@ -1,4 +1,5 @@
-"""The `hf-grpo` command: `hf-grpo train [--recipe FILE] [--field value ...]`, `hf-grpo serve [--model M]`."""
+"""The `hf-grpo` command: `hf-grpo train [--recipe FILE] [--field value ...]`, `hf-grpo serve [--model M]`,
+`hf-grpo eval --model M --dataset D`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ USAGE = """usage: hf-grpo <command> [options]
 commands:
   train   run GRPO training (same arguments as train.py: --recipe FILE and any GRPOConfig --field value)
   serve   start a vLLM server for vllm_mode: server (hf-grpo serve --help)
+  eval    accuracy of a model or checkpoint on a dataset, strict and lenient (hf-grpo eval --help)
 """
 
 
@@ -22,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
         from .train import main as train_main
         train_main(rest)
         return 0
+    if command == "eval":
+        from .eval_command import main as eval_main
+        return eval_main(rest)
     if command == "serve":
         from .serve import main as serve_main
         return serve_main(rest)

@@ -374,6 +374,7 @@ class DistributedGRPOTrainer(Trainer):
             result = evaluate_rows(self.generator, self.processing_class, dataset, self.eval_reward_runner, sampling,
                                    self.accelerator, max_rows=self.args.eval_max_samples)
             metrics[f"{metric_key_prefix}_{name}_accuracy"] = result.accuracy
+            metrics[f"{metric_key_prefix}_{name}_lenient_accuracy"] = result.lenient_accuracy
             metrics[f"{metric_key_prefix}_{name}_mean_length"] = result.mean_length
             metrics[f"{metric_key_prefix}_{name}_samples"] = float(result.count)
         self.log(metrics)

@@ -30,7 +30,8 @@ def test_evaluation_reports_accuracy_per_named_set(tiny_llama_path, tmp_path):
     result = evaluate_rows(trainer.generator, trainer.processing_class, evals["small"], trainer.eval_reward_runner,
                            SamplingParams.from_config(args, greedy=True))
     assert result.count == 6
-    assert logged[0]["eval_small_accuracy"] == pytest.approx(sum(p["correct"] for p in result.predictions) / 6)
+    assert logged[0]["eval_small_accuracy"] == pytest.approx(sum(p["strict"] for p in result.predictions) / 6)
+    assert logged[0]["eval_small_lenient_accuracy"] == pytest.approx(sum(p["lenient"] for p in result.predictions) / 6)
 
 
 def test_model_card_records_recipe_and_results(tiny_llama_path, tmp_path):

@@ -1,0 +1,108 @@
+"""`hf-grpo eval`: accuracy of a model or checkpoint on a prompt dataset, with the trainer's evaluation code.
+
+    hf-grpo eval --model outputs/gsm8k/checkpoint-200 --dataset ../shared/data/gsm8k/dev.jsonl \\
+        --system_prompt "... \\boxed{N} ..." [--k 8 --temperature 1.0] [--max_samples 200] [--output preds.jsonl]
+
+Greedy pass@1 by default; ``--k N`` samples N completions per prompt and reports mean@N and pass@N. Strict
+accuracy is the ``--reward`` function's verdict (default ``boxed``: right answer inside ``\\boxed{}``); lenient
+accuracy is the last number in the text (see `hf_grpo.evaluation`). Prints a table with 95% intervals and writes
+every prediction as JSONL. A checkpoint holding a LoRA adapter (``adapter_config.json``) is merged into its base
+model first, so vLLM can load it. The dataset is read like a training dataset (`hf_grpo.data`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from .evaluation import EvalResult
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="hf-grpo eval", description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser.add_argument("--model", default="smollm2-135m", help="Model name, path, hub id, or a checkpoint folder.")
+    parser.add_argument("--dataset", required=True, help="JSONL file, datasets folder/file, or arithmetic:N.")
+    parser.add_argument("--system_prompt", default=None)
+    parser.add_argument("--reward", default="boxed", help="Reward deciding strict correctness (score >= 1).")
+    parser.add_argument("--k", type=int, default=1, help="Samples per prompt; 1 = greedy pass@1.")
+    parser.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature when k > 1.")
+    parser.add_argument("--max_tokens", type=int, default=256)
+    parser.add_argument("--max_samples", type=int, default=None, help="Evaluate the first N rows only.")
+    parser.add_argument("--backend", choices=("auto", "vllm", "hf"), default="auto")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--enforce_eager", action="store_true", help="vLLM without graph compilation.")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default="predictions.jsonl", help="Where every prediction is written.")
+    args = parser.parse_args(argv)
+    if args.k < 1:
+        parser.error(f"--k must be >= 1, got {args.k}")
+    return args
+
+
+def merged_checkpoint(path: str, dtype: str) -> str:
+    """A folder with full weights: ``path`` itself, or its LoRA adapter merged into the base model."""
+    if not os.path.isfile(os.path.join(path, "adapter_config.json")):
+        return path
+    from peft import PeftModel
+
+    from .models import load_model, load_tokenizer
+    with open(os.path.join(path, "adapter_config.json")) as f:
+        base = json.load(f)["base_model_name_or_path"]
+    merged = PeftModel.from_pretrained(load_model(base, dtype), path).merge_and_unload()
+    out = tempfile.mkdtemp(prefix="hf_grpo-merged-")
+    merged.save_pretrained(out)
+    load_tokenizer(base).save_pretrained(out)
+    return out
+
+
+def format_table(name: str, result: EvalResult) -> str:
+    metric = "pass@1 (greedy)" if result.k == 1 else f"mean@{result.k}"
+    pct = lambda x: f"{100 * x:5.1f}"
+    interval = lambda lo_hi: f"[{pct(lo_hi[0])}, {pct(lo_hi[1])}]"
+    lines = [f"{'dataset':<20}{'prompts':>8}  {'metric':<16}{'strict %':>9} {'95% CI':<15}{'lenient %':>10} "
+             f"{'95% CI':<15}",
+             f"{name[:20]:<20}{result.count:>8}  {metric:<16}{pct(result.accuracy):>9} "
+             f"{interval(result.strict_interval):<15}{pct(result.lenient_accuracy):>10} "
+             f"{interval(result.lenient_interval):<15}"]
+    if result.k > 1:
+        lines.append(f"{'':<20}{'':>8}  {f'pass@{result.k}':<16}{pct(result.strict_pass_at_k):>9} {'':<15}"
+                     f"{pct(result.lenient_pass_at_k):>10}")
+    lines.append(f"mean completion length: {result.mean_length:.1f} tokens")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    from accelerate import Accelerator
+
+    from .config import GRPOConfig
+    from .data import load_prompt_dataset
+    from .generation import SamplingParams, build_generator
+    from .models import load_model, load_tokenizer, resolve_model_path
+    from .rewards import RewardRunner, load_reward_function
+    from .evaluation import evaluate_rows
+
+    model_path = merged_checkpoint(resolve_model_path(args.model), args.dtype)
+    config = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="hf_grpo-eval-"), generation_backend=args.backend,
+                        dtype=args.dtype, max_completion_length=args.max_tokens, temperature=args.temperature,
+                        vllm_enforce_eager=args.enforce_eager, seed=args.seed, report_to="none",
+                        num_generations=max(args.k, 2), per_device_train_batch_size=max(args.k, 2))
+    accelerator = Accelerator()
+    tokenizer = load_tokenizer(model_path)
+    dataset = load_prompt_dataset(args.dataset, system_prompt=args.system_prompt)
+    model = load_model(model_path, args.dtype) if config.generation_backend == "hf" else None
+    generator = build_generator(config, accelerator, model, tokenizer, model_path)
+    runner = RewardRunner([load_reward_function(args.reward, config)])
+    sampling = SamplingParams.from_config(config, greedy=args.k == 1)
+    result = evaluate_rows(generator, tokenizer, dataset, runner, sampling, accelerator,
+                           max_rows=args.max_samples, k=args.k)
+    with open(args.output, "w") as f:
+        for record in result.predictions:
+            f.write(json.dumps(record) + "\n")
+    print(format_table(os.path.basename(args.dataset), result))
+    print(f"predictions: {args.output}", file=sys.stderr)
+    generator.close()
+    return 0
