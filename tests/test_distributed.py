@@ -12,8 +12,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def launch_two_process_training(model_path: str, out: Path, *backend: str) -> tuple[dict, dict]:
-    """`accelerate launch --num_processes 2 tests/scripts/ddp_train.py`; returns both ranks' saved results."""
+def run_two_processes(model_path: str, out: Path, *backend: str) -> subprocess.CompletedProcess:
+    """`accelerate launch --num_processes 2 tests/scripts/ddp_train.py MODEL OUT BACKEND...`, asserted to succeed."""
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch",
@@ -21,6 +21,12 @@ def launch_two_process_training(model_path: str, out: Path, *backend: str) -> tu
            str(ROOT / "tests/scripts/ddp_train.py"), model_path, str(out), *backend]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def launch_two_process_training(model_path: str, out: Path, *backend: str) -> tuple[dict, dict]:
+    """Two-process training; returns both ranks' saved results."""
+    run_two_processes(model_path, out, *backend)
     return torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
 
 
@@ -61,13 +67,7 @@ def test_two_process_training_with_colocated_vllm(vllm_tiny_path, tmp_path):
 def test_reward_crash_on_one_rank_still_saves_a_checkpoint(tiny_llama_path, tmp_path):
     """Rank 1's reward raises at step 2 while rank 0's is fine: both stop, and checkpoint-1 is saved first."""
     out = tmp_path / "crash"
-    out.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch",
-           "--config_file", str(ROOT / "accelerate_configs/ddp.yaml"), "--num_processes", "2",
-           str(ROOT / "tests/scripts/ddp_train.py"), tiny_llama_path, str(out), "hf-reward-crash"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_two_processes(tiny_llama_path, out, "hf-reward-crash")
     assert "rank 1 stopped: " in proc.stdout and "rank 0 stopped: a reward function failed on another" in proc.stdout
     assert (out / "checkpoint-1" / "model.safetensors").is_file()
     assert (out / "checkpoint-1" / "trainer_state.json").is_file()

@@ -12,6 +12,7 @@ import contextlib
 import torch
 
 from .base import GenerationResult, Generator, SamplingParams
+from .weights import is_zero3
 
 
 class HFGenerator(Generator):
@@ -22,8 +23,7 @@ class HFGenerator(Generator):
         self.chunk_size = chunk_size
 
     def _gathered(self, unwrapped):
-        plugin = self.accelerator.state.deepspeed_plugin
-        if plugin is not None and plugin.zero_stage == 3:
+        if is_zero3(self.accelerator):
             import deepspeed
             return deepspeed.zero.GatheredParameters(list(unwrapped.parameters()))
         return contextlib.nullcontext()

@@ -171,14 +171,17 @@ class VLLMServerGenerator(Generator):
 
     def _ensure_current(self, client: VLLMServerClient) -> None:
         """Bring a server that lost our weights (it restarted) up to date from the last weights file."""
-        if self.weight_version < 0 or client.weight_version() == str(self.weight_version):
+        if self.weight_version < 0:
+            return
+        served = client.weight_version()
+        if served == str(self.weight_version):
             return
         if self.transfer != "disk":
             raise VLLMServerError(f"vLLM server {client.url} restarted and holds other weights than the trainer; "
                                   "with the nccl transfer it must rejoin at start: restart the training run "
                                   "(it resumes from the last checkpoint)")
-        logger.warning("vLLM server %s holds weight version %s; reloading version %d", client.url,
-                       client.weight_version(), self.weight_version)
+        logger.warning("vLLM server %s holds weight version %s; reloading version %d", client.url, served,
+                       self.weight_version)
         client.reload(self.sync_dir, self.weight_version)
 
     # ---- weight sync --------------------------------------------------------------------------------------------

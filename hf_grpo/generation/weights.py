@@ -41,7 +41,7 @@ def _checkpoint_name(name: str, peft: bool) -> str | None:
     return re.sub(r"\.modules_to_save\.[^.]+\.", ".", name)
 
 
-def _zero3(accelerator) -> bool:
+def is_zero3(accelerator) -> bool:
     plugin = accelerator.state.deepspeed_plugin
     return plugin is not None and plugin.zero_stage == 3
 
@@ -55,7 +55,7 @@ def iter_policy_weights(accelerator, model) -> Iterator[tuple[str, torch.Tensor]
     """Yield the policy's full weights under checkpoint names (see the module docstring). Call on every process."""
     unwrapped = accelerator.unwrap_model(model)
     peft = _is_peft(unwrapped)
-    zero3 = _zero3(accelerator)
+    zero3 = is_zero3(accelerator)
     if zero3:
         import deepspeed
     gather_all = deepspeed.zero.GatheredParameters(list(unwrapped.parameters())) if zero3 and peft \

@@ -9,8 +9,8 @@ from hf_grpo import GRPOConfig
 from hf_grpo.data import encode_prompts
 from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
-from hf_grpo.logprobs import completion_logprobs
 from hf_grpo.models import load_model
+from tests.helpers.scoring import trainer_logprobs
 
 pytestmark = pytest.mark.slow
 
@@ -29,13 +29,6 @@ def setup(smol_path, tokenizer, tmp_path_factory):
     model = load_model(smol_path).eval()
     yield generator, model, accelerator, encode_prompts(tokenizer, PROMPTS)
     generator.close()
-
-
-def trainer_logprobs(model, prompt, completion):
-    ids = torch.tensor([prompt + completion])
-    with torch.no_grad():
-        logp, _ = completion_logprobs(model, model.get_output_embeddings(), ids, torch.ones_like(ids), len(completion))
-    return logp[0]                                                                   # [C]
 
 
 def vllm_logprobs(generator, prompt, completion):
@@ -66,11 +59,8 @@ def test_sampling_logprobs_are_the_trainers_logprobs(setup):
     generator, model, _, prompts = setup
     result = generator.generate(prompts[:1], 2, SamplingParams(max_tokens=16, temperature=0.8))
     for ids, lp in zip(result.completion_ids, result.logprobs):
-        ids_t = torch.tensor([prompts[0] + ids])
-        with torch.no_grad():
-            ours, _ = completion_logprobs(model, model.get_output_embeddings(), ids_t, torch.ones_like(ids_t),
-                                          len(ids), temperature=0.8)
-        torch.testing.assert_close(torch.tensor(lp), ours[0], atol=2e-3, rtol=0)   # processed (after temperature)
+        ours = trainer_logprobs(model, prompts[0], ids, temperature=0.8)
+        torch.testing.assert_close(torch.tensor(lp), ours, atol=2e-3, rtol=0)      # processed (after temperature)
 
 
 def test_greedy_matches_hf_generate(setup):

@@ -18,8 +18,8 @@ from accelerate import Accelerator
 from hf_grpo import GRPOConfig
 from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.vllm_server import VLLMServerError, VLLMServerGenerator
-from hf_grpo.logprobs import completion_logprobs
 from hf_grpo.models import load_model
+from tests.helpers.scoring import trainer_logprobs
 from tests.test_distributed import launch_two_process_training
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -98,12 +98,6 @@ def setup(servers, vllm_tiny_path, tmp_path_factory):
     model = load_model(vllm_tiny_path).eval()
     yield generator, model
     generator.close()
-
-
-def trainer_logprobs(model, prompt, completion):
-    ids = torch.tensor([prompt + completion])
-    with torch.no_grad():
-        return completion_logprobs(model, model.get_output_embeddings(), ids, torch.ones_like(ids), len(completion))[0][0]
 
 
 PROMPTS = [[1, 200 + i, 300 + i, 400 + i] for i in range(5)]
