@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from transformers import TrainerCallback
 
@@ -56,6 +57,48 @@ class RichProgressCallback(TrainerCallback):
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Stops training at a wall-clock budget and optionally saves a checkpoint every ``save_every_s`` seconds.
+
+    The clock counts training only: the time from an optimizer step's end to the end of the evaluation that
+    follows it is subtracted, so two trainers with different eval schedules get the same training time.
+    ``marks`` holds ``(global_step, training seconds)`` at every step end. Works with any ``transformers.Trainer``.
+    """
+
+    def __init__(self, budget_s: float | None, save_every_s: float | None = None, clock=time.perf_counter):
+        self.clock = clock
+        self.budget_s = budget_s
+        self.save_every_s = save_every_s
+        self.start = 0.0
+        self.excluded = 0.0      # seconds spent evaluating
+        self.last_step_end = 0.0
+        self.next_save = save_every_s
+        self.marks: list[tuple[int, float]] = []
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start - self.excluded
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.last_step_end = self.clock()
+        elapsed = self.elapsed()
+        self.marks.append((state.global_step, elapsed))
+        if self.next_save is not None and elapsed >= self.next_save:
+            control.should_save = True
+            while self.next_save <= elapsed:
+                self.next_save += self.save_every_s
+        if self.budget_s is not None and elapsed >= self.budget_s:
+            control.should_training_stop = True
+            control.should_save = True
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if self.last_step_end:      # evaluation run from a step end; a standalone evaluate() costs nothing here
+            self.excluded += self.clock() - self.last_step_end
+            self.last_step_end = self.clock()
 
 
 def plot_training_curves(log_history: list[dict], path: str) -> bool:

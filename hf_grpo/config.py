@@ -178,6 +178,14 @@ class GRPOConfig(TrainingArguments):
         "help": "code reward: run tests on a remote sandbox service (python -m hf_grpo.rewards.code.server) at this "
                 "URL instead of locally."})
 
+    # ---- budget -------------------------------------------------------------------------------------
+    max_train_minutes: float | None = field(default=None, metadata={
+        "help": "Stop after the optimizer step that crosses this many minutes of training wall-clock (evaluation "
+                "time not counted), saving a checkpoint there; max_steps still bounds the run. None: no limit."})
+    save_every_minutes: float | None = field(default=None, metadata={
+        "help": "Also save a checkpoint after the first optimizer step past every N minutes of training wall-clock "
+                "(evaluation not counted), on top of save_strategy. None: off."})
+
     # ---- logging ------------------------------------------------------------------------------------
     log_completions_steps: int = field(default=0, metadata={
         "help": "Every N steps write the step's rollouts (prompt, completion, rewards, advantage) to "
@@ -267,6 +275,10 @@ class GRPOConfig(TrainingArguments):
             check(len(self.reward_weights) == len(self.reward_funcs),
                   f"reward_weights has {len(self.reward_weights)} entries but reward_funcs has "
                   f"{len(self.reward_funcs)} ({self.reward_funcs})")
+        check(self.max_train_minutes is None or self.max_train_minutes > 0,
+              f"max_train_minutes must be > 0 or None, got {self.max_train_minutes}")
+        check(self.save_every_minutes is None or self.save_every_minutes > 0,
+              f"save_every_minutes must be > 0 or None, got {self.save_every_minutes}")
         check(self.log_completions_steps >= 0, "log_completions_steps must be >= 0")
         check(self.code_timeout_s > 0, f"code_timeout_s must be > 0, got {self.code_timeout_s}")
         check(self.code_memory_mb > 0, f"code_memory_mb must be > 0, got {self.code_memory_mb}")

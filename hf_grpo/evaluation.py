@@ -102,7 +102,8 @@ def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampl
                 sums[6] += len(result.completion_ids[i])
                 predictions.append({"prompt": row["prompt"], "completion": texts[i], "score": score,
                                     "strict": strict[-1], "lenient": lenient[-1], "sample": i - j * k,
-                                    "gt_answer": row.get("gt_answer")})
+                                    "gt_answer": row.get("gt_answer"),
+                                    "completion_tokens": len(result.completion_ids[i])})
             s, le = sum(strict) / k, sum(lenient) / k
             sums[:6] += torch.tensor([s, s * s, float(any(strict)), le, le * le, float(any(lenient))],
                                      dtype=torch.float64)

@@ -24,7 +24,7 @@ from transformers.trainer_callback import ProgressCallback
 from .algorithms import (batch_whitened_advantages, group_advantages, group_std, logp_difference, masked_mean,
                          policy_loss, truncated_importance_weights)
 from .batching import build_samples, collate, split_microbatches
-from .callbacks import PlotCallback, RichProgressCallback, write_rollout_log
+from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
 from .config import GRPOConfig
 from .evaluation import evaluate_rows
 from .generation import SamplingParams, build_generator
@@ -90,6 +90,11 @@ class DistributedGRPOTrainer(Trainer):
             self.add_callback(RichProgressCallback())
         if args.plot_metrics:
             self.add_callback(PlotCallback())
+        # The training clock behind max_train_minutes, save_every_minutes and the logged time/train_minutes.
+        self.clock = TimeBudgetCallback(
+            None if args.max_train_minutes is None else args.max_train_minutes * 60,
+            None if args.save_every_minutes is None else args.save_every_minutes * 60)
+        self.add_callback(self.clock)
         self.generator = build_generator(args, self.accelerator, self.model_wrapped, processing_class,
                                          resolve_model_path(model_id))
         self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args)
@@ -357,6 +362,7 @@ class DistributedGRPOTrainer(Trainer):
             logs["throughput/tokens_per_s"] = (self._tokens_since_log * self.accelerator.num_processes
                                                / max(now - self._last_log_wall, 1e-9))
             self._tokens_since_log, self._last_log_wall = 0.0, now
+            logs["time/train_minutes"] = self.clock.elapsed() / 60
         super().log(logs, start_time)
 
     # ---- evaluation ---------------------------------------------------------------------------------------------

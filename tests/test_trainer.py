@@ -159,3 +159,14 @@ def test_skipping_zero_advantage_completions_leaves_the_update_unchanged(tiny_ll
     assert results[False][1]["skipped_zero_advantage_frac"] == 0
     for name, value in results[False][0].items():
         assert torch.allclose(value, results[True][0][name], atol=1e-6), name
+
+
+def test_time_budget_stops_and_saves_and_logs_training_minutes(tiny_llama_path, tmp_path):
+    # A budget far below one step's time: the run stops after its first step, with a checkpoint there,
+    # although max_steps allows five.
+    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=5, max_train_minutes=1e-6)
+    trainer.train()
+    assert trainer.state.global_step == 1
+    assert (tmp_path / "out" / "checkpoint-1").is_dir()
+    logged = [r["time/train_minutes"] for r in trainer.state.log_history if "time/train_minutes" in r]
+    assert len(logged) == 1 and 0 < logged[0] < 5
