@@ -130,7 +130,7 @@ def checkpoints(run_dir: Path, history: list[dict]) -> list[tuple[int, float, st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock budget of each run")
+    parser.add_argument("--minutes", type=float, default=20.0, help="training wall-clock budget of each run")
     parser.add_argument("--save_every", type=float, default=10.0, help="checkpoint every N training minutes")
     parser.add_argument("--dataset", default=str(ROOT.parent / "shared" / "data" / "gsm8k" / "dev.jsonl"))
     parser.add_argument("--out", default=str(ROOT / "bench_out" / "gsm8k"))

@@ -85,7 +85,7 @@ class TimeBudgetCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.last_step_end = self.clock()
-        elapsed = self.elapsed()
+        elapsed = self._main_process_value(self.elapsed())
         self.marks.append((state.global_step, elapsed))
         if self.next_save is not None and elapsed >= self.next_save:
             control.should_save = True
@@ -94,6 +94,16 @@ class TimeBudgetCallback(TrainerCallback):
         if self.budget_s is not None and elapsed >= self.budget_s:
             control.should_training_stop = True
             control.should_save = True
+
+    @staticmethod
+    def _main_process_value(seconds: float) -> float:
+        """Every process must stop and save at the same step, or the others hang in the next collective: they all
+        act on the main process's clock."""
+        import torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()):
+            return seconds
+        from accelerate.utils import broadcast_object_list
+        return broadcast_object_list([seconds], from_process=0)[0]
 
     def on_evaluate(self, args, state, control, **kwargs):
         if self.last_step_end:      # evaluation run from a step end; a standalone evaluate() costs nothing here

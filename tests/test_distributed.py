@@ -71,3 +71,13 @@ def test_reward_crash_on_one_rank_still_saves_a_checkpoint(tiny_llama_path, tmp_
     assert "rank 1 stopped: " in proc.stdout and "rank 0 stopped: a reward function failed on another" in proc.stdout
     assert (out / "checkpoint-1" / "model.safetensors").is_file()
     assert (out / "checkpoint-1" / "trainer_state.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_time_budget_follows_the_main_process_clock(tiny_llama_path, tmp_path):
+    """Rank 1's clock runs 10,000x fast against a 1-minute budget: both ranks still train both steps together."""
+    r0, r1 = launch_two_process_training(tiny_llama_path, tmp_path / "budget", "hf-budget")
+    steps = [max(r["step"] for r in rank["log"] if "reward" in r) for rank in (r0, r1)]
+    assert steps == [2, 2]
+    assert torch.equal(r0["after"], r1["after"])

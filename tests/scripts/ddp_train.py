@@ -1,9 +1,11 @@
 """Run under `accelerate launch --num_processes 2` (tests/test_distributed.py, tests/generation): trains a tiny Llama
 two steps and saves each rank's final parameters and logs, so the test can check that the ranks agree.
 
-usage: ddp_train.py MODEL OUT [hf | colocate | server URL[,URL...] | hf-reward-crash]
+usage: ddp_train.py MODEL OUT [hf | colocate | server URL[,URL...] | hf-reward-crash | hf-budget]
 
-hf-reward-crash: rank 1's reward function raises at step 2; the run must stop with a checkpoint of step 1."""
+hf-reward-crash: rank 1's reward function raises at step 2; the run must stop with a checkpoint of step 1.
+hf-budget: a 1-minute time budget, and rank 1's clock runs 10,000 times fast; both ranks must follow rank 0's clock
+and train all steps (acting on its own clock, rank 1 would stop after step 1 and leave rank 0 hanging)."""
 
 import os
 import sys
@@ -36,6 +38,8 @@ def main() -> None:
                       learning_rate=1e-3, max_steps=2, save_strategy="no", report_to="none", disable_tqdm=True,
                       plot_metrics=False, use_cpu=True, seed=0, log_completions_steps=2, loss_type="dapo",
                       **generation)
+    if backend == "hf-budget":
+        args.max_train_minutes = 1.0
     reward = rank1_fails_after_first_step if backend == "hf-reward-crash" else even_token_reward
     trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=[reward], args=args,
                                      train_dataset=load_prompt_dataset("arithmetic:64"))
@@ -46,6 +50,9 @@ def main() -> None:
         except RewardFunctionError as e:
             print(f"rank {trainer.accelerator.process_index} stopped: {e}", flush=True)
         return
+    if backend == "hf-budget" and trainer.accelerator.process_index == 1:
+        real = trainer.clock.clock
+        trainer.clock.clock = lambda: 10_000 * real()
     before = flat(trainer.model)
     trainer.train()
     rank = trainer.accelerator.process_index
