@@ -85,9 +85,12 @@ class TimeBudgetCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.last_step_end = self.clock()
+        if self.budget_s is None and self.save_every_s is None:     # only a clock: no collective on the hot path
+            self.marks.append((state.global_step, self.elapsed()))
+            return
         elapsed = self._main_process_value(self.elapsed())
         self.marks.append((state.global_step, elapsed))
-        if self.next_save is not None and elapsed >= self.next_save:
+        if self.save_every_s is not None and elapsed >= self.next_save:
             control.should_save = True
             while self.next_save <= elapsed:
                 self.next_save += self.save_every_s
