@@ -18,7 +18,7 @@ Writes <out>/summary.json, <out>/accuracy.png (dev accuracy against step and aga
 <out>/reward.png (training reward against step and minutes), and ends with
 
     RESULT gsm8k strict_gain=<our final strict dev accuracy minus the base's, points>
-        vs_trl=<our final strict dev accuracy minus TRL's at the same training minutes, points>
+        vs_trl=<our strict dev accuracy minus TRL's at the last checkpoint time both runs reached, points>
 """
 
 from __future__ import annotations
@@ -103,20 +103,17 @@ def evaluate(model: str, out: Path, opts, config) -> dict:
     summary = out.with_suffix(".json")
     if summary.exists():
         return json.loads(summary.read_text())
-    preds = out.with_suffix(".jsonl")
+    numbers = out.with_suffix(".eval.json")
     seconds = run([sys.executable, "-m", "hf_grpo.cli", "eval", "--model", model, "--dataset", opts.dataset,
                    "--system_prompt", config.system_prompt, "--reward", "boxed", "--enforce_eager",
-                   "--max_tokens", str(config.max_completion_length), "--output", str(preds)]
+                   "--max_tokens", str(config.max_completion_length), "--output", str(out.with_suffix(".jsonl")),
+                   "--summary", str(numbers)]
                   + (["--max_samples", str(opts.max_samples)] if opts.max_samples else []),
                   out.with_suffix(".log"))
-    from hf_grpo.evaluation import wilson_interval
-    rows = [json.loads(line) for line in preds.read_text().splitlines()]
-    result = {"model": model, "n": len(rows), "eval_seconds": seconds}
-    for kind in ("strict", "lenient"):
-        hits = sum(r[kind] for r in rows)
-        result[kind] = hits / len(rows)
-        result[f"{kind}_ci"] = wilson_interval(hits, len(rows))
-    result["mean_length"] = sum(r.get("completion_tokens", 0) for r in rows) / len(rows)
+    r = json.loads(numbers.read_text())
+    result = {"model": model, "n": r["count"], "eval_seconds": seconds, "strict": r["accuracy"],
+              "strict_ci": r["strict_interval"], "lenient": r["lenient_accuracy"],
+              "lenient_ci": r["lenient_interval"], "mean_length": r["mean_length"]}
     summary.write_text(json.dumps(result, indent=1))
     return result
 
@@ -131,6 +128,8 @@ def checkpoints(run_dir: Path, history: list[dict]) -> list[tuple[int, float, st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=20.0, help="training wall-clock budget of each run")
+    parser.add_argument("--trl_minutes", type=float, default=None,
+                        help="TRL's budget when it differs from --minutes (it is compared at equal training time)")
     parser.add_argument("--save_every", type=float, default=10.0, help="checkpoint every N training minutes")
     parser.add_argument("--dataset", default=str(ROOT.parent / "shared" / "data" / "gsm8k" / "dev.jsonl"))
     parser.add_argument("--out", default=str(ROOT / "bench_out" / "gsm8k"))
@@ -160,7 +159,8 @@ def main() -> None:
     if not opts.skip_trl:
         if not (trl_dir / "history.json").exists():
             seconds = run([sys.executable, __file__, "--phase", "trl", "--trl_dir", str(trl_dir),
-                           "--minutes", str(opts.minutes), "--save_every", str(opts.save_every)], out / "trl.log")
+                           "--minutes", str(opts.trl_minutes or opts.minutes), "--save_every", str(opts.save_every)],
+                          out / "trl.log")
             print(f"trl: trained in {seconds / 60:.1f} min wall-clock", flush=True)
         runs["trl"] = json.loads((trl_dir / "history.json").read_text())
 
@@ -173,28 +173,36 @@ def main() -> None:
             print(f"{name} step {step} ({minutes:.1f} min): strict {result['strict']:.3f} "
                   f"lenient {result['lenient']:.3f}", flush=True)
 
-    plot_accuracy(evals["base"], points, ours_history, out / "accuracy.png")
+    # The trainer logs each eval set as eval_<name>_accuracy (strict); the recipe names one set.
+    eval_key = f"eval_{next(iter(config.eval_datasets))}_accuracy" if config.eval_datasets else None
+    plot_accuracy(evals["base"], points, ours_history, eval_key, out / "accuracy.png")
     plot_reward(runs, out / "reward.png")
-    summary = {"minutes": opts.minutes, "base": evals["base"], "checkpoints": points,
+    summary = {"minutes": opts.minutes, "trl_minutes": opts.trl_minutes or opts.minutes, "base": evals["base"],
+               "checkpoints": points,
                "recipe": str(RECIPE.relative_to(ROOT))}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print_table(evals["base"], points)
     final = points["ours"][-1]
     gain = 100 * (final["strict"] - evals["base"]["strict"])
     line = f"RESULT gsm8k strict_gain={gain:.1f}"
-    if "trl" in points:
-        line += f" vs_trl={100 * (final['strict'] - points['trl'][-1]['strict']):.1f}"
+    if points.get("trl"):
+        # Both runs save every --save_every training minutes, so their k-th checkpoints sit at the same training
+        # time: compare at the last time both reached.
+        k = min(len(points["ours"]), len(points["trl"])) - 1
+        ours_k, trl_k = points["ours"][k], points["trl"][k]
+        print(f"at equal training time: ours {ours_k['minutes']:.1f} min, TRL {trl_k['minutes']:.1f} min")
+        line += f" vs_trl={100 * (ours_k['strict'] - trl_k['strict']):.1f}"
     print(line)
 
 
-def plot_accuracy(base: dict, points: dict, ours_history: list[dict], path: Path) -> None:
+def plot_accuracy(base: dict, points: dict, ours_history: list[dict], eval_key: str | None, path: Path) -> None:
     """Dev accuracy against step and against training minutes: the checkpoints of both runs (the same eval command
     as the base), our in-training evaluations, and the base as a horizontal line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     minutes_at = {r["step"]: r["time/train_minutes"] for r in ours_history if "time/train_minutes" in r}
-    in_training = [r for r in ours_history if "eval_gsm8k_dev_accuracy" in r]
+    in_training = [r for r in ours_history if eval_key in r]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, x in zip(axes, ("step", "minutes")):
         for name, color in (("ours", "tab:blue"), ("trl", "tab:red")):
@@ -207,7 +215,7 @@ def plot_accuracy(base: dict, points: dict, ours_history: list[dict], path: Path
             ax.plot(xs, [100 * r["lenient"] for r in rows], "o:", color=color, label=f"{name} lenient")
         if in_training:
             xs = [r["step"] if x == "step" else minutes_at.get(r["step"], float("nan")) for r in in_training]
-            ax.plot(xs, [100 * r["eval_gsm8k_dev_accuracy"] for r in in_training], "s--", color="tab:cyan",
+            ax.plot(xs, [100 * r[eval_key] for r in in_training], "s--", color="tab:cyan",
                     alpha=0.7, label="ours strict (in-training eval)")
         ax.axhline(100 * base["strict"], color="gray", linestyle="-", linewidth=1, label="base strict")
         ax.axhline(100 * base["lenient"], color="gray", linestyle=":", linewidth=1, label="base lenient")

@@ -6,17 +6,20 @@
 Greedy pass@1 by default; ``--k N`` samples N completions per prompt and reports mean@N and pass@N. Strict
 accuracy is the ``--reward`` function's verdict (default ``boxed``: right answer inside ``\\boxed{}``); lenient
 accuracy is the last number in the text (see `hf_grpo.evaluation`). Prints a table with 95% intervals and writes
-every prediction as JSONL. A checkpoint holding a LoRA adapter (``adapter_config.json``) is merged into its base
-model first, so vLLM can load it. The dataset is read like a training dataset (`hf_grpo.data`).
+every prediction as JSONL; ``--summary`` also writes the table's numbers as JSON. A checkpoint holding a LoRA adapter
+(``adapter_config.json``) is merged into its base model first, so vLLM can load it. The dataset is read like a
+training dataset (`hf_grpo.data`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import tempfile
+import time
 
 from .evaluation import EvalResult
 
@@ -36,6 +39,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--enforce_eager", action="store_true", help="vLLM without graph compilation.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="predictions.jsonl", help="Where every prediction is written.")
+    parser.add_argument("--summary", default=None,
+                        help="Also write the table's numbers as JSON here (accuracies, intervals, counts, seconds).")
     args = parser.parse_args(argv)
     if args.k < 1:
         parser.error(f"--k must be >= 1, got {args.k}")
@@ -74,8 +79,16 @@ def format_table(name: str, result: EvalResult) -> str:
     return "\n".join(lines)
 
 
+def summary_record(args: argparse.Namespace, result: EvalResult, seconds: float) -> dict:
+    """The numbers of the table, for scripts: the EvalResult without its predictions, and what was evaluated."""
+    record = {key: value for key, value in dataclasses.asdict(result).items() if key != "predictions"}
+    record.update(model=args.model, dataset=args.dataset, reward=args.reward, eval_seconds=seconds)
+    return record
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    start = time.perf_counter()
     from accelerate import Accelerator
 
     from .config import GRPOConfig
@@ -103,6 +116,9 @@ def main(argv: list[str]) -> int:
         for record in result.predictions:
             f.write(json.dumps(record) + "\n")
     print(format_table(os.path.basename(args.dataset), result))
+    if args.summary:
+        with open(args.summary, "w") as f:
+            json.dump(summary_record(args, result, time.perf_counter() - start), f, indent=1)
     print(f"predictions: {args.output}", file=sys.stderr)
     generator.close()
     return 0

@@ -52,10 +52,11 @@ def small_dataset(tmp_path):
 @pytest.mark.parametrize("k,backend", [(1, "hf"), (3, "hf"), (3, "vllm")])
 def test_eval_command_writes_every_prediction_and_a_consistent_table(tiny_llama_path, vllm_tiny_path, small_dataset,
                                                                     tmp_path, k, backend, capsys):
-    out = tmp_path / "preds.jsonl"
+    out, summary = tmp_path / "preds.jsonl", tmp_path / "summary.json"
     model = tiny_llama_path if backend == "hf" else vllm_tiny_path
     assert cli_main(["eval", "--model", model, "--dataset", small_dataset, "--backend", backend, "--enforce_eager",
-                     "--max_tokens", "8", "--k", str(k), "--reward", "format", "--output", str(out)]) == 0
+                     "--max_tokens", "8", "--k", str(k), "--reward", "format", "--output", str(out),
+                     "--summary", str(summary)]) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 4 * k
     assert {"prompt", "completion", "strict", "lenient", "score", "sample", "gt_answer"} <= set(records[0])
@@ -66,6 +67,13 @@ def test_eval_command_writes_every_prediction_and_a_consistent_table(tiny_llama_
     assert f"{100 * strict:5.1f}" in table
     if k == 1:   # greedy: the k samples of a prompt would be identical, so only one is drawn
         assert {r["sample"] for r in records} == {0}
+    numbers = json.loads(summary.read_text())   # the table's numbers, from the same predictions
+    assert numbers["count"] == 4 and numbers["k"] == k and numbers["model"] == model
+    assert numbers["accuracy"] == pytest.approx(strict)
+    assert numbers["lenient_accuracy"] == pytest.approx(sum(r["lenient"] for r in records) / len(records))
+    assert numbers["strict_interval"][0] <= numbers["accuracy"] <= numbers["strict_interval"][1]
+    assert numbers["mean_length"] == pytest.approx(sum(r["completion_tokens"] for r in records) / len(records))
+    assert "predictions" not in numbers
 
 
 def test_lora_checkpoint_is_merged_for_evaluation(tiny_llama_path, tmp_path):
