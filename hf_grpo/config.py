@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
+import os
 from dataclasses import dataclass, field
 
+import torch
 from transformers import TrainingArguments
 
 from .algorithms import ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES
+
+logger = logging.getLogger(__name__)
 
 GENERATION_BACKENDS = ("auto", "hf", "vllm")
 VLLM_MODES = ("colocate", "server")
@@ -207,6 +212,13 @@ class GRPOConfig(TrainingArguments):
         if isinstance(self.eval_datasets, str):
             text = self.eval_datasets.strip()
             self.eval_datasets = json.loads(text) if text.startswith("{") else {"eval": text}
+        if not self.use_cpu and int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+            # `accelerate launch` of several processes on a machine without CUDA: left alone, TrainingArguments reads
+            # the (GPU) launch config, finds no GPU and gives every process a world of its own, i.e. N independent
+            # runs writing one output_dir. use_cpu joins them into one gloo process group.
+            logger.info("%s processes and no CUDA device: training on CPU processes over gloo (use_cpu=True)",
+                        os.environ["WORLD_SIZE"])
+            self.use_cpu = True
         super().__post_init__()
         self.steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
         self.epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high

@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
                         dtype=args.dtype, max_completion_length=args.max_tokens, temperature=args.temperature,
                         vllm_enforce_eager=args.enforce_eager, seed=args.seed, report_to="none",
                         num_generations=max(args.k, 2), per_device_train_batch_size=max(args.k, 2))
-    accelerator = Accelerator()
+    accelerator = Accelerator()   # after the config, which sets up the processes (gloo on CPU, see GRPOConfig)
     tokenizer = load_tokenizer(model_path)
     dataset = load_prompt_dataset(args.dataset, system_prompt=args.system_prompt)
     model = load_model(model_path, args.dtype) if config.generation_backend == "hf" else None
@@ -112,13 +112,20 @@ def main(argv: list[str]) -> int:
     sampling = SamplingParams.from_config(config, greedy=args.k == 1)
     result = evaluate_rows(generator, tokenizer, dataset, runner, sampling, accelerator,
                            max_rows=args.max_samples, k=args.k)
-    with open(args.output, "w") as f:
-        for record in result.predictions:
-            f.write(json.dumps(record) + "\n")
-    print(format_table(os.path.basename(args.dataset), result))
-    if args.summary:
-        with open(args.summary, "w") as f:
-            json.dump(summary_record(args, result, time.perf_counter() - start), f, indent=1)
-    print(f"predictions: {args.output}", file=sys.stderr)
+    # Each process holds the predictions of its own rows (r, r + W, ...): the main process gathers them all, in
+    # dataset order, and alone writes the files (several writers to one path would keep only one process's rows).
+    predictions = result.predictions
+    if accelerator.num_processes > 1:
+        from accelerate.utils import gather_object
+        predictions = sorted(gather_object(predictions), key=lambda record: (record["row"], record["sample"]))
+    if accelerator.is_main_process:
+        with open(args.output, "w") as f:
+            for record in predictions:
+                f.write(json.dumps(record) + "\n")
+        print(format_table(os.path.basename(args.dataset), result))
+        if args.summary:
+            with open(args.summary, "w") as f:
+                json.dump(summary_record(args, result, time.perf_counter() - start), f, indent=1)
+        print(f"predictions: {args.output}", file=sys.stderr)
     generator.close()
     return 0

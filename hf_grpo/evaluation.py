@@ -38,7 +38,7 @@ class EvalResult:
     lenient_pass_at_k: float = 0.0
     strict_interval: tuple[float, float] = (0.0, 1.0)
     lenient_interval: tuple[float, float] = (0.0, 1.0)
-    predictions: list[dict] = field(default_factory=list)   # this process's rows only
+    predictions: list[dict] = field(default_factory=list)   # this process's rows only; "row" is the dataset index
 
 
 def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -85,7 +85,8 @@ def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampl
     sums = torch.zeros(7, dtype=torch.float64)
     predictions = []
     for r in range(rounds):
-        rows = [dataset[i] for i in mine[r * chunk:(r + 1) * chunk]]
+        indices = mine[r * chunk:(r + 1) * chunk]
+        rows = [dataset[i] for i in indices]
         result = generator.generate(encode_prompts(tokenizer, [row["prompt"] for row in rows]), k, sampling)
         if not rows:
             continue
@@ -100,8 +101,8 @@ def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampl
                 strict.append(score == score and score >= 1.0)         # NaN (not applicable) counts as wrong
                 lenient.append(lenient_correct(texts[i], row.get("gt_answer")))
                 sums[6] += len(result.completion_ids[i])
-                predictions.append({"prompt": row["prompt"], "completion": texts[i], "score": score,
-                                    "strict": strict[-1], "lenient": lenient[-1], "sample": i - j * k,
+                predictions.append({"row": indices[j], "prompt": row["prompt"], "completion": texts[i],
+                                    "score": score, "strict": strict[-1], "lenient": lenient[-1], "sample": i - j * k,
                                     "gt_answer": row.get("gt_answer"),
                                     "completion_tokens": len(result.completion_ids[i])})
             s, le = sum(strict) / k, sum(lenient) / k

@@ -81,3 +81,23 @@ def test_time_budget_follows_the_main_process_clock(tiny_llama_path, tmp_path):
     steps = [max(r["step"] for r in rank["log"] if "reward" in r) for rank in (r0, r1)]
     assert steps == [2, 2]
     assert torch.equal(r0["after"], r1["after"])
+
+
+@pytest.mark.multiprocess
+def test_launched_cpu_processes_join_one_group_without_use_cpu(tmp_path):
+    # The documented `accelerate launch --config_file accelerate_configs/ddp.yaml train.py --recipe ...` on a machine
+    # without CUDA: a recipe that does not say use_cpu must still give one world of 2, not 2 worlds of 1.
+    script = tmp_path / "world.py"
+    script.write_text("import json, os, sys\n"
+                      "from hf_grpo.config import GRPOConfig\n"
+                      "args = GRPOConfig(output_dir=sys.argv[1], report_to='none')\n"
+                      "rank = os.environ['RANK']\n"
+                      "open(os.path.join(sys.argv[1], f'rank{rank}.json'), 'w').write(json.dumps(\n"
+                      "    {'world_size': args.world_size, 'process_index': args.process_index}))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(ROOT / "accelerate_configs/ddp.yaml"), "--num_processes", "2", str(script), str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks == [{"world_size": 2, "process_index": 0}, {"world_size": 2, "process_index": 1}]
