@@ -127,10 +127,12 @@ def checkpoints(run_dir: Path, history: list[dict]) -> list[tuple[int, float, st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=20.0, help="training wall-clock budget of each run")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="training wall-clock budget of each run (default: the recipe's max_train_minutes)")
     parser.add_argument("--trl_minutes", type=float, default=None,
                         help="TRL's budget when it differs from --minutes (it is compared at equal training time)")
-    parser.add_argument("--save_every", type=float, default=10.0, help="checkpoint every N training minutes")
+    parser.add_argument("--save_every", type=float, default=None,
+                        help="checkpoint every N training minutes (default: the recipe's save_every_minutes)")
     parser.add_argument("--dataset", default=str(ROOT.parent / "shared" / "data" / "gsm8k" / "dev.jsonl"))
     parser.add_argument("--out", default=str(ROOT / "bench_out" / "gsm8k"))
     parser.add_argument("--max_samples", type=int, default=None, help="evaluate the first N dev rows only")
@@ -144,6 +146,8 @@ def main() -> None:
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     config = recipe_config({"output_dir": out / "ours"})
+    opts.minutes = opts.minutes or config.max_train_minutes
+    opts.save_every = opts.save_every or config.save_every_minutes
     evals = {"base": evaluate(config.model_name_or_path, out / "eval_base", opts, config)}
     print(f"base: strict {evals['base']['strict']:.3f} lenient {evals['base']['lenient']:.3f}", flush=True)
 
@@ -186,10 +190,10 @@ def main() -> None:
     gain = 100 * (final["strict"] - evals["base"]["strict"])
     line = f"RESULT gsm8k strict_gain={gain:.1f}"
     if points.get("trl"):
-        # Both runs save every --save_every training minutes, so their k-th checkpoints sit at the same training
-        # time: compare at the last time both reached.
-        k = min(len(points["ours"]), len(points["trl"])) - 1
-        ours_k, trl_k = points["ours"][k], points["trl"][k]
+        # Compare at the last time both reached: TRL's last checkpoint and ours nearest to it in training time
+        # (the two may have run with different budgets and save intervals).
+        trl_k = points["trl"][-1]
+        ours_k = min(points["ours"], key=lambda p: abs(p["minutes"] - trl_k["minutes"]))
         print(f"at equal training time: ours {ours_k['minutes']:.1f} min, TRL {trl_k['minutes']:.1f} min")
         line += f" vs_trl={100 * (ours_k['strict'] - trl_k['strict']):.1f}"
     print(line)

@@ -120,6 +120,11 @@ class GRPOConfig(TrainingArguments):
     vllm_importance_sampling_correction: bool = field(default=True, metadata={
         "help": "Multiply the loss by the truncated ratio pi_trainer / pi_vllm of the sampled tokens, correcting "
                 "the train/inference mismatch (vLLM backend only)."})
+    old_logprobs_from_sampler: bool = field(default=False, metadata={
+        "help": "When a batch is reused (steps_per_generation > gradient_accumulation_steps or num_iterations > 1), "
+                "take the old policy's log-probs from the sampler (vLLM) instead of a trainer forward pass over "
+                "every completion. The clipped ratio is then pi_trainer / pi_vllm: it also covers the train/inference "
+                "mismatch, so the separate mismatch correction is not applied. vLLM backend only."})
     vllm_importance_sampling_level: str = field(default="token", metadata={
         "help": "Mismatch ratio per `token`, or per `sequence` (product over the completion's tokens)."})
     vllm_importance_sampling_cap: float = field(default=2.0, metadata={
@@ -246,6 +251,9 @@ class GRPOConfig(TrainingArguments):
         if self.generation_backend == "vllm" and self.vllm_mode == "server":
             check(bool(self.vllm_server_urls), "vllm_mode=server needs vllm_server_urls (start servers with "
                   "`hf-grpo serve --model <model> --port <port>`)")
+        check(not self.old_logprobs_from_sampler or self.generation_backend == "vllm",
+              f"old_logprobs_from_sampler needs the sampler's log-probs, which generation_backend="
+              f"{self.generation_backend!r} does not return; use generation_backend=vllm")
         check(0 < self.vllm_gpu_memory_utilization <= 1,
               f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
         one_of("advantage_estimator", ADVANTAGE_ESTIMATORS)

@@ -226,6 +226,12 @@ class DistributedGRPOTrainer(Trainer):
         """Old-policy log-probs (needed once a batch is reused) and reference log-probs (when beta > 0)."""
         args = self.args
         need_old = args.num_iterations > 1 or args.steps_per_generation > args.gradient_accumulation_steps
+        if need_old and args.old_logprobs_from_sampler:
+            # The sampler's log-probs become the old policy's; popping them means compute_loss applies no second
+            # (mismatch) ratio on top of the clipped one.
+            for batch in micro:
+                batch["old_logp"] = batch.pop("sampling_logp")                                # [B, C]
+            need_old = False
         if not need_old and args.beta == 0:
             return
         for batch in micro:

@@ -170,3 +170,33 @@ def test_time_budget_stops_and_saves_and_logs_training_minutes(tiny_llama_path, 
     assert (tmp_path / "out" / "checkpoint-1").is_dir()
     logged = [r["time/train_minutes"] for r in trainer.state.log_history if "time/train_minutes" in r]
     assert len(logged) == 1 and 0 < logged[0] < 5
+
+
+@pytest.mark.slow
+def test_old_logprobs_from_sampler_replace_the_trainer_forward(vllm_tiny_path, tmp_path):
+    """One round feeds two optimizer steps, so the second needs old log-probs. Taken from vLLM (fp32, same weights as
+    the trainer) they give the trainer's update without its extra forward pass per micro-batch."""
+    results = {}
+    for from_sampler in (False, True):
+        trainer = make_trainer(vllm_tiny_path, tmp_path / str(from_sampler), max_steps=2, optim="sgd",
+                               learning_rate=1.0, per_device_train_batch_size=4, num_generations=4,
+                               steps_per_generation=2, generation_backend="vllm", vllm_enforce_eager=True,
+                               vllm_kv_cache_gib=0.25, max_prompt_length=256, skip_zero_advantage=False,
+                               old_logprobs_from_sampler=from_sampler)
+        calls = []
+        forward = trainer._logprobs
+        trainer._logprobs = lambda *a, **k: calls.append(1) or forward(*a, **k)
+        trainer.train()
+        logs = [r for r in trainer.state.log_history if "reward" in r]
+        results[from_sampler] = params(trainer.model), len(calls), logs
+        trainer.generator.close()
+    assert results[False][1] == 4 and results[True][1] == 2   # 2 losses, plus 2 old-log-prob passes without the flag
+    assert "sampling/logp_difference/mean" in results[False][2][0]
+    assert "sampling/logp_difference/mean" not in results[True][2][0]
+    for name, value in results[False][0].items():
+        assert torch.allclose(value, results[True][0][name], atol=1e-4), name
+
+
+def test_old_logprobs_from_sampler_needs_vllm(tmp_path):
+    with pytest.raises(ValueError, match="old_logprobs_from_sampler.*generation_backend='hf'"):
+        make_config(tmp_path, old_logprobs_from_sampler=True)
