@@ -39,6 +39,7 @@ bench: install
 	$(BIN)/python bench/weight_sync.py
 	$(BIN)/python bench/code_reward.py
 	$(BIN)/python bench/sandbox_table.py
+	$(BIN)/python bench/old_logprobs.py
 
 clean:
 	rm -rf $(VENV) outputs

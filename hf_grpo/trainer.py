@@ -101,7 +101,7 @@ class DistributedGRPOTrainer(Trainer):
         self._metrics = MetricsBuffer()
         self._buffer: list[dict] = []
         self._micro_step: int | None = None
-        self._tokens_since_log = 0.0
+        self._tokens_since_log = self._round_tokens = 0.0
         self._last_log_wall = time.perf_counter()
         self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
 
@@ -142,6 +142,9 @@ class DistributedGRPOTrainer(Trainer):
         position = self._micro_step % cycle
         if position == 0 or not self._buffer:
             self._buffer = self._generate_and_score(inputs)
+        # The round's tokens are credited to its micro-steps in equal parts, so steps that only reuse the round
+        # still show its throughput (crediting the generating step alone logged 0 tokens/s for the others).
+        self._tokens_since_log += self._round_tokens / cycle
         self._micro_step += 1
         return self._buffer[position % self.args.steps_per_generation]
 
@@ -332,7 +335,7 @@ class DistributedGRPOTrainer(Trainer):
             m.add("overlong_penalty/mean", batch.overlong.mean())
         num_tokens = sum(len(p) for p in batch.prompt_ids) * G + float(lengths.sum())
         m.add("num_tokens", num_tokens)
-        self._tokens_since_log += num_tokens
+        self._round_tokens = num_tokens
         m.add("weight_version", float(self.generator.weight_version))
         m.add("timing/generation_s", batch.timings["generation"])
         m.add("timing/rewards_s", batch.timings["rewards"])

@@ -190,6 +190,9 @@ def test_old_logprobs_from_sampler_replace_the_trainer_forward(vllm_tiny_path, t
         logs = [r for r in trainer.state.log_history if "reward" in r]
         results[from_sampler] = params(trainer.model), len(calls), logs
         trainer.generator.close()
+        # Step 2 only reuses step 1's round; it is credited half of the round's tokens, not 0.
+        steps = [r for r in trainer.state.log_history if "loss" in r]
+        assert len(steps) == 2 and all(r["throughput/tokens_per_s"] > 0 for r in steps)
     assert results[False][1] == 4 and results[True][1] == 2   # 2 losses, plus 2 old-log-prob passes without the flag
     assert "sampling/logp_difference/mean" in results[False][2][0]
     assert "sampling/logp_difference/mean" not in results[True][2][0]
