@@ -120,15 +120,15 @@ class GRPOConfig(TrainingArguments):
     vllm_importance_sampling_correction: bool = field(default=True, metadata={
         "help": "Multiply the loss by the truncated ratio pi_trainer / pi_vllm of the sampled tokens, correcting "
                 "the train/inference mismatch (vLLM backend only)."})
+    vllm_importance_sampling_level: str = field(default="token", metadata={
+        "help": "Mismatch ratio per `token`, or per `sequence` (product over the completion's tokens)."})
+    vllm_importance_sampling_cap: float = field(default=2.0, metadata={
+        "help": "Upper bound of the mismatch ratio (truncated importance sampling)."})
     old_logprobs_from_sampler: bool = field(default=False, metadata={
         "help": "When a batch is reused (steps_per_generation > gradient_accumulation_steps or num_iterations > 1), "
                 "take the old policy's log-probs from the sampler (vLLM) instead of a trainer forward pass over "
                 "every completion. The clipped ratio is then pi_trainer / pi_vllm: it also covers the train/inference "
                 "mismatch, so the separate mismatch correction is not applied. vLLM backend only."})
-    vllm_importance_sampling_level: str = field(default="token", metadata={
-        "help": "Mismatch ratio per `token`, or per `sequence` (product over the completion's tokens)."})
-    vllm_importance_sampling_cap: float = field(default=2.0, metadata={
-        "help": "Upper bound of the mismatch ratio (truncated importance sampling)."})
 
     # ---- algorithm ----------------------------------------------------------------------------------
     advantage_estimator: str = field(default="grpo", metadata={
