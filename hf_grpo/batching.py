@@ -60,26 +60,43 @@ def collate(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return batch
 
 
-def split_microbatches(samples: list[dict], num_micro: int, generator: torch.Generator | None = None,
-                       skip_zero_advantage: bool = False) -> tuple[list[list[dict]], int]:
-    """Shuffle (if a generator is given) and split into ``num_micro`` micro-batches of near-equal size.
+def split_microbatches(samples: list[dict], num_micro: int, micro_per_step: int,
+                       generator: torch.Generator | None = None,
+                       skip_zero_advantage: bool = False) -> tuple[list[list[dict]], list[float], int]:
+    """Shuffle (if a generator is given) and split into ``num_micro`` micro-batches, ``micro_per_step`` per optimizer
+    step.
 
-    With ``skip_zero_advantage``, samples whose advantage is exactly 0 are left out (the caller guarantees they have
-    zero gradient), except that every micro-batch keeps at least one sample so each still runs a forward and backward
-    (DDP and gradient accumulation expect one per micro-step). Returns the micro-batches and how many were left out.
+    The shuffled samples are first assigned to optimizer steps in equal contiguous blocks; loss normalisers count the
+    tokens of exactly those samples. With ``skip_zero_advantage`` a step's samples whose advantage is exactly 0 are
+    then left out of its micro-batches (the caller guarantees they have zero gradient) and the rest are spread evenly
+    over the step's micro-batches; each micro-batch keeps at least one sample so each still runs a forward and
+    backward (DDP and gradient accumulation expect one per micro-step). Skipping therefore never moves a sample to
+    another step, and never changes a normaliser.
+
+    Returns the micro-batches, the active (loss-mask) tokens of each optimizer step's samples, skipped ones included,
+    and how many samples were left out.
     """
+    if len(samples) % num_micro or num_micro % micro_per_step:
+        raise ValueError(f"{len(samples)} samples do not split into {num_micro} equal micro-batches of "
+                         f"{micro_per_step} per optimizer step")
     order = torch.randperm(len(samples), generator=generator).tolist() if generator is not None else range(len(samples))
     shuffled = [samples[i] for i in order]
-    if not skip_zero_advantage:
-        if len(samples) % num_micro:
-            raise ValueError(f"{len(samples)} samples do not split into {num_micro} equal micro-batches")
-        size = len(samples) // num_micro
-        return [shuffled[k * size:(k + 1) * size] for k in range(num_micro)], 0
-    active = [s for s in shuffled if s["advantage"] != 0.0]
-    idle = [s for s in shuffled if s["advantage"] == 0.0]
-    micro = [active[k::num_micro] for k in range(num_micro)]
-    for batch in micro:
-        if not batch:
-            batch.append(idle.pop())
-    kept = sum(len(b) for b in micro)
-    return micro, len(samples) - kept
+    per_step = len(samples) // num_micro * micro_per_step
+    micro: list[list[dict]] = []
+    step_tokens: list[float] = []
+    for start in range(0, len(shuffled), per_step):
+        step = shuffled[start:start + per_step]
+        step_tokens.append(float(sum(float(s["completion_mask"].sum()) for s in step)))
+        if not skip_zero_advantage:
+            size = per_step // micro_per_step
+            micro += [step[k * size:(k + 1) * size] for k in range(micro_per_step)]
+            continue
+        active = [s for s in step if s["advantage"] != 0.0]
+        idle = [s for s in step if s["advantage"] == 0.0]
+        parts = [active[k::micro_per_step] for k in range(micro_per_step)]
+        for part in parts:
+            if not part:
+                part.append(idle.pop())
+        micro += parts
+    kept = sum(len(m) for m in micro)
+    return micro, step_tokens, len(samples) - kept

@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 GENERATION_BACKENDS = ("auto", "hf", "vllm")
 VLLM_MODES = ("colocate", "server")
 VLLM_WEIGHT_TRANSFERS = ("auto", "disk", "nccl")
+LOGPROB_PATHS = ("auto", "chunked", "model")
 
 
 @dataclass
@@ -37,8 +38,10 @@ class GRPOConfig(TrainingArguments):
     model_name_or_path: str = field(default="smollm2-135m", metadata={
         "help": "Hub id, local path, or `smollm2-135m` for the embedded SmolLM2-135M-Instruct shipped with the "
                 "install. Ignored when a model object is passed to the trainer."})
-    dtype: str = field(default="float32", metadata={
-        "help": "Weights dtype for the trained policy: float32, bfloat16, float16 or auto."})
+    dtype: str = field(default="auto", metadata={
+        "help": "Weights dtype of the trained policy: float32, bfloat16, float16, or auto: float32 master weights "
+                "when all weights train (on GPU the compute runs in bf16 through `bf16` mixed precision), bfloat16 "
+                "for the frozen base of a LoRA run on CUDA."})
     attn_implementation: str | None = field(default=None, metadata={
         "help": "Attention kernel passed to `from_pretrained` (e.g. sdpa, flash_attention_2)."})
     use_peft: bool = field(default=False, metadata={"help": "Train a LoRA adapter instead of all weights."})
@@ -97,13 +100,19 @@ class GRPOConfig(TrainingArguments):
     vllm_request_timeout: float = field(default=600.0, metadata={
         "help": "Server mode: seconds one generation or weight-update request may take before it is an error."})
     vllm_weight_sync_dir: str | None = field(default=None, metadata={
-        "help": "Server mode on CPU: directory (shared with the servers) the trainer writes weights to for the "
-                "servers to reload; defaults to a fresh directory under /dev/shm (or output_dir)."})
+        "help": "Server mode, disk transfer: a directory the trainer writes weights to and every server can read "
+                "(a shared filesystem when servers run on other machines). Default: /dev/shm, which only servers on "
+                "this machine can read, so it is refused when a server URL is not a loopback address."})
+    vllm_server_trainer_address: str | None = field(default=None, metadata={
+        "help": "Server mode, nccl transfer: the address of this (main) training process that servers connect to "
+                "for the weight broadcast. Default: the local address of the interface that routes to the first "
+                "server (not gethostbyname(gethostname()), which is often 127.0.1.1 on clusters)."})
     vllm_weight_transfer: str = field(default="auto", metadata={
         "help": "Server mode: `nccl` (vLLM's weight-transfer engine; GPU), `disk` (safetensors in "
                 "vllm_weight_sync_dir; works anywhere the directory is shared) or `auto` (nccl on CUDA, else disk)."})
     vllm_dtype: str = field(default="auto", metadata={
-        "help": "Weights dtype inside vLLM; `auto` uses the trainer's dtype."})
+        "help": "Weights dtype inside vLLM; `auto` uses the trainer's compute dtype (bfloat16 under bf16 mixed "
+                "precision, else the weights' dtype)."})
     vllm_max_model_len: int | None = field(default=None, metadata={
         "help": "vLLM context length; defaults to max_prompt_length + max_completion_length."})
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
@@ -164,6 +173,13 @@ class GRPOConfig(TrainingArguments):
     skip_zero_advantage: bool = field(default=True, metadata={
         "help": "Skip the forward/backward of completions whose advantage is exactly 0 (e.g. groups that all succeed "
                 "or all fail): with beta == 0 their gradient is exactly 0. Loss normalisers still count them."})
+    logprob_path: str = field(default="auto", metadata={
+        "help": "How per-token log-probs are computed. `chunked`: the final hidden states are projected to the "
+                "vocabulary logprob_chunk_size tokens at a time, outside the model's forward (no full [B, C, V] "
+                "logits). `model`: the model's own head inside its forward (full logits of the completion "
+                "positions, then a chunked log-softmax). `auto`: model under DeepSpeed ZeRO-3 and FSDP, whose head "
+                "weights are only gathered inside the forward, else chunked. Chunked is checked against the model's "
+                "own logits at start and falls back to model (with a warning) if they differ."})
     logprob_chunk_size: int = field(default=1024, metadata={
         "help": "Tokens per chunk when projecting to the vocabulary for log-probs and entropy, so full-vocabulary "
                 "logits of a batch never sit in memory at once."})
@@ -206,6 +222,12 @@ class GRPOConfig(TrainingArguments):
         "help": "The recipe file this config was read from (recorded in the model card)."})
 
     # ---- TrainingArguments defaults suited to RL ----------------------------------------------------
+    bf16: bool | None = field(default=None, metadata={
+        "help": "bf16 mixed precision. None: what `accelerate launch` was configured with (mixed_precision), else "
+                "on when a CUDA device supports bf16 and off on CPU."})
+    gradient_checkpointing: bool | None = field(default=None, metadata={
+        "help": "Recompute activations in the backward pass to save memory. None: on with CUDA, off on CPU (where "
+                "memory is rarely the limit and recomputation costs ~30% of the step)."})
     output_dir: str | None = field(default="outputs/hf_grpo", metadata={"help": "Where checkpoints and logs go."})
     learning_rate: float = field(default=1e-6, metadata={"help": "Initial AdamW learning rate."})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Completions per process per micro-batch."})
@@ -224,6 +246,7 @@ class GRPOConfig(TrainingArguments):
             logger.info("%s processes and no CUDA device: training on CPU processes over gloo (use_cpu=True)",
                         os.environ["WORLD_SIZE"])
             self.use_cpu = True
+        self._resolve_precision()
         super().__post_init__()
         self.steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
         self.epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
@@ -232,6 +255,47 @@ class GRPOConfig(TrainingArguments):
         if isinstance(self.vllm_server_urls, str):      # a single URL, or a comma-separated list, from the CLI
             self.vllm_server_urls = [u for u in self.vllm_server_urls.split(",") if u]
         self.validate()
+
+    def _resolve_precision(self) -> None:
+        """Fill ``bf16`` and ``gradient_checkpointing`` when left at None (see their help), before TrainingArguments
+        reads them. DeepSpeed's config takes bf16 from the launcher while Trainer checks it against ``bf16``: a recipe
+        that says nothing must follow the launcher, and one that contradicts it fails here with both values named."""
+        cuda = torch.cuda.is_available() and not self.use_cpu
+        launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")        # set by `accelerate launch`
+        if self.bf16 is None:
+            if launcher is not None:
+                self.bf16 = launcher == "bf16"
+            else:
+                self.bf16 = cuda and torch.cuda.is_bf16_supported() and not self.fp16
+        deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+        if deepspeed and launcher in ("bf16", "fp16"):
+            wanted = {"bf16": self.bf16, "fp16": self.fp16}
+            if not wanted[launcher]:
+                raise ValueError(f"GRPOConfig: {launcher}={wanted[launcher]} but the accelerate config runs DeepSpeed "
+                                 f"with mixed_precision={launcher!r}; drop `{launcher}` from the recipe (it follows "
+                                 f"the launcher by default) or set mixed_precision in the accelerate config")
+        if self.gradient_checkpointing is None:
+            self.gradient_checkpointing = cuda
+        if self.gradient_checkpointing and self.gradient_checkpointing_kwargs is None:
+            # Non-reentrant checkpointing works with frozen inputs (LoRA) and with ZeRO-3/FSDP2 parameter hooks.
+            self.gradient_checkpointing_kwargs = {"use_reentrant": False}
+
+    def policy_dtype(self, peft: bool) -> str:
+        """The policy's weights dtype, ``dtype`` with ``auto`` resolved (see its help)."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if peft and torch.cuda.is_available() and not self.use_cpu else "float32"
+
+    @property
+    def engine_dtype(self) -> str:
+        """vLLM's weights dtype: ``vllm_dtype``, or with ``auto`` the dtype the policy computes in."""
+        if self.vllm_dtype != "auto":
+            return self.vllm_dtype
+        if self.bf16:
+            return "bfloat16"
+        if self.fp16:
+            return "float16"
+        return self.policy_dtype(self.use_peft)
 
     def validate(self) -> None:
         """Fail early, stating the rule that does not hold."""
@@ -245,6 +309,8 @@ class GRPOConfig(TrainingArguments):
         one_of("generation_backend", GENERATION_BACKENDS)
         one_of("vllm_mode", VLLM_MODES)
         one_of("vllm_weight_transfer", VLLM_WEIGHT_TRANSFERS)
+        one_of("logprob_path", LOGPROB_PATHS)
+        one_of("dtype", ("auto", "float32", "bfloat16", "float16"))
         one_of("vllm_importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
         check(self.vllm_importance_sampling_cap >= 1.0,
               f"vllm_importance_sampling_cap must be >= 1 (a ratio cap), got {self.vllm_importance_sampling_cap}")

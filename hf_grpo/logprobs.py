@@ -1,67 +1,136 @@
-"""Per-token log-probs and entropy of completions, computed without materialising full-vocabulary logits.
+"""Per-token log-probs and entropy of completions, without full-vocabulary logits in float32.
 
-The model runs once with ``logits_to_keep=1`` (so its own head projects a single position) and returns its
-final hidden states; we project those to the vocabulary ourselves, ``chunk_size`` tokens at a time. Under
-autograd each chunk is wrapped in activation checkpointing, so the backward pass recomputes that chunk's logits
-instead of keeping them: peak extra memory is one ``[chunk_size, V]`` block, whatever the batch size.
+Two paths (``logprob_path``):
 
-Invariant relied on: the last entry of ``hidden_states`` is the *normed* final hidden state that the model's
-output embedding consumes (true for the Llama/Qwen/Mistral families in transformers 5; pinned by a test that
-compares against the model's own logits).
+* ``chunked``: the model runs once with ``logits_to_keep=1`` (its own head projects a single position) and returns
+  its final hidden states; we project those to the vocabulary ourselves, ``chunk_size`` tokens at a time. Under
+  autograd each chunk is wrapped in activation checkpointing, so the backward pass recomputes that chunk's logits
+  instead of keeping them: peak extra memory is one ``[chunk_size, V]`` block, whatever the batch size. It calls the
+  head *outside* the model's forward, which needs the head's weights whole on every rank (plain, DDP, ZeRO-1/2).
+* ``model``: the model's own forward computes the logits of the completion positions (``logits_to_keep = C + 1``:
+  one ``[B, C, V]`` tensor in the compute dtype, as TRL does), and the float32 log-softmax runs ``chunk_size`` tokens
+  at a time. Needed under ZeRO-3 and FSDP2, where the head's weights exist whole only inside the forward (a head
+  called once per chunk would gather them once per chunk, a different number of times on each rank: a hang).
+
+Families that transform the head's output (Gemma-2/3 ``final_logit_softcapping``, Cohere ``logit_scale``, Granite
+``logits_scaling``) get the same transform in the chunked path (`LogitTransform`). Invariant relied on: the last
+entry of ``hidden_states`` is the *normed* final hidden state that the output embedding consumes. Both are checked
+against the model's own logits at start-up (`chunked_path_matches`); a family that breaks either falls back to the
+``model`` path.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 
-def _chunk_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = head(hidden).float() / temperature                        # [C, V]
-    logz = torch.logsumexp(logits, dim=-1)                             # [C]
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [C]
+@dataclass(frozen=True)
+class LogitTransform:
+    """What a model does to ``lm_head(hidden)`` before returning logits, read from its config."""
+    scale: float = 1.0                    # Cohere logit_scale (multiply); Granite 1 / logits_scaling
+    softcap: float | None = None          # Gemma-2/3: cap * tanh(logits / cap)
+
+    @classmethod
+    def from_config(cls, config) -> "LogitTransform":
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        scale = float(getattr(config, "logit_scale", None) or 1.0)
+        if getattr(config, "logits_scaling", None):
+            scale /= float(config.logits_scaling)
+        return cls(scale=scale, softcap=getattr(config, "final_logit_softcapping", None) or None)
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.scale != 1.0:
+            logits = logits * self.scale
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+
+def _logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                     with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = logits.float() / temperature                                # [c, V]
+    logz = torch.logsumexp(logits, dim=-1)                               # [c]
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz   # [c]
     if with_entropy:
         with torch.no_grad():
-            probs = torch.softmax(logits, dim=-1)                      # [C, V]
-            entropy = logz - (probs * logits).sum(-1)                  # [C]
+            probs = torch.softmax(logits, dim=-1)                        # [c, V]
+            entropy = logz - (probs * logits).sum(-1)                    # [c]
     else:
         entropy = torch.zeros_like(logz)
     return logp, entropy
 
 
-def completion_logprobs(model: torch.nn.Module, head: torch.nn.Module, input_ids: torch.Tensor,
+def _head_logprobs(head: torch.nn.Module, transform: LogitTransform, hidden: torch.Tensor, targets: torch.Tensor,
+                   temperature: float, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    # Under mixed precision accelerate hands back float32 hidden states while a bf16 model's head is bf16: cast to
+    # the head's dtype, as the model's own forward would have computed it (an autocast region casts again anyway).
+    logits = transform(head(hidden.to(head.weight.dtype)))               # [c, V]
+    return _logits_logprobs(logits, targets, temperature, with_entropy)
+
+
+def _chunked(fn, *args, inputs: torch.Tensor, targets: torch.Tensor, chunk_size: int, temperature: float,
+             with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Apply ``fn(*args, inputs_chunk, targets_chunk, ...)`` over ``chunk_size`` rows at a time, checkpointing each
+    chunk under autograd so its ``[chunk, V]`` logits are recomputed in the backward instead of kept."""
+    logps, entropies = [], []
+    for start in range(0, inputs.shape[0], chunk_size):
+        x = inputs[start:start + chunk_size]                           # [c, H] or [c, V]
+        t = targets[start:start + chunk_size]                          # [c]
+        if torch.is_grad_enabled():
+            lp, ent = checkpoint(fn, *args, x, t, temperature, with_entropy, use_reentrant=False)
+        else:
+            lp, ent = fn(*args, x, t, temperature, with_entropy)
+        logps.append(lp)
+        entropies.append(ent)
+    return torch.cat(logps), torch.cat(entropies)
+
+
+def completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, input_ids: torch.Tensor,
                         attention_mask: torch.Tensor, completion_length: int, *, temperature: float = 1.0,
-                        chunk_size: int = 1024, with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                        chunk_size: int = 1024, with_entropy: bool = True,
+                        transform: LogitTransform = LogitTransform()) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (and entropy) of the last ``completion_length`` tokens of each row.
 
     Args:
-        model: the (possibly DDP/DeepSpeed-wrapped) causal LM; it is *called*, so wrappers see the forward.
-        head: the unwrapped model's output embedding (``get_output_embeddings()``).
+        model: the (possibly DDP/DeepSpeed/FSDP-wrapped) causal LM; it is *called*, so wrappers see the forward.
+        head: the unwrapped model's output embedding for the ``chunked`` path; None for the ``model`` path.
         input_ids: ``[B, P + C]`` left-padded prompt followed by right-padded completion.
         attention_mask: ``[B, P + C]``.
         completion_length: ``C``.
+        transform: the model's logit transform (chunked path only; the model path gets it from the model).
     Returns:
         ``([B, C] log-probs, [B, C] entropy)``; entropy is detached (a metric), zeros if not requested.
     """
-    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                logits_to_keep=1, use_cache=False)
-    hidden = out.hidden_states[-1][:, -completion_length - 1:-1, :]    # [B, C, H] states that predict completions
-    targets = input_ids[:, -completion_length:]                        # [B, C]
-    batch, length, width = hidden.shape
-    flat_hidden = hidden.reshape(-1, width)                            # [B*C, H]
-    flat_targets = targets.reshape(-1)                                 # [B*C]
-    logps, entropies = [], []
-    for start in range(0, flat_hidden.shape[0], chunk_size):
-        h = flat_hidden[start:start + chunk_size]                      # [c, H]
-        t = flat_targets[start:start + chunk_size]                     # [c]
-        if torch.is_grad_enabled():
-            lp, ent = checkpoint(_chunk_logprobs, head, h, t, temperature, with_entropy, use_reentrant=False)
-        else:
-            lp, ent = _chunk_logprobs(head, h, t, temperature, with_entropy)
-        logps.append(lp)
-        entropies.append(ent)
-    logp = torch.cat(logps).view(batch, length)                        # [B, C]
-    entropy = torch.cat(entropies).view(batch, length).detach()        # [B, C]
-    return logp, entropy
+    C = completion_length
+    targets = input_ids[:, -C:]                                          # [B, C]
+    batch = input_ids.shape[0]
+    if head is None:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=C + 1, use_cache=False)
+        logits = out.logits[:, :-1, :]                                   # [B, C, V] positions that predict completions
+        flat = logits.reshape(-1, logits.shape[-1])                      # [B*C, V]
+        logp, entropy = _chunked(_logits_logprobs, inputs=flat, targets=targets.reshape(-1), chunk_size=chunk_size,
+                                 temperature=temperature, with_entropy=with_entropy)
+    else:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                    logits_to_keep=1, use_cache=False)
+        hidden = out.hidden_states[-1][:, -C - 1:-1, :]                  # [B, C, H] states that predict completions
+        flat = hidden.reshape(-1, hidden.shape[-1])                      # [B*C, H]
+        logp, entropy = _chunked(_head_logprobs, head, transform, inputs=flat, targets=targets.reshape(-1),
+                                 chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
+    return logp.view(batch, C), entropy.view(batch, C).detach()          # [B, C] each
+
+
+@torch.no_grad()
+def chunked_path_matches(model: torch.nn.Module, head: torch.nn.Module, transform: LogitTransform,
+                         input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_length: int,
+                         tolerance: float) -> tuple[bool, float]:
+    """Whether the chunked path reproduces the model's own log-probs on these inputs (max abs difference)."""
+    own, _ = completion_logprobs(model, None, input_ids, attention_mask, completion_length, with_entropy=False)
+    ours, _ = completion_logprobs(model, head, input_ids, attention_mask, completion_length, with_entropy=False,
+                                  transform=transform)
+    diff = float((own - ours).abs().max()) if own.numel() else 0.0
+    return diff <= tolerance, diff

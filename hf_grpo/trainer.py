@@ -12,7 +12,7 @@ its prompts in one request), so advantages need no gather; micro-batches are pad
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import logging
 import time
 
@@ -26,9 +26,10 @@ from .algorithms import (batch_whitened_advantages, group_advantages, group_std,
 from .batching import build_samples, collate, split_microbatches
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
 from .config import GRPOConfig
+from .distributed import check_reference_matches, is_fsdp, is_zero3, prepare_reference_model, zero3_init_disabled
 from .evaluation import evaluate_rows
 from .generation import SamplingParams, build_generator
-from .logprobs import completion_logprobs
+from .logprobs import LogitTransform, chunked_path_matches, completion_logprobs
 from .metrics import MetricsBuffer
 from .model_card import model_card_text
 from .models import load_model, load_tokenizer, resolve_model_path
@@ -48,8 +49,9 @@ class DistributedGRPOTrainer(Trainer):
         if args is None:
             args = GRPOConfig()
         model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)
+        dtype = args.policy_dtype(peft_config is not None or args.use_peft)
         if isinstance(model, str):
-            model = load_model(model, args.dtype, args.attn_implementation)
+            model = load_model(model, dtype, args.attn_implementation)
         if processing_class is None:
             processing_class = load_tokenizer(model_id)
         if processing_class.pad_token is None:
@@ -61,16 +63,13 @@ class DistributedGRPOTrainer(Trainer):
         if peft_config is not None:
             from peft import get_peft_model
             model = get_peft_model(model, peft_config)
-        ref_model = None
-        if args.beta > 0 and peft_config is None:
-            # A frozen copy; with PEFT the reference is the base model with the adapter disabled.
-            ref_model = copy.deepcopy(model).eval().requires_grad_(False)
 
         funcs = reward_funcs if reward_funcs is not None else args.reward_funcs
         if not funcs:
             raise ValueError("DistributedGRPOTrainer needs reward_funcs (callables, built-in names or dotted paths)")
         funcs = list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
-        funcs = [self._reward_function(f, args, reward_processing_classes, i) for i, f in enumerate(funcs)]
+        with zero3_init_disabled(args):      # reward models load whole on every rank, never partitioned
+            funcs = [self._reward_function(f, args, reward_processing_classes, i) for i, f in enumerate(funcs)]
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
         self.reward_runner = RewardRunner(funcs, args.reward_weights, on_error=args.reward_error)
@@ -84,7 +83,18 @@ class DistributedGRPOTrainer(Trainer):
         # compute_loss returns a loss already normalised per micro-batch; Trainer divides by the accumulation steps.
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
-        self.ref_model = None if ref_model is None else self.accelerator.prepare_model(ref_model, evaluation_mode=True)
+        # With PEFT the reference is the policy with its adapter disabled; otherwise a frozen copy, prepared the way
+        # the backend needs (hf_grpo.distributed) and checked against the policy at the first step.
+        self.ref_model = None
+        if args.beta > 0 and peft_config is None:
+            self.ref_model = prepare_reference_model(
+                self.accelerator, self.model,
+                lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation))
+        self._reference_checked = self.ref_model is None
+        self._chunked_logprobs: bool | None = None     # decided at the first log-prob pass (_choose_logprob_path)
+        if args.logprob_path == "chunked" and (is_zero3(self.accelerator) or is_fsdp(self.accelerator)):
+            raise ValueError("GRPOConfig: logprob_path=chunked calls the output head outside the model's forward, "
+                             "where ZeRO-3 and FSDP hold only a shard of its weights; use logprob_path: auto or model")
         if args.disable_tqdm is False:
             self.remove_callback(ProgressCallback)
             self.add_callback(RichProgressCallback())
@@ -179,11 +189,13 @@ class DistributedGRPOTrainer(Trainer):
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
         # Zero-advantage completions have exactly zero gradient unless a KL term pulls on them.
         skip = args.skip_zero_advantage and args.beta == 0
-        parts, skipped = split_microbatches(samples, args.steps_per_generation, shuffle, skip_zero_advantage=skip)
+        parts, step_tokens, skipped = split_microbatches(samples, args.steps_per_generation,
+                                                         args.gradient_accumulation_steps, shuffle,
+                                                         skip_zero_advantage=skip)
         micro = [collate(m, self.processing_class.pad_token_id) for m in parts]
         self._metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
         self._add_logprob_inputs(micro)
-        self._add_normalizers(micro, samples)
+        self._add_normalizers(micro, step_tokens, len(samples))
         self._record_rollout_metrics(batch, advantages, time.perf_counter() - start)
         step = self.state.global_step + 1
         if args.log_completions_steps and step % args.log_completions_steps == 0:
@@ -245,33 +257,82 @@ class DistributedGRPOTrainer(Trainer):
             if args.beta > 0:
                 if self.ref_model is not None:
                     batch["ref_logp"] = self._logprobs(self.ref_model, inputs, C)[0].cpu()
+                    if not self._reference_checked:
+                        self._check_reference(inputs, batch)
                 else:
                     with self.accelerator.unwrap_model(self.model).disable_adapter():
                         batch["ref_logp"] = self._logprobs(self.model_wrapped, inputs, C)[0].cpu()
 
+    def _check_reference(self, inputs: dict, batch: dict) -> None:
+        """Before the first update the policy is the reference: stop if their log-probs differ (see
+        `hf_grpo.distributed.check_reference_matches`). Skipped when resuming, where they legitimately differ."""
+        self._reference_checked = True
+        if self.state.global_step > 0:
+            return
+        with self._without_dropout():    # the reference runs without dropout; compare like with like
+            policy = self._logprobs(self.model_wrapped, inputs, batch["completion_mask"].shape[1])[0].cpu()
+        check_reference_matches(policy, batch["ref_logp"], batch["completion_mask"],
+                                0.1 if self._low_precision() else 1e-3)
+
+    @contextlib.contextmanager
+    def _without_dropout(self):
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        was_training = unwrapped.training
+        unwrapped.eval()
+        try:
+            yield unwrapped
+        finally:
+            unwrapped.train(was_training)
+
+    def _low_precision(self) -> bool:
+        dtype = next(self.accelerator.unwrap_model(self.model).parameters()).dtype
+        return bool(self.args.bf16 or self.args.fp16 or dtype != torch.float32)
+
     def _logprobs(self, model, inputs, completion_length: int, with_entropy: bool = False):
-        head = self.accelerator.unwrap_model(model).get_output_embeddings()
+        if self._chunked_logprobs is None:
+            self._chunked_logprobs = self._choose_logprob_path(inputs, completion_length)
+        unwrapped = self.accelerator.unwrap_model(model)
+        head = unwrapped.get_output_embeddings() if self._chunked_logprobs else None
         return completion_logprobs(model, head, inputs["input_ids"], inputs["attention_mask"], completion_length,
                                    temperature=self.args.temperature, chunk_size=self.args.logprob_chunk_size,
-                                   with_entropy=with_entropy)
+                                   with_entropy=with_entropy, transform=LogitTransform.from_config(unwrapped.config))
 
-    def _add_normalizers(self, micro: list[dict], samples: list[dict]) -> None:
-        """Loss denominators computed from *all* of the round's completions, skipped ones included.
+    @torch.no_grad()
+    def _choose_logprob_path(self, inputs: dict, completion_length: int) -> bool:
+        """True for the chunked path (see `hf_grpo.logprobs`): ``logprob_path``, resolved and checked once on the
+        first real batch against the model's own logits."""
+        if self.args.logprob_path == "model" or is_zero3(self.accelerator) or is_fsdp(self.accelerator):
+            return False
+        with self._without_dropout() as unwrapped:
+            ok, diff = chunked_path_matches(self.model_wrapped, unwrapped.get_output_embeddings(),
+                                            LogitTransform.from_config(unwrapped.config), inputs["input_ids"][:1],
+                                            inputs["attention_mask"][:1], completion_length,
+                                            0.05 if self._low_precision() else 1e-3)
+        if not ok:
+            logger.warning("chunked log-probs differ from %s's own logits by up to %.3g; using the model's own head "
+                           "(logprob_path=model: full [B, C, V] logits per micro-batch)", type(unwrapped).__name__,
+                           diff)
+        return ok
 
-        ``dapo``: the optimizer step's active tokens over all processes, scaled by (accumulation steps x processes)
-        because Trainer divides by the former and DDP averages the latter. ``grpo``/``dr_grpo``: the configured
-        micro-batch size. ``bnpo``: the round's active tokens per micro-batch on this process.
+    def _add_normalizers(self, micro: list[dict], step_tokens: list[float], num_samples: int) -> None:
+        """Loss denominators from the samples planned for each optimizer step, skipped ones included (see
+        `split_microbatches`).
+
+        ``dapo``: that optimizer step's active tokens over all processes, scaled by (accumulation steps x processes)
+        because Trainer divides by the former and DDP/DeepSpeed/FSDP average the latter. ``grpo``/``dr_grpo``: the
+        configured micro-batch size. ``bnpo``: this process's active tokens of the step per micro-batch (the local
+        token mean, independent of how the step's samples were split into micro-batches).
         """
         ga, world = self.args.gradient_accumulation_steps, self.accelerator.num_processes
-        num_micro = len(micro)
-        tokens = float(sum(float(s["completion_mask"].sum()) for s in samples))
-        step_tokens = torch.tensor([tokens * ga / num_micro], dtype=torch.float64)   # one optimizer step's share
+        local = torch.tensor(step_tokens, dtype=torch.float64)                          # [steps in the round]
+        total = local
         if world > 1:
-            step_tokens = self.accelerator.reduce(step_tokens.to(self.accelerator.device), reduction="sum").cpu()
-        for m in micro:
-            m["token_normalizer"] = max(float(step_tokens[0]), 1.0) / (ga * world)
-            m["num_sequences"] = len(samples) // num_micro
-            m["num_tokens"] = tokens / num_micro
+            total = self.accelerator.reduce(local.to(self.accelerator.device), reduction="sum").cpu()
+        for k, m in enumerate(micro):
+            step = k // ga
+            m["token_normalizer"] = max(float(total[step]), 1.0) / (ga * world)
+            m["num_sequences"] = num_samples // len(micro)
+            m["num_tokens"] = float(local[step]) / ga
 
     # ---- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -35,10 +35,6 @@ logger = logging.getLogger(__name__)
 WORKER_EXTENSION = "hf_grpo.generation.worker_extension.HFGRPOWorkerExtension"
 
 
-def engine_dtype(args) -> str:
-    return args.dtype if args.vllm_dtype == "auto" else args.vllm_dtype
-
-
 def parse_request_outputs(outputs) -> GenerationResult:
     """vLLM ``RequestOutput``s (in prompt order, ``n`` samples each) -> a group-major `GenerationResult`."""
     ids, finished, logprobs = [], [], []
@@ -75,7 +71,7 @@ class VLLMColocateGenerator(Generator):
             raise ValueError(f"vllm_tensor_parallel_size ({self.tp}) must divide the number of processes ({world})")
         if self.tp > 1 and not on_cuda:
             raise ValueError("vllm_tensor_parallel_size > 1 needs CUDA; on CPU each process runs its own engine")
-        kwargs = dict(model=model_path, dtype=engine_dtype(args), seed=args.seed + accelerator.process_index // self.tp,
+        kwargs = dict(model=model_path, dtype=args.engine_dtype, seed=args.seed + accelerator.process_index // self.tp,
                       max_model_len=args.vllm_max_model_len or (args.max_prompt_length or 512)
                       + args.max_completion_length,
                       enable_prefix_caching=True, logprobs_mode="processed_logprobs",

@@ -130,7 +130,7 @@ class VLLMServerGenerator(Generator):
         if self.transfer == "auto":
             self.transfer = "nccl" if accelerator.device.type == "cuda" else "disk"
         self.sync_dir = args.vllm_weight_sync_dir or default_sync_dir(args.output_dir)
-        self.weights_dtype = args.vllm_dtype if args.vllm_dtype != "auto" else args.dtype
+        self.weights_dtype = args.engine_dtype
         list(self.pool.map(lambda c: c.wait_healthy(), self.clients))
         if accelerator.is_main_process:
             for c in self.clients:
@@ -189,8 +189,7 @@ class VLLMServerGenerator(Generator):
         if self._nccl is not None:
             self._nccl.send(model, version)
         else:
-            dtype = DTYPES[self.weights_dtype] if self.weights_dtype != "auto" else None
-            path = save_policy_weights(self.accelerator, model, self.sync_dir, dtype=dtype)
+            path = save_policy_weights(self.accelerator, model, self.sync_dir, dtype=DTYPES[self.weights_dtype])
             if path is not None:
                 list(self.pool.map(lambda c: c.reload(self.sync_dir, version), self.clients))
         self.accelerator.wait_for_everyone()    # nobody generates before every server holds the new weights
