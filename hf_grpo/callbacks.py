@@ -83,6 +83,11 @@ class TimeBudgetCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = self.clock()
 
+    def resume(self, seconds: float) -> None:
+        """Continue a resumed run's clock from the ``seconds`` of training its checkpoint recorded."""
+        self.excluded -= seconds
+        self.next_save = None if self.save_every_s is None else self.save_every_s * (seconds // self.save_every_s + 1)
+
     def on_step_end(self, args, state, control, **kwargs):
         self.last_step_end = self.clock()
         if self.budget_s is None and self.save_every_s is None:     # only a clock: no collective on the hot path

@@ -66,9 +66,10 @@ def main(argv: list[str] | None = None) -> DistributedGRPOTrainer:
                                      train_dataset=train_dataset, eval_dataset=eval_datasets,
                                      processing_class=tokenizer)
 
-    # 6. Train, resuming from the newest checkpoint when asked (`--resume_from_checkpoint true` or a path).
+    # 6. Train, resuming when asked: `--resume_from_checkpoint latest` (the newest complete checkpoint in output_dir,
+    #    or a fresh start if there is none: the same command restarts a killed job) or a path.
     checkpoint = args.resume_from_checkpoint
-    if checkpoint in ("true", "True", True):
+    if checkpoint in ("latest", "true", "True", True):
         checkpoint = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
         logger.info("resuming from %s", checkpoint or "scratch (no checkpoint found)")
     result = trainer.train(resume_from_checkpoint=checkpoint)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 
 import torch
@@ -24,6 +25,7 @@ from transformers.trainer_callback import ProgressCallback
 from .algorithms import (batch_whitened_advantages, group_advantages, group_std, logp_difference, masked_mean,
                          policy_loss, truncated_importance_weights)
 from .batching import build_samples, collate, split_microbatches
+from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
 from .config import GRPOConfig
 from .distributed import check_reference_matches, is_fsdp, is_zero3, prepare_reference_model, zero3_init_disabled
@@ -114,6 +116,7 @@ class DistributedGRPOTrainer(Trainer):
         self._tokens_since_log = self._round_tokens = 0.0
         self._last_log_wall = time.perf_counter()
         self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
+        self._staging = False        # while True, checkpoints are written to the staging area (_save_checkpoint)
 
     @staticmethod
     def _reward_function(spec, args, processing_classes, index: int):
@@ -458,6 +461,48 @@ class DistributedGRPOTrainer(Trainer):
         return metrics
 
     # ---- saving -------------------------------------------------------------------------------------------------
+    def _get_output_dir(self, trial) -> str:
+        run_dir = super()._get_output_dir(trial)
+        return os.path.join(run_dir, checkpoints.STAGING) if self._staging else run_dir
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """`Trainer`'s checkpoint plus hf_grpo's per-rank state, written to a staging folder and published with one
+        rename when every rank is done (see `hf_grpo.checkpoints`)."""
+        folder = f"checkpoint-{self.state.global_step}"
+        run_dir = self._get_output_dir(trial)
+        self._staging = True
+        try:
+            checkpoints.clear_staging(self.accelerator, self._get_output_dir(trial), folder)
+            super()._save_checkpoint(model, trial)        # rotation inside only sees the staging area: a no-op
+            staging = os.path.join(self._get_output_dir(trial), folder)
+            checkpoints.save_rank_state(staging, self.accelerator.process_index, self._resume_state())
+        finally:
+            self._staging = False
+        checkpoints.publish(self.accelerator, staging, os.path.join(run_dir, folder))
+        if self.args.should_save:
+            from transformers.trainer_utils import rotate_checkpoints
+            rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+
+    def _resume_state(self) -> dict:
+        cycle = self.args.steps_per_generation * self.args.num_iterations
+        mid_round = self._micro_step is not None and self._micro_step % cycle != 0
+        return {"refill_generator": self._refill_generator.get_state(),
+                "buffer": self._buffer if mid_round else [], "round_tokens": self._round_tokens,
+                "weight_version": self.generator.weight_version, "train_seconds": self.clock.elapsed()}
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        super()._load_rng_state(checkpoint)
+        state = None if checkpoint is None else checkpoints.load_rank_state(checkpoint, self.accelerator.process_index)
+        if state is None:
+            return
+        self._refill_generator.set_state(state["refill_generator"])
+        self._buffer, self._round_tokens = state["buffer"], state["round_tokens"]
+        self.clock.resume(state["train_seconds"])
+        logger.info("resumed from %s: %d buffered micro-batches of a round sampled by weight version %d, %.1f "
+                    "training minutes so far", checkpoint, len(self._buffer), state["weight_version"],
+                    state["train_seconds"] / 60)
+
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None, **kwargs):
         if not self.is_world_process_zero():
             return

@@ -7,7 +7,8 @@ from .hf import HFGenerator
 def build_generator(args, accelerator, model, tokenizer, model_path: str) -> Generator:
     """The backend ``args`` asks for. ``model_path`` is a checkpoint vLLM can load (the base model under PEFT)."""
     if args.generation_backend == "hf":
-        return HFGenerator(accelerator, model, tokenizer, args.generation_chunk_size)
+        return HFGenerator(accelerator, model, tokenizer, args.generation_chunk_size,
+                           args.gradient_checkpointing_kwargs)
     if args.vllm_mode == "server":
         from .vllm_server import VLLMServerGenerator
         return VLLMServerGenerator(args, accelerator)

@@ -1,8 +1,14 @@
 """Generation with transformers' ``generate`` on the training processes.
 
 It reads the live policy, so it never needs a weight sync. Prompts are left-padded and generated in chunks of at
-most ``chunk_size`` sequences (prompts x n) to bound KV-cache memory. Under DeepSpeed ZeRO-3 the parameters are
-gathered once per call instead of once per decoding step per layer.
+most ``chunk_size`` sequences (prompts x n) to bound KV-cache memory. Gradient checkpointing is switched off while
+generating (with it, ``generate`` cannot use its KV cache).
+
+Under DeepSpeed ZeRO-3 and FSDP every forward pass gathers parameters from the other ranks, so all ranks must run
+the same number of forward passes although their prompts finish at different steps (or they have different numbers
+of prompts, e.g. in a dynamic-sampling refill): each ``generate`` call runs with ``synced_gpus`` (a rank that is done
+keeps stepping until all are), and every rank makes the same number of calls, a rank out of prompts generating a
+one-token dummy. Under ZeRO-3 the parameters are also gathered once per call instead of once per step per layer.
 """
 
 from __future__ import annotations
@@ -11,42 +17,56 @@ import contextlib
 
 import torch
 
+from ..distributed import forward_is_collective, is_zero3, max_over_ranks
 from .base import GenerationResult, Generator, SamplingParams
-from .weights import is_zero3
 
 
 class HFGenerator(Generator):
-    def __init__(self, accelerator, model, tokenizer, chunk_size: int = 64):
+    def __init__(self, accelerator, model, tokenizer, chunk_size: int = 64, checkpointing_kwargs: dict | None = None):
         self.accelerator = accelerator
         self.model = model            # the wrapped model the trainer holds; unwrapped per call
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
+        self.checkpointing_kwargs = checkpointing_kwargs   # to switch gradient checkpointing back on as it was
 
-    def _gathered(self, unwrapped):
+    @contextlib.contextmanager
+    def _generation_mode(self, unwrapped):
+        was_training = unwrapped.training
+        checkpointing = unwrapped.is_gradient_checkpointing
+        unwrapped.eval()      # no dropout while sampling; the trainer's loss pass runs in train mode
+        if checkpointing:
+            unwrapped.gradient_checkpointing_disable()
+        gather = contextlib.nullcontext()
         if is_zero3(self.accelerator):
             import deepspeed
-            return deepspeed.zero.GatheredParameters(list(unwrapped.parameters()))
-        return contextlib.nullcontext()
+            gather = deepspeed.zero.GatheredParameters(list(unwrapped.parameters()))
+        try:
+            with gather:
+                yield
+        finally:
+            if checkpointing:
+                unwrapped.gradient_checkpointing_enable(gradient_checkpointing_kwargs=self.checkpointing_kwargs)
+            unwrapped.train(was_training)
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
         unwrapped = self.accelerator.unwrap_model(self.model)
-        was_training = unwrapped.training
-        unwrapped.eval()      # no dropout while sampling; the trainer's loss pass runs in train mode
-        completions, finished = [], []
         prompts_per_chunk = max(1, self.chunk_size // n)
-        try:
-            with self._gathered(unwrapped):
-                for start in range(0, len(prompt_ids), prompts_per_chunk):
-                    chunk = prompt_ids[start:start + prompts_per_chunk]
-                    ids, done = self._generate_chunk(unwrapped, chunk, n, sampling)
+        chunks = [prompt_ids[i:i + prompts_per_chunk] for i in range(0, len(prompt_ids), prompts_per_chunk)]
+        lockstep = forward_is_collective(self.accelerator)
+        calls = max_over_ranks(self.accelerator, len(chunks)) if lockstep else len(chunks)
+        completions, finished = [], []
+        with self._generation_mode(unwrapped):
+            for k in range(calls):
+                if k < len(chunks):
+                    ids, done = self._generate_chunk(unwrapped, chunks[k], n, sampling, lockstep)
                     completions += ids
                     finished += done
-        finally:
-            unwrapped.train(was_training)
+                else:     # out of prompts: a dummy call keeps this rank's forward passes in step with the others
+                    self._generate_chunk(unwrapped, [[self.tokenizer.eos_token_id]], 1, sampling, lockstep)
         return GenerationResult(completion_ids=completions, finished=finished)
 
-    def _generate_chunk(self, model, prompts: list[list[int]], n: int, sampling: SamplingParams):
+    def _generate_chunk(self, model, prompts: list[list[int]], n: int, sampling: SamplingParams, synced: bool):
         pad_id = self.tokenizer.pad_token_id
         eos_id = self.tokenizer.eos_token_id
         width = max(len(p) for p in prompts)
@@ -57,7 +77,7 @@ class HFGenerator(Generator):
             input_ids[row, width - len(ids):] = torch.tensor(ids, device=device)
             attention_mask[row, width - len(ids):] = 1
         kwargs = dict(max_new_tokens=sampling.max_tokens, num_return_sequences=n, pad_token_id=pad_id,
-                      eos_token_id=eos_id, use_cache=True)
+                      eos_token_id=eos_id, use_cache=True, synced_gpus=synced)
         if sampling.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:

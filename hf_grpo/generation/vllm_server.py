@@ -27,6 +27,8 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from urllib.parse import urlparse
+
 import requests
 
 from .base import GenerationResult, Generator, SamplingParams
@@ -129,8 +131,11 @@ class VLLMServerGenerator(Generator):
         self.transfer = args.vllm_weight_transfer
         if self.transfer == "auto":
             self.transfer = "nccl" if accelerator.device.type == "cuda" else "disk"
-        self.sync_dir = args.vllm_weight_sync_dir or default_sync_dir(args.output_dir)
         self.weights_dtype = args.engine_dtype
+        self.sync_dir = None
+        if self.transfer == "disk":
+            self.sync_dir = checked_sync_dir(args.vllm_weight_sync_dir, args.output_dir, args.vllm_server_urls,
+                                             accelerator.is_main_process)
         list(self.pool.map(lambda c: c.wait_healthy(), self.clients))
         if accelerator.is_main_process:
             for c in self.clients:
@@ -138,7 +143,8 @@ class VLLMServerGenerator(Generator):
         self._nccl = None
         if self.transfer == "nccl":
             from .nccl_sync import NCCLWeightSync
-            self._nccl = NCCLWeightSync(accelerator, self.clients)
+            self._nccl = NCCLWeightSync(accelerator, self.clients, args.vllm_server_trainer_address,
+                                        DTYPES[self.weights_dtype])
 
     # ---- generation ---------------------------------------------------------------------------------------------
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
@@ -199,6 +205,33 @@ class VLLMServerGenerator(Generator):
         self.pool.shutdown(wait=False)
         if self._nccl is not None:
             self._nccl.close()
+
+
+def checked_sync_dir(configured: str | None, output_dir: str, urls: list[str], is_main: bool) -> str:
+    """The disk transfer's directory, refused at start when the servers could not read it.
+
+    The default under /dev/shm is RAM on *this* machine: a server on another host would reload whatever its own
+    /dev/shm holds (nothing, or a stale file). So a non-loopback server URL needs ``vllm_weight_sync_dir`` on a
+    filesystem both sides mount. The directory must also be writable here.
+    """
+    from .nccl_sync import LOOPBACK
+
+    remote = sorted(u for u in urls if urlparse(u).hostname not in LOOPBACK)
+    if configured is None and remote:
+        raise ValueError(f"vllm_weight_transfer=disk with servers on other hosts ({', '.join(remote)}): set "
+                         f"vllm_weight_sync_dir to a directory on a filesystem this machine and every server mount "
+                         f"(the default {default_sync_dir(output_dir)} is local RAM), or use vllm_weight_transfer: nccl")
+    directory = configured or default_sync_dir(output_dir)
+    if is_main:
+        try:
+            os.makedirs(directory, exist_ok=True)
+            probe = os.path.join(directory, ".hf_grpo-write-test")
+            with open(probe, "w") as f:
+                f.write("ok")
+            os.remove(probe)
+        except OSError as e:
+            raise ValueError(f"vllm_weight_sync_dir={directory!r} is not writable: {e}") from e
+    return directory
 
 
 def default_sync_dir(output_dir: str) -> str:

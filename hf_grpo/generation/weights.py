@@ -7,10 +7,13 @@ Names are those of the Hugging Face checkpoint (``model.layers.0.self_attn.q_pro
 * DeepSpeed ZeRO-3: one parameter gathered at a time, so the full model is never materialised at once; every
   process must iterate in the same order (the gather is a collective);
 * FSDP2: ``DTensor.full_tensor()`` per parameter (also a collective, same rule);
-* PEFT/LoRA: the adapter is merged into the base weights, the merged weights are yielded under the base names
-  (``base_model.model.`` and ``.base_layer`` stripped, ``lora_*`` tensors skipped), and the adapter is unmerged when
-  the iteration ends. Under ZeRO-3 the whole model is gathered for the merge (a LoRA merge needs the base weight and
-  both adapter matrices of a layer at once).
+* PEFT/LoRA: each adapted layer's merged weight ``W + scaling * B @ A`` is computed into a new tensor and yielded
+  under the base name (``base_model.model.`` and ``.base_layer`` stripped, ``lora_*`` tensors skipped). The frozen
+  base weights are never written: merging and unmerging in place (``merge_adapter``/``unmerge_adapter``) would add
+  and subtract the update once per sync and leave the rounding error in the base every time. Under ZeRO-3 the whole
+  model is gathered first (a layer's merge needs its base weight and both adapter matrices at once); under FSDP2 the
+  adapter product is a DTensor product, gathered like any other parameter. DoRA adapters are refused (their merge
+  renormalises the weight, which this sync does not implement).
 
 Iterators are lazy: the consumer (vLLM's in-place reload, or a safetensors writer) copies each tensor before the
 next one is produced, so peak extra memory is one parameter (one model under ZeRO-3 + PEFT).
@@ -25,6 +28,8 @@ from collections.abc import Iterator
 
 import torch
 from torch.distributed.tensor import DTensor
+
+from ..distributed import is_zero3
 
 
 def _is_peft(module) -> bool:
@@ -41,14 +46,32 @@ def _checkpoint_name(name: str, peft: bool) -> str | None:
     return re.sub(r"\.modules_to_save\.[^.]+\.", ".", name)
 
 
-def is_zero3(accelerator) -> bool:
-    plugin = accelerator.state.deepspeed_plugin
-    return plugin is not None and plugin.zero_stage == 3
-
-
 def _full(param: torch.Tensor) -> torch.Tensor:
     """A full (unsharded) tensor: FSDP2 parameters are DTensors whose ``full_tensor()`` all-gathers the shards."""
     return param.full_tensor() if isinstance(param, DTensor) else param.data
+
+
+def _lora_layers(unwrapped) -> dict[str, torch.nn.Module]:
+    """``{name of a LoRA layer's base weight: the layer}`` for the layers whose adapters are active."""
+    from peft.tuners.lora import LoraLayer
+
+    layers = {}
+    for name, module in unwrapped.named_modules():
+        if isinstance(module, LoraLayer) and not module.disable_adapters and not module.merged:
+            if any(module.use_dora.get(a, False) for a in module.active_adapters):
+                raise NotImplementedError(f"{name}: weight sync of DoRA adapters is not supported; use plain LoRA "
+                                          f"(use_dora=False)")
+            layers[f"{name}.base_layer.weight"] = module
+    return layers
+
+
+def _merged(weight: torch.Tensor, layer) -> torch.Tensor:
+    """``weight`` plus the layer's active adapter updates, as a new tensor (``weight`` itself is not modified)."""
+    merged = weight.clone()
+    for adapter in layer.active_adapters:
+        if adapter in layer.lora_A:
+            merged += _full(layer.get_delta_weight(adapter)).to(merged.dtype)
+    return merged
 
 
 def iter_policy_weights(accelerator, model) -> Iterator[tuple[str, torch.Tensor]]:
@@ -61,21 +84,32 @@ def iter_policy_weights(accelerator, model) -> Iterator[tuple[str, torch.Tensor]
     gather_all = deepspeed.zero.GatheredParameters(list(unwrapped.parameters())) if zero3 and peft \
         else contextlib.nullcontext()
     with gather_all, torch.no_grad():
-        if peft:
-            unwrapped.merge_adapter()
-        try:
-            for name, param in unwrapped.named_parameters():
-                target = _checkpoint_name(name, peft)
-                if target is None:
-                    continue
-                if zero3 and not peft:
-                    with deepspeed.zero.GatheredParameters([param]):
-                        yield target, param.data
-                else:
-                    yield target, _full(param)
-        finally:
-            if peft:
-                unwrapped.unmerge_adapter()
+        lora = _lora_layers(unwrapped) if peft else {}
+        for name, param in unwrapped.named_parameters():
+            target = _checkpoint_name(name, peft)
+            if target is None:
+                continue
+            if zero3 and not peft:
+                with deepspeed.zero.GatheredParameters([param]):
+                    yield target, param.data
+            elif name in lora:
+                yield target, _merged(_full(param), lora[name])
+            else:
+                yield target, _full(param)
+
+
+def policy_weight_metadata(accelerator, model, dtype: torch.dtype | None = None) -> list[tuple[str, torch.dtype, tuple]]:
+    """``(name, dtype, shape)`` of every tensor `iter_policy_weights` yields, in order, without gathering anything:
+    ZeRO-3 parameters know their full shape (``ds_shape``), FSDP2's DTensors report theirs. ``dtype`` overrides the
+    parameters' own (what a receiver will be sent)."""
+    unwrapped = accelerator.unwrap_model(model)
+    peft = _is_peft(unwrapped)
+    meta = []
+    for name, param in unwrapped.named_parameters():
+        target = _checkpoint_name(name, peft)
+        if target is not None:
+            meta.append((target, dtype or param.dtype, tuple(getattr(param, "ds_shape", param.shape))))
+    return meta
 
 
 def save_policy_weights(accelerator, model, directory: str, dtype: torch.dtype | None = None) -> str | None:
