@@ -37,10 +37,21 @@ def is_fsdp(accelerator) -> bool:
     return accelerator.distributed_type == DistributedType.FSDP
 
 
-def forward_is_collective(accelerator) -> bool:
-    """True when a forward pass gathers parameters from the other ranks (ZeRO-3, FSDP): every rank must then run
-    the same number of forward passes, whatever its own data."""
-    return accelerator.num_processes > 1 and (is_zero3(accelerator) or is_fsdp(accelerator))
+def forward_is_collective(accelerator, model: torch.nn.Module) -> bool:
+    """True when a forward pass of ``model`` (unwrapped) gathers parameters from the other ranks (ZeRO-3, FSDP2):
+    every rank must then run the same number of forward passes, whatever its own data."""
+    from torch.distributed.fsdp import FSDPModule
+    return accelerator.num_processes > 1 and (is_zero3(accelerator) or isinstance(model, FSDPModule))
+
+
+def warn_if_fsdp_falls_back(accelerator) -> None:
+    """accelerate applies an FSDP config only on GPU-type devices: launched on CPU it trains data-parallel (DDP).
+    Say so once, instead of letting a user believe the model is sharded."""
+    import os
+    requested = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if requested and not is_fsdp(accelerator) and accelerator.is_main_process:
+        logger.warning("the accelerate config asks for FSDP, but accelerate runs FSDP only on GPUs: this %s run is "
+                       "data-parallel (DDP, every process holds the whole model)", accelerator.device.type)
 
 
 def max_over_ranks(accelerator, value: int) -> int:
@@ -50,12 +61,26 @@ def max_over_ranks(accelerator, value: int) -> int:
     return int(accelerator.reduce(t, reduction="max").item())
 
 
+@contextlib.contextmanager
 def zero3_init_disabled(args):
-    """A context in which ``from_pretrained`` loads whole models even under ZeRO-3 (see the module docstring)."""
+    """A context in which ``from_pretrained`` loads whole models even under ZeRO-3 (see the module docstring).
+
+    transformers partitions while a DeepSpeed config with stage 3 is registered (``is_deepspeed_zero3_enabled``);
+    accelerate's ``zero3_init_context_manager(enable=False)`` re-registers the same stage-3 config, so it does not
+    help here. The config accelerate keeps alive (``deepspeed_plugin.dschf``) is unregistered for the block and
+    registered again after it.
+    """
+    from transformers.integrations.deepspeed import (is_deepspeed_zero3_enabled, set_hf_deepspeed_config,
+                                                     unset_hf_deepspeed_config)
     plugin = args.deepspeed_plugin
-    if plugin is None:
-        return contextlib.nullcontext()
-    return plugin.zero3_init_context_manager(enable=False)
+    if plugin is None or plugin.dschf is None or not is_deepspeed_zero3_enabled():
+        yield
+        return
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        set_hf_deepspeed_config(plugin.dschf)
 
 
 def prepare_reference_model(accelerator, policy: torch.nn.Module, load) -> torch.nn.Module:
@@ -74,9 +99,18 @@ def prepare_reference_model(accelerator, policy: torch.nn.Module, load) -> torch
         from accelerate.utils import fsdp2_prepare_model
         if accelerator.state.fsdp_plugin.fsdp_version != 2:
             raise ValueError("hf_grpo supports FSDP through fsdp_version: 2 (see accelerate_configs/fsdp2.yaml)")
-        return fsdp2_prepare_model(accelerator, ref).eval()
+        ref = fsdp2_prepare_model(accelerator, ref)
+        ref.eval()
+        return ref
+    # Whole weights on every rank. They must be rank 0's: with an FSDP config's cpu_ram_efficient_loading the other
+    # ranks loaded zeros, and the policy only gets rank 0's weights when DDP wraps it. Do the same for the copy.
+    if accelerator.num_processes > 1:
+        ref.to(accelerator.device)
+        with torch.no_grad():
+            for tensor in [*ref.parameters(), *ref.buffers()]:
+                torch.distributed.broadcast(tensor.data, src=0)
     if accelerator.state.deepspeed_plugin is not None:
-        # ZeRO-1/2 keep whole weights on every rank; the reference is a stage-0 engine (same dtype as the policy's).
+        # ZeRO-1/2: the reference is a stage-0 engine (the same dtype handling as the policy's).
         return _deepspeed_inference_engine(accelerator, ref)
     return accelerator.prepare_model(ref, evaluation_mode=True)
 
@@ -92,7 +126,8 @@ def _deepspeed_inference_engine(accelerator, model: torch.nn.Module):
     if config["zero_optimization"]["stage"] != 3:
         config["zero_optimization"]["stage"] = 0
     engine, *_ = deepspeed.initialize(model=model, config=config)
-    return engine.eval()
+    engine.eval()             # DeepSpeedEngine.eval() returns None
+    return engine
 
 
 @torch.no_grad()

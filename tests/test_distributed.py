@@ -1,86 +1,61 @@
-"""Real multi-process training: `accelerate launch --num_processes 2` with accelerate_configs/ddp.yaml (gloo, CPU)."""
+"""Real multi-process training: `accelerate launch --num_processes 2` with accelerate_configs/ddp.yaml (gloo, CPU).
+The other backends (ZeRO-2/3, FSDP2), invariance and resume live in tests/distributed/."""
 
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+from hf_grpo.models import load_model
+from tests.distributed.launch import ROOT, launch, results, step_logs
 
 
-def run_two_processes(model_path: str, out: Path, *backend: str) -> subprocess.CompletedProcess:
-    """`accelerate launch --num_processes 2 tests/scripts/ddp_train.py MODEL OUT BACKEND...`, asserted to succeed."""
-    out.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch",
-           "--config_file", str(ROOT / "accelerate_configs/ddp.yaml"), "--num_processes", "2",
-           str(ROOT / "tests/scripts/ddp_train.py"), model_path, str(out), *backend]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+def rollout_records(out, step: int) -> list[dict]:
+    path = out / "run0" / "rollouts" / f"step_{step:06d}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def launch_two_process_training(model_path: str, out: Path, *backend: str) -> tuple[dict, dict]:
-    """Two-process training; returns both ranks' saved results."""
-    run_two_processes(model_path, out, *backend)
-    return torch.load(out / "rank0.pt"), torch.load(out / "rank1.pt")
+def prompts_by_rank(records: list[dict]) -> dict[int, set[str]]:
+    return {p: {json.dumps(r["prompt"]) for r in records if r["process"] == p} for p in (0, 1)}
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_process_ddp_ranks_end_identical(tiny_llama_path, tmp_path):
-    out = tmp_path / "ddp"
-    r0, r1 = launch_two_process_training(tiny_llama_path, out, "hf")
+    launch("ddp", tiny_llama_path, tmp_path, {})
+    r0, r1 = results(tmp_path)
     assert r0["world"] == 2
-    assert torch.equal(r0["before"], r1["before"])
-    assert not torch.equal(r0["before"], r0["after"]), "training did not change the weights"
-    assert torch.equal(r0["after"], r1["after"]), "ranks diverged"
+    before = dict(load_model(tiny_llama_path).named_parameters())
+    assert any(not torch.equal(before[n].detach(), w) for n, w in r0["weights"].items()), "no weight changed"
+    assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items()), "ranks diverged"
     # Each process generated for its own prompts: the gathered rollout log holds both, with disjoint prompts.
-    records = [json.loads(line) for line in (out / "rollouts" / "step_000002.jsonl").read_text().splitlines()]
-    by_rank = {p: {json.dumps(r["prompt"]) for r in records if r["process"] == p} for p in (0, 1)}
+    records = rollout_records(tmp_path, 2)
+    by_rank = prompts_by_rank(records)
     assert len(records) == 16 and by_rank[0] and by_rank[1] and by_rank[0].isdisjoint(by_rank[1])
-
-
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_two_process_training_with_colocated_vllm(vllm_tiny_path, tmp_path):
-    """Each rank owns an in-process vLLM engine for its prompts and reloads the synced weights after every step."""
-    r0, r1 = launch_two_process_training(vllm_tiny_path, tmp_path / "colocate", "colocate")
-    assert torch.equal(r0["after"], r1["after"]) and not torch.equal(r0["before"], r0["after"])
-    logs = [r for r in r0["log"] if "reward" in r]
-    assert [r["weight_version"] for r in logs] == [0.0, 1.0]
-    # fp32 engine and trainer with the same weights: the sampler's log-probs are the trainer's.
-    assert all(r["sampling/logp_difference/mean"] < 1e-3 for r in logs)
-    records = [json.loads(line) for line in (tmp_path / "colocate" / "rollouts" / "step_000002.jsonl").read_text()
-               .splitlines()]
-    assert {r["weight_version"] for r in records} == {1}
-    by_rank = {p: {json.dumps(r["prompt"]) for r in records if r["process"] == p} for p in (0, 1)}
-    assert by_rank[0] and by_rank[1] and by_rank[0].isdisjoint(by_rank[1])
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_reward_crash_on_one_rank_still_saves_a_checkpoint(tiny_llama_path, tmp_path):
     """Rank 1's reward raises at step 2 while rank 0's is fine: both stop, and checkpoint-1 is saved first."""
-    out = tmp_path / "crash"
-    proc = run_two_processes(tiny_llama_path, out, "hf-reward-crash")
+    proc = launch("ddp", tiny_llama_path, tmp_path, {"mode": "reward-crash", "reward": ["rank1_fails_after_first_step"],
+                                                     "config": {"max_steps": 3}})
     assert "rank 1 stopped: " in proc.stdout and "rank 0 stopped: a reward function failed on another" in proc.stdout
-    assert (out / "checkpoint-1" / "model.safetensors").is_file()
-    assert (out / "checkpoint-1" / "trainer_state.json").is_file()
+    assert (tmp_path / "run0" / "checkpoint-1" / "model.safetensors").is_file()
+    assert (tmp_path / "run0" / "checkpoint-1" / "trainer_state.json").is_file()
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_time_budget_follows_the_main_process_clock(tiny_llama_path, tmp_path):
     """Rank 1's clock runs 10,000x fast against a 1-minute budget: both ranks still train both steps together."""
-    r0, r1 = launch_two_process_training(tiny_llama_path, tmp_path / "budget", "hf-budget")
-    steps = [max(r["step"] for r in rank["log"] if "reward" in r) for rank in (r0, r1)]
-    assert steps == [2, 2]
-    assert torch.equal(r0["after"], r1["after"])
+    launch("ddp", tiny_llama_path, tmp_path, {"mode": "budget"})
+    r0, r1 = results(tmp_path)
+    assert [max(r["step"] for r in step_logs(rank)) for rank in (r0, r1)] == [2, 2]
+    assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
 
 
 @pytest.mark.multiprocess

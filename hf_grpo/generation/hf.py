@@ -53,7 +53,7 @@ class HFGenerator(Generator):
         unwrapped = self.accelerator.unwrap_model(self.model)
         prompts_per_chunk = max(1, self.chunk_size // n)
         chunks = [prompt_ids[i:i + prompts_per_chunk] for i in range(0, len(prompt_ids), prompts_per_chunk)]
-        lockstep = forward_is_collective(self.accelerator)
+        lockstep = forward_is_collective(self.accelerator, unwrapped)
         calls = max_over_ranks(self.accelerator, len(chunks)) if lockstep else len(chunks)
         completions, finished = [], []
         with self._generation_mode(unwrapped):

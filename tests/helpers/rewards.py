@@ -29,3 +29,19 @@ def half_constant_reward(completion_ids, gt_answer, **kwargs):
     """Constant 1.0 for prompts with an even answer (zero-std groups, advantage 0), even-token fraction otherwise."""
     return [1.0 if int(g) % 2 == 0 else sum(t % 2 == 0 for t in ids) / max(len(ids), 1)
             for ids, g in zip(completion_ids, gt_answer)]
+
+
+def rank1_fails_after_first_step(completion_ids, trainer_state=None, **kwargs):
+    """Process 1's reward raises from the second step on; process 0's never does."""
+    if trainer_state.global_step >= 1 and int(os.environ["RANK"]) == 1:
+        raise RuntimeError("boom on rank 1")
+    return even_token_reward(completion_ids)
+
+
+def rank1_constant_reward(completion_ids, **kwargs):
+    """Even-token fraction on process 0, a constant 0 on process 1: process 1's groups have no reward variance, so
+    its micro-batches shrink to one (zero-advantage) sample and dynamic sampling refills only there. The two
+    processes then run forward passes of different shapes and different numbers of generation rounds."""
+    if int(os.environ["RANK"]) == 1:
+        return [0.0] * len(completion_ids)
+    return even_token_reward(completion_ids)

@@ -4,27 +4,18 @@ import math
 
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForSequenceClassification
+from transformers import AutoTokenizer
 
 from hf_grpo.rewards import RewardModel, RewardRunner, load_reward_function
+from tests.conftest import save_tiny_classifier
 
 PROMPTS = ["What is 2+2?", "Name a color.", "Write a haiku about the sea and the wind.", "Hi"]
 COMPLETIONS = ["4", "Blue, definitely blue, like the sky on a clear day.", "Waves fold into foam", "Hello there!"]
 
 
-def _save_classifier(path, tokenizer, num_labels=1):
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, num_labels=num_labels,
-                         pad_token_id=tokenizer.pad_token_id)
-    LlamaForSequenceClassification(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def rm_path(tmp_path_factory, tokenizer):
-    return _save_classifier(tmp_path_factory.mktemp("tiny-rm"), tokenizer)
+    return save_tiny_classifier(tmp_path_factory.mktemp("tiny-rm"), tokenizer)
 
 
 def test_batched_scores_equal_one_by_one_whatever_the_padding_side(rm_path):
@@ -82,7 +73,7 @@ def test_loaded_by_prefix_and_mixed_with_verifiable_rewards(rm_path):
 
 def test_bad_specs_are_explained(tmp_path, tokenizer):
     with pytest.raises(ValueError, match="num_labels=2; a reward model outputs one logit"):
-        RewardModel(_save_classifier(tmp_path / "two", tokenizer, num_labels=2))
+        RewardModel(save_tiny_classifier(tmp_path / "two", tokenizer, num_labels=2))
     with pytest.raises(ValueError, match="expected model:<local path or hub id>"):
         load_reward_function("model:")
     with pytest.raises(ValueError, match="normalize='zscore' is not one of"):

@@ -1,0 +1,36 @@
+"""Launch tests/scripts/train_worker.py with `accelerate launch` and read back what each process saved."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+BACKENDS = ("ddp", "zero2", "zero3", "fsdp2")
+
+
+def launch(backend: str, model_path: str, out: Path, spec: dict, *, num_processes: int = 2,
+           mixed_precision: str | None = None, timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
+    """`accelerate launch --config_file accelerate_configs/<backend>.yaml --num_processes N train_worker.py ...`."""
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(ROOT / f"accelerate_configs/{backend}.yaml"), "--num_processes", str(num_processes)]
+    if mixed_precision is not None:
+        cmd += ["--mixed_precision", mixed_precision]
+    cmd += [str(ROOT / "tests/scripts/train_worker.py"), model_path, str(out), json.dumps(spec)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, f"{backend}: exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def results(out: Path, run: int = 0, num_processes: int = 2) -> list[dict]:
+    return [torch.load(out / f"rank{r}_{run}.pt", weights_only=False) for r in range(num_processes)]
+
+
+def step_logs(result: dict) -> list[dict]:
+    return [r for r in result["log"] if "reward" in r]
