@@ -203,3 +203,20 @@ def test_old_logprobs_from_sampler_replace_the_trainer_forward(vllm_tiny_path, t
 def test_old_logprobs_from_sampler_needs_vllm(tmp_path):
     with pytest.raises(ValueError, match="old_logprobs_from_sampler.*generation_backend='hf'"):
         make_config(tmp_path, old_logprobs_from_sampler=True)
+
+
+def test_dapo_normaliser_is_each_optimizer_steps_own_token_count(tiny_llama_path, tmp_path):
+    """A round feeding two optimizer steps: each step's micro-batches are normalised by that step's active tokens, not
+    by the round's average (completions of random lengths make the two differ)."""
+    from tests.helpers.fixed_generation import FixedCompletions
+    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, per_device_train_batch_size=4,
+                           gradient_accumulation_steps=2, steps_per_generation=4, skip_zero_advantage=False)
+    trainer.generator = trainer.collector.generator = FixedCompletions(len(trainer.processing_class),
+                                                                       trainer.processing_class.eos_token_id)
+    trainer.train()
+    micro = trainer._buffer
+    tokens = [float(m["completion_mask"].sum()) for m in micro]
+    steps = [tokens[0] + tokens[1], tokens[2] + tokens[3]]
+    assert steps[0] != steps[1]
+    # Trainer divides each micro-batch's loss by the 2 accumulation steps: the normaliser carries the other factor.
+    assert [m["token_normalizer"] for m in micro] == pytest.approx([steps[0] / 2] * 2 + [steps[1] / 2] * 2)
