@@ -8,7 +8,10 @@ import yaml
 
 
 def model_card_text(args, model_name: str | None, dataset_name: str | None, reward_names: list[str],
-                    log_history: list[dict]) -> str:
+                    log_history: list[dict], base_model: str | None = None, adapter: bool = False) -> str:
+    """``base_model``: the model training started from (default ``args.model_name_or_path``); ``adapter``: the folder
+    holds a PEFT adapter of it rather than full weights."""
+    base_model = base_model or args.model_name_or_path
     recipe = ""
     if args.recipe and os.path.isfile(args.recipe):
         with open(args.recipe) as f:
@@ -20,10 +23,13 @@ def model_card_text(args, model_name: str | None, dataset_name: str | None, rewa
     last = next((r for r in reversed(log_history) if "reward" in r), {})
     evals = {k: v for r in log_history for k, v in r.items() if k.startswith("eval_") and k.endswith("_accuracy")}
     lines = [
-        "---", "library_name: transformers", "tags: [hf_grpo, grpo, reinforcement-learning]", "---", "",
+        "---", f"library_name: {'peft' if adapter else 'transformers'}", f"base_model: {base_model}",
+        "tags: [hf_grpo, grpo, reinforcement-learning]", "---", "",
         f"# {model_name or os.path.basename(os.path.abspath(args.output_dir))}", "",
-        f"Trained with hf_grpo's `DistributedGRPOTrainer` from `{args.model_name_or_path}` on "
-        f"`{dataset_name or args.dataset_name}` with rewards: {', '.join(reward_names)}.", "",
+        f"Trained with hf_grpo's `DistributedGRPOTrainer` from `{base_model}` on "
+        f"`{dataset_name or args.dataset_name}` with rewards: {', '.join(reward_names)}."
+        + (" This folder holds the LoRA adapter; load it with `peft.PeftModel.from_pretrained(base, folder)`."
+           if adapter else ""), "",
         "## Settings", "", "```yaml", yaml.safe_dump(settings, sort_keys=False).rstrip(), "```", "",
     ]
     if last:

@@ -53,6 +53,7 @@ class DistributedGRPOTrainer(Trainer):
             args = GRPOConfig()
         model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)
         dtype = args.policy_dtype(peft_config is not None or args.use_peft)
+        self._model_id = model_id
         if isinstance(model, str):
             model = load_model(model, dtype, args.attn_implementation)
         if processing_class is None:
@@ -478,6 +479,8 @@ class DistributedGRPOTrainer(Trainer):
             super()._save_checkpoint(model, trial)        # rotation inside only sees the staging area: a no-op
             staging = os.path.join(self._get_output_dir(trial), folder)
             checkpoints.save_rank_state(staging, self.accelerator.process_index, self._resume_state())
+            if self.args.should_save:
+                self._write_model_card(staging)        # a checkpoint pushed or shared on its own says what it is
         finally:
             self._staging = False
         checkpoints.publish(self.accelerator, staging, os.path.join(run_dir, folder))
@@ -506,9 +509,12 @@ class DistributedGRPOTrainer(Trainer):
                     state["train_seconds"] / 60)
 
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None, **kwargs):
-        if not self.is_world_process_zero():
-            return
+        if self.is_world_process_zero():
+            self._write_model_card(self.args.output_dir, model_name, dataset_name)
+
+    def _write_model_card(self, folder: str, model_name: str | None = None, dataset_name: str | None = None) -> None:
         text = model_card_text(self.args, model_name=model_name, dataset_name=dataset_name,
-                               reward_names=self.reward_runner.names, log_history=self.state.log_history)
-        with open(f"{self.args.output_dir}/README.md", "w") as f:
+                               reward_names=self.reward_runner.names, log_history=self.state.log_history,
+                               base_model=self._model_id, adapter=hasattr(self.accelerator.unwrap_model(self.model), "peft_config"))
+        with open(os.path.join(folder, "README.md"), "w") as f:
             f.write(text)
