@@ -47,6 +47,20 @@ def publish(accelerator, staging: str, final: str) -> None:
     accelerator.wait_for_everyone()
 
 
+def resolve_resume(value, output_dir: str) -> str | None:
+    """``resume_from_checkpoint``: ``latest`` (or ``true``) is the newest complete checkpoint in ``output_dir``, or
+    None when there is none yet, so that one command both starts a job and restarts it after a crash."""
+    if value not in ("latest", "true", "True", True):
+        return value
+    from transformers.trainer_utils import get_last_checkpoint
+    return get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+
+
+def checkpoint_step(folder: str) -> int:
+    from transformers import TrainerState
+    return TrainerState.load_from_json(os.path.join(folder, "trainer_state.json")).global_step
+
+
 def save_rank_state(folder: str, rank: int, state: dict) -> None:
     torch.save(state, os.path.join(folder, f"hf_grpo_state_{rank}.pt"))
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import datasets
 import transformers
 from transformers import set_seed
-from transformers.trainer_utils import get_last_checkpoint
 
+from .checkpoints import checkpoint_step, resolve_resume
 from .data import filter_long_prompts, load_prompt_dataset
 from .models import load_tokenizer
 from .recipes import parse_config
@@ -68,10 +68,13 @@ def main(argv: list[str] | None = None) -> DistributedGRPOTrainer:
 
     # 6. Train, resuming when asked: `--resume_from_checkpoint latest` (the newest complete checkpoint in output_dir,
     #    or a fresh start if there is none: the same command restarts a killed job) or a path.
-    checkpoint = args.resume_from_checkpoint
-    if checkpoint in ("latest", "true", "True", True):
-        checkpoint = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
+    checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
+    if args.resume_from_checkpoint:
         logger.info("resuming from %s", checkpoint or "scratch (no checkpoint found)")
+    if checkpoint and 0 < args.max_steps <= checkpoint_step(checkpoint):
+        logger.info("%s already reached max_steps=%d: nothing left to train (its weights are the result)", checkpoint,
+                    args.max_steps)
+        return trainer
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)

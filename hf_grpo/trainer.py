@@ -464,6 +464,17 @@ class DistributedGRPOTrainer(Trainer):
         return metrics
 
     # ---- saving -------------------------------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        # transformers trains one more step when resumed from a checkpoint already at max_steps; a restarted job that
+        # had finished would silently train past its end.
+        if isinstance(resume_from_checkpoint, str) and 0 < self.args.max_steps <= \
+                checkpoints.checkpoint_step(resume_from_checkpoint):
+            raise ValueError(f"{resume_from_checkpoint} is at step {checkpoints.checkpoint_step(resume_from_checkpoint)}"
+                             f", max_steps={self.args.max_steps}: the run is complete and its weights are in that "
+                             f"checkpoint. Raise max_steps to train further.")
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                             ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+
     def _get_output_dir(self, trial) -> str:
         run_dir = super()._get_output_dir(trial)
         return os.path.join(run_dir, checkpoints.STAGING) if self._staging else run_dir

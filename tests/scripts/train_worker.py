@@ -10,17 +10,23 @@ SPEC keys:
   dataset:    default arithmetic:64
   fixed_completions: true to replace generation by tests.helpers.fixed_generation.FixedCompletions
   mode:       train (default) | reward-crash (prints how each rank stopped) | budget (rank 1's clock runs 10,000x fast)
+  resume:     true to resume from the newest complete checkpoint in the run's output_dir (if any)
+  slow_save:  seconds each process sleeps after writing its part of a checkpoint, before the checkpoint is published
+              (it first touches OUT/saving-<checkpoint>-<rank>), so that a test can kill the run during a save
 
 Saves OUT/rank<R>_<K>.pt for run K: the world size, the full weights after training (gathered under ZeRO-3/FSDP2,
 merged under LoRA), the log history and the reference model's kind.
 """
 
 import json
+import os
 import sys
+import time
+from pathlib import Path
 
 import torch
 
-from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+from hf_grpo import DistributedGRPOTrainer, GRPOConfig, checkpoints
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.generation.weights import iter_policy_weights
 from hf_grpo.rewards import RewardFunctionError
@@ -41,9 +47,22 @@ def full_weights(trainer) -> dict[str, torch.Tensor]:
             for name, t in iter_policy_weights(trainer.accelerator, trainer.model_wrapped)}
 
 
+def slow_down_saves(out: str, seconds: float) -> None:
+    save_rank_state = checkpoints.save_rank_state
+
+    def slow(folder, rank, state):
+        save_rank_state(folder, rank, state)
+        Path(out, f"saving-{os.path.basename(folder)}-{rank}").touch()
+        time.sleep(seconds)
+
+    checkpoints.save_rank_state = slow       # test instrumentation: widens the window in which a save is incomplete
+
+
 def main() -> None:
     model_path, out, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     mode = spec.get("mode", "train")
+    if spec.get("slow_save"):
+        slow_down_saves(out, spec["slow_save"])
     for k, run in enumerate(spec.get("runs", [{}])):
         args = GRPOConfig(output_dir=f"{out}/run{k}", **{**BASE, **spec.get("config", {}), **run})
         if mode == "budget":
@@ -64,7 +83,8 @@ def main() -> None:
         if mode == "budget" and rank == 1:
             real = trainer.clock.clock
             trainer.clock.clock = lambda: 10_000 * real()
-        trainer.train()
+        trainer.train(resume_from_checkpoint=checkpoints.resolve_resume("latest", args.output_dir)
+                      if spec.get("resume") else None)
         weights = full_weights(trainer)
         torch.save({"world": trainer.accelerator.num_processes, "weights": weights, "log": trainer.state.log_history,
                     "ref_model": type(trainer.ref_model).__name__}, f"{out}/rank{rank}_{k}.pt")
