@@ -48,3 +48,53 @@ def test_no_full_vocab_logits_are_kept_for_backward():
                                       chunk_size=32)
     full = 8 * 48 * V
     assert max(saved) < full / 4, f"largest saved tensor {max(saved)} vs full logits {full}"
+
+
+def tiny_family_model(family: str):
+    """A tiny random model of a family whose logits are not plain ``lm_head(hidden)``."""
+    import transformers
+    common = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
+    config_cls, model_cls, extra = {
+        "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(final_logit_softcapping=0.1)),
+        "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(final_logit_softcapping=0.1)),
+        "cohere": ("CohereConfig", "CohereForCausalLM", dict(logit_scale=3.0)),
+        "granite": ("GraniteConfig", "GraniteForCausalLM", dict(logits_scaling=0.25)),
+    }[family]
+    torch.manual_seed(0)
+    return getattr(transformers, model_cls)(getattr(transformers, config_cls)(**common, **extra)).eval()
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3", "cohere", "granite"])
+def test_logit_transforms_of_each_family_are_applied(family):
+    from hf_grpo.logprobs import LogitTransform, chunked_path_matches
+    model = tiny_family_model(family)
+    input_ids = torch.randint(3, 97, (2, 9))
+    attention_mask = torch.ones_like(input_ids)
+    expected, _ = reference(model, input_ids, attention_mask, 5, 1.0)
+    transform = LogitTransform.from_config(model.config)
+    plain, _ = completion_logprobs(model, model.get_output_embeddings(), input_ids, attention_mask, 5)
+    assert (plain - expected).abs().max() > 1e-3, "this family's transform should matter on these inputs"
+    ours, _ = completion_logprobs(model, model.get_output_embeddings(), input_ids, attention_mask, 5,
+                                  transform=transform, chunk_size=3)
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
+    own, _ = completion_logprobs(model, None, input_ids, attention_mask, 5, chunk_size=3)   # the model path
+    torch.testing.assert_close(own, expected, atol=1e-5, rtol=0)
+    assert chunked_path_matches(model, model.get_output_embeddings(), transform, input_ids, attention_mask, 5,
+                                1e-4)[0]
+    assert not chunked_path_matches(model, model.get_output_embeddings(), LogitTransform(), input_ids,
+                                    attention_mask, 5, 1e-4)[0]
+
+
+def test_bf16_model_under_bf16_autocast_gets_float32_hidden_states():
+    """accelerate's mixed precision hands back float32 hidden states while a bf16 model's head is bf16: the chunked
+    path casts them (it crashed with `expected mat1 and mat2 to have the same dtype`)."""
+    model = make_tiny_llama(97).to(torch.bfloat16)
+    input_ids = torch.randint(3, 97, (2, 9))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(input_ids=input_ids, output_hidden_states=True)
+    hidden = out.hidden_states[-1].float()[:, -6:-1]                                     # what accelerate returns
+    from hf_grpo.logprobs import LogitTransform, _head_logprobs
+    logp, _ = _head_logprobs(model.get_output_embeddings(), LogitTransform(), hidden.reshape(-1, hidden.shape[-1]),
+                             input_ids[:, -5:].reshape(-1), 1.0, False)
+    assert logp.dtype == torch.float32 and torch.isfinite(logp).all()

@@ -220,3 +220,14 @@ def test_dapo_normaliser_is_each_optimizer_steps_own_token_count(tiny_llama_path
     assert steps[0] != steps[1]
     # Trainer divides each micro-batch's loss by the 2 accumulation steps: the normaliser carries the other factor.
     assert [m["token_normalizer"] for m in micro] == pytest.approx([steps[0] / 2] * 2 + [steps[1] / 2] * 2)
+
+
+def test_bf16_weights_under_bf16_mixed_precision_train(tiny_llama_path, tmp_path):
+    """`--bf16 true --dtype bfloat16`: accelerate's autocast returns float32 hidden states to a bf16 head (this crashed
+    at the first log-prob pass)."""
+    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, bf16=True, dtype="bfloat16")
+    assert next(trainer.model.parameters()).dtype == torch.bfloat16
+    before = params(trainer.model)
+    trainer.train()
+    assert any(not torch.equal(before[n], p) for n, p in params(trainer.model).items())
+    assert math.isfinite(next(r for r in trainer.state.log_history if "reward" in r)["loss"])

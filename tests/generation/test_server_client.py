@@ -48,3 +48,33 @@ def test_unreachable_server_fails_with_its_url_within_the_timeout():
     with pytest.raises(VLLMServerError, match=r"http://127.0.0.1:9 was not healthy within 2 s.*hf-grpo serve"):
         client.wait_healthy()
     assert time.monotonic() - start < 10
+
+
+def test_trainer_address_is_the_interface_that_routes_to_the_servers():
+    import socket
+
+    from hf_grpo.generation.nccl_sync import trainer_address
+    assert trainer_address(["http://127.0.0.1:8000", "http://localhost:8001"]) == "127.0.0.1"
+    assert trainer_address(["http://10.1.2.3:8000"], configured="10.9.9.9") == "10.9.9.9"
+    # A server on this machine's own non-loopback address: the route goes through that interface, never 127.0.1.1.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))       # TEST-NET-1: only asks the kernel for a route, sends nothing
+        except OSError:
+            pytest.skip("no non-loopback IPv4 route on this machine")
+        own = s.getsockname()[0]
+    address = trainer_address([f"http://{own}:8000"])
+    assert address == own and not address.startswith("127.")
+
+
+def test_disk_sync_to_another_host_needs_a_shared_directory(tmp_path):
+    from hf_grpo.generation.vllm_server import checked_sync_dir
+    with pytest.raises(ValueError, match=r"servers on other hosts \(http://10.0.0.7:8000\): set vllm_weight_sync_dir"):
+        checked_sync_dir(None, str(tmp_path), ["http://127.0.0.1:8000", "http://10.0.0.7:8000"], is_main=True)
+    shared = tmp_path / "shared"
+    assert checked_sync_dir(str(shared), str(tmp_path), ["http://10.0.0.7:8000"], is_main=True) == str(shared)
+    assert shared.is_dir()
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with pytest.raises(ValueError, match="is not writable"):
+        checked_sync_dir(str(blocked / "sub"), str(tmp_path), ["http://127.0.0.1:8000"], is_main=True)
