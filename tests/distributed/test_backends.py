@@ -37,10 +37,14 @@ def assert_ranks_agree_and_trained(r0: dict, r1: dict, model_path: str) -> None:
         assert torch.equal(w, r1["weights"][name]), f"ranks diverged at {name}"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_backend_trains_with_colocated_vllm_and_a_reference_model(backend, vllm_tiny_path, tmp_path):
-    # The configs' own mixed precision: fp32 for ddp.yaml, bf16 for the DeepSpeed and FSDP configs.
-    proc = launch(backend, vllm_tiny_path, tmp_path, {"config": {**COLOCATE, "beta": 0.04}})
+@pytest.mark.parametrize("backend,peft", [(b, False) for b in BACKENDS] + [("ddp", True), ("zero3", True)],
+                         ids=list(BACKENDS) + ["ddp-lora", "zero3-lora"])
+def test_backend_trains_with_colocated_vllm_and_a_reference_model(backend, peft, vllm_tiny_path, tmp_path):
+    # The configs' own mixed precision: fp32 for ddp.yaml, bf16 for the DeepSpeed and FSDP configs. With LoRA the
+    # reference is the policy with its adapter disabled, and vLLM receives the merged weights.
+    # lora_dropout 0: dropout in the training forward would blur the trainer-vs-vLLM comparison below.
+    lora = {"use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "learning_rate": 2e-2} if peft else {}
+    proc = launch(backend, vllm_tiny_path, tmp_path, {"config": {**COLOCATE, "beta": 0.04, **lora}})
     r0, r1 = results(tmp_path)
     assert_ranks_agree_and_trained(r0, r1, vllm_tiny_path)
     logs = step_logs(r0)
@@ -49,7 +53,8 @@ def test_backend_trains_with_colocated_vllm_and_a_reference_model(backend, vllm_
     assert 0 < logs[1]["kl"] < 1.0
     low_precision = backend != "ddp"
     assert all(r["sampling/logp_difference/mean"] < (0.02 if low_precision else 1e-3) for r in logs)
-    assert r0["ref_model"] == ("DeepSpeedEngine" if backend.startswith("zero") else "LlamaForCausalLM")
+    assert r0["ref_model"] == ("NoneType" if peft else "DeepSpeedEngine" if backend.startswith("zero")
+                               else "LlamaForCausalLM")
     if backend == "fsdp2":
         assert "accelerate runs FSDP only on GPUs" in proc.stderr
 

@@ -15,11 +15,12 @@ SPEC keys:
               (it first touches OUT/saving-<checkpoint>-<rank>), so that a test can kill the run during a save
 
 Saves OUT/rank<R>_<K>.pt for run K: the world size, the full weights after training (gathered under ZeRO-3/FSDP2,
-merged under LoRA), the log history and the reference model's kind.
+merged under LoRA), the log history, the reference model's kind and the process's peak resident memory.
 """
 
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -87,7 +88,9 @@ def main() -> None:
                       if spec.get("resume") else None)
         weights = full_weights(trainer)
         torch.save({"world": trainer.accelerator.num_processes, "weights": weights, "log": trainer.state.log_history,
-                    "ref_model": type(trainer.ref_model).__name__}, f"{out}/rank{rank}_{k}.pt")
+                    "ref_model": type(trainer.ref_model).__name__,
+                    "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20},
+                   f"{out}/rank{rank}_{k}.pt")
         trainer.generator.close()
 
 
