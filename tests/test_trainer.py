@@ -231,3 +231,15 @@ def test_bf16_weights_under_bf16_mixed_precision_train(tiny_llama_path, tmp_path
     trainer.train()
     assert any(not torch.equal(before[n], p) for n, p in params(trainer.model).items())
     assert math.isfinite(next(r for r in trainer.state.log_history if "reward" in r)["loss"])
+
+
+def test_a_reference_model_that_differs_from_the_policy_at_the_first_step_stops_the_run(tiny_llama_path, tmp_path):
+    """Before any update the policy is the reference: a reference prepared wrong (as FSDP's rank 1 once held zeros)
+    would pull training towards another model with only the logged KL to show for it."""
+    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, beta=0.04)
+    with torch.no_grad():
+        for p in trainer.ref_model.parameters():
+            p.mul_(0.5)
+    with pytest.raises(RuntimeError, match=r"reference model disagrees with the policy before any update: mean "
+                                           r"\|log p - log p_ref\| = [0-9.]+ per token"):
+        trainer.train()
