@@ -21,6 +21,7 @@ import torch
 from accelerate.utils import gather_object
 from transformers import PreTrainedModel, Trainer
 from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_utils import rotate_checkpoints
 
 from .algorithms import (batch_whitened_advantages, group_advantages, group_std, logp_difference, masked_mean,
                          policy_loss, truncated_importance_weights)
@@ -467,11 +468,10 @@ class DistributedGRPOTrainer(Trainer):
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         # transformers trains one more step when resumed from a checkpoint already at max_steps; a restarted job that
         # had finished would silently train past its end.
-        if isinstance(resume_from_checkpoint, str) and 0 < self.args.max_steps <= \
-                checkpoints.checkpoint_step(resume_from_checkpoint):
-            raise ValueError(f"{resume_from_checkpoint} is at step {checkpoints.checkpoint_step(resume_from_checkpoint)}"
-                             f", max_steps={self.args.max_steps}: the run is complete and its weights are in that "
-                             f"checkpoint. Raise max_steps to train further.")
+        done = checkpoints.checkpoint_step(resume_from_checkpoint) if isinstance(resume_from_checkpoint, str) else 0
+        if 0 < self.args.max_steps <= done:
+            raise ValueError(f"{resume_from_checkpoint} is at step {done}, max_steps={self.args.max_steps}: the run is "
+                             f"complete and its weights are in that checkpoint. Raise max_steps to train further.")
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
                              ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
 
@@ -496,7 +496,6 @@ class DistributedGRPOTrainer(Trainer):
             self._staging = False
         checkpoints.publish(self.accelerator, staging, os.path.join(run_dir, folder))
         if self.args.should_save:
-            from transformers.trainer_utils import rotate_checkpoints
             rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
 
