@@ -28,7 +28,8 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ("ddp", "zero2", "zero3", "fsdp2")
-DEFAULT_ROWS = [f"{b}:colocate:{p}" for b in BACKENDS for p in ("full", "lora")] + [f"{b}:server:full" for b in BACKENDS]
+DEFAULT_ROWS = ([f"{b}:colocate:{p}" for b in BACKENDS for p in ("full", "lora")]
+                + [f"{b}:server:full" for b in BACKENDS])
 
 
 def peak_rss(proc: subprocess.Popen) -> tuple[int, float]:

@@ -98,6 +98,7 @@ class DistributedGRPOTrainer(Trainer):
                 lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation))
         self._reference_checked = self.ref_model is None
         self._chunked_logprobs: bool | None = None     # decided at the first log-prob pass (_choose_logprob_path)
+        self._logit_transform = LogitTransform.from_config(self.accelerator.unwrap_model(self.model).config)
         if args.logprob_path == "chunked" and (is_zero3(self.accelerator) or is_fsdp(self.accelerator)):
             raise ValueError("GRPOConfig: logprob_path=chunked calls the output head outside the model's forward, "
                              "where ZeRO-3 and FSDP hold only a shard of its weights; use logprob_path: auto or model")
@@ -302,7 +303,7 @@ class DistributedGRPOTrainer(Trainer):
         head = unwrapped.get_output_embeddings() if self._chunked_logprobs else None
         return completion_logprobs(model, head, inputs["input_ids"], inputs["attention_mask"], completion_length,
                                    temperature=self.args.temperature, chunk_size=self.args.logprob_chunk_size,
-                                   with_entropy=with_entropy, transform=LogitTransform.from_config(unwrapped.config))
+                                   with_entropy=with_entropy, transform=self._logit_transform)
 
     @torch.no_grad()
     def _choose_logprob_path(self, inputs: dict, completion_length: int) -> bool:
@@ -312,7 +313,7 @@ class DistributedGRPOTrainer(Trainer):
             return False
         with self._without_dropout() as unwrapped:
             ok, diff = chunked_path_matches(self.model_wrapped, unwrapped.get_output_embeddings(),
-                                            LogitTransform.from_config(unwrapped.config), inputs["input_ids"][:1],
+                                            self._logit_transform, inputs["input_ids"][:1],
                                             inputs["attention_mask"][:1], completion_length,
                                             0.05 if self._low_precision() else 1e-3)
         if not ok:
@@ -484,11 +485,11 @@ class DistributedGRPOTrainer(Trainer):
         rename when every rank is done (see `hf_grpo.checkpoints`)."""
         folder = f"checkpoint-{self.state.global_step}"
         run_dir = self._get_output_dir(trial)
+        staging = os.path.join(run_dir, checkpoints.STAGING, folder)
         self._staging = True
         try:
-            checkpoints.clear_staging(self.accelerator, self._get_output_dir(trial), folder)
+            checkpoints.clear_staging(self.accelerator, os.path.dirname(staging), folder)
             super()._save_checkpoint(model, trial)        # rotation inside only sees the staging area: a no-op
-            staging = os.path.join(self._get_output_dir(trial), folder)
             checkpoints.save_rank_state(staging, self.accelerator.process_index, self._resume_state())
             if self.args.should_save:
                 self._write_model_card(staging)        # a checkpoint pushed or shared on its own says what it is
@@ -525,6 +526,7 @@ class DistributedGRPOTrainer(Trainer):
     def _write_model_card(self, folder: str, model_name: str | None = None, dataset_name: str | None = None) -> None:
         text = model_card_text(self.args, model_name=model_name, dataset_name=dataset_name,
                                reward_names=self.reward_runner.names, log_history=self.state.log_history,
-                               base_model=self._model_id, adapter=hasattr(self.accelerator.unwrap_model(self.model), "peft_config"))
+                               base_model=self._model_id,
+                               adapter=hasattr(self.accelerator.unwrap_model(self.model), "peft_config"))
         with open(os.path.join(folder, "README.md"), "w") as f:
             f.write(text)

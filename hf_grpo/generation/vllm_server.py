@@ -220,7 +220,8 @@ def checked_sync_dir(configured: str | None, output_dir: str, urls: list[str], i
     if configured is None and remote:
         raise ValueError(f"vllm_weight_transfer=disk with servers on other hosts ({', '.join(remote)}): set "
                          f"vllm_weight_sync_dir to a directory on a filesystem this machine and every server mount "
-                         f"(the default {default_sync_dir(output_dir)} is local RAM), or use vllm_weight_transfer: nccl")
+                         f"(the default {default_sync_dir(output_dir)} is local RAM), or use "
+                         f"vllm_weight_transfer: nccl")
     directory = configured or default_sync_dir(output_dir)
     if is_main:
         try:

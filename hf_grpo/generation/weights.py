@@ -98,7 +98,8 @@ def iter_policy_weights(accelerator, model) -> Iterator[tuple[str, torch.Tensor]
                 yield target, _full(param)
 
 
-def policy_weight_metadata(accelerator, model, dtype: torch.dtype | None = None) -> list[tuple[str, torch.dtype, tuple]]:
+def policy_weight_metadata(accelerator, model,
+                           dtype: torch.dtype | None = None) -> list[tuple[str, torch.dtype, tuple]]:
     """``(name, dtype, shape)`` of every tensor `iter_policy_weights` yields, in order, without gathering anything:
     ZeRO-3 parameters know their full shape (``ds_shape``), FSDP2's DTensors report theirs. ``dtype`` overrides the
     parameters' own (what a receiver will be sent)."""

@@ -70,7 +70,8 @@ class Server:
         ids = prompt + completion
         body = {"model": self.model_path, "prompt": [ids], "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
         choice = requests.post(self.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
-        return torch.tensor([choice["prompt_logprobs"][i][str(ids[i])]["logprob"] for i in range(len(prompt), len(ids))])
+        return torch.tensor([choice["prompt_logprobs"][i][str(ids[i])]["logprob"]
+                             for i in range(len(prompt), len(ids))])
 
 
 @pytest.fixture(scope="module")
