@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainingArguments
 
-from .algorithms import ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES
+from .algorithms import ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, WHITENING_LEVELS
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,14 @@ class GRPOConfig(TrainingArguments):
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass."})
     top_k: int = field(default=0, metadata={"help": "Top-k sampling; 0 disables."})
     min_p: float = field(default=0.0, metadata={"help": "Min-p sampling; 0 disables."})
-    repetition_penalty: float = field(default=1.0, metadata={"help": "Repetition penalty; 1 disables."})
+    repetition_penalty: float = field(default=1.0, metadata={
+        "help": "Repetition penalty; 1 disables. The trainer cannot reproduce it in its log-probs, so with vLLM it "
+                "needs vllm_importance_sampling_correction and old_logprobs_from_sampler off."})
+    logprob_sampling_filters: bool = field(default=True, metadata={
+        "help": "Apply top_k, top_p and min_p to the trainer's log-probs as vLLM applies them when sampling (min_p, "
+                "then top_k, then top_p; renormalised over the kept tokens), so the trainer scores the distribution "
+                "the completions were drawn from and the vLLM importance weights are unbiased. False: temperature "
+                "only (TRL), which is refused with those filters and the importance-sampling correction."})
     stop: list[str] | None = field(default=None, metadata={"help": "Extra stop strings besides the EOS token."})
     steps_per_generation: int | None = field(default=None, metadata={
         "help": "Micro-batches served by one generation round; defaults to gradient_accumulation_steps "
@@ -143,6 +150,9 @@ class GRPOConfig(TrainingArguments):
     advantage_estimator: str = field(default="grpo", metadata={
         "help": "grpo (group mean/std), dr_grpo (group mean), rloo (leave-one-out), reinforce_pp (batch baseline)."})
     advantage_eps: float = field(default=1e-4, metadata={"help": "Added to the std in normalised advantages."})
+    reinforce_pp_whitening: str = field(default="sequence", metadata={
+        "help": "reinforce_pp: whiten rewards over the batch's completions (`sequence`, each counts once) or over its "
+                "loss tokens (`token`, each completion weighted by its length, as verl and OpenRLHF do)."})
     loss_type: str = field(default="dapo", metadata={
         "help": "Loss aggregation: grpo (per-sequence mean), bnpo (local token mean), dapo (global token mean), "
                 "dr_grpo (sum / (batch * max_completion_length))."})
@@ -154,7 +164,17 @@ class GRPOConfig(TrainingArguments):
     num_iterations: int = field(default=1, metadata={
         "help": "Passes over each generated batch (mu in the GRPO paper); > 1 uses old log-probs."})
     beta: float = field(default=0.0, metadata={"help": "KL coefficient to the reference model; 0 loads no reference."})
-    kl_estimator: str = field(default="k3", metadata={"help": "KL estimator: k1, k2 or k3."})
+    kl_estimator: str = field(default="k3", metadata={
+        "help": "KL estimator: k1, k2, k3, or k3+ (verl: k3's value with k2's gradient, which is the KL's gradient "
+                "on-policy; k3's own gradient is not)."})
+    use_bias_correction_kl: bool | None = field(default=None, metadata={
+        "help": "TRL's option: multiply the KL term by the importance ratio (with its gradient), which makes the k1 "
+                "and k3 KL gradients unbiased, on-policy and with num_iterations > 1. None: on for k1 and k3 (TRL's "
+                "default), off for k2 and k3+, whose gradients it would bias (setting it true for those is an error)."})
+    disable_dropout: bool = field(default=True, metadata={
+        "help": "Set every dropout probability of the policy to 0 (nn.Dropout modules, LoRA's lora_dropout included, "
+                "and attention dropout), so that old-policy, current and reference log-probs are the same "
+                "deterministic function and the ratios carry no dropout noise. TRL's option; TRL defaults to false."})
     mask_truncated_completions: bool = field(default=False, metadata={
         "help": "Exclude completions that hit max_completion_length without EOS from the loss (DAPO)."})
     overlong_buffer_length: int | None = field(default=None, metadata={
@@ -347,6 +367,15 @@ class GRPOConfig(TrainingArguments):
         check(self.beta >= 0, f"beta must be >= 0, got {self.beta}")
         check(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
         check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        check(self.top_k >= 0, f"top_k must be >= 0 (0 disables), got {self.top_k}")
+        check(0 <= self.min_p < 1, f"min_p must be in [0, 1), got {self.min_p}")
+        self._check_sampler_logprobs(check)
+        one_of("reinforce_pp_whitening", WHITENING_LEVELS)
+        if self.use_bias_correction_kl is None:
+            self.use_bias_correction_kl = self.kl_estimator in ("k1", "k3")
+        check(not self.use_bias_correction_kl or self.kl_estimator in ("k1", "k3"),
+              f"use_bias_correction_kl weights the KL by the importance ratio, which unbiases the gradients of k1 and "
+              f"k3 but biases kl_estimator={self.kl_estimator!r}'s; set use_bias_correction_kl: false or use k3")
         check(self.logprob_chunk_size >= 1, "logprob_chunk_size must be >= 1")
         if self.overlong_buffer_length is not None:
             check(0 < self.overlong_buffer_length <= self.max_completion_length,
@@ -370,6 +399,23 @@ class GRPOConfig(TrainingArguments):
         check(self.code_memory_mb > 0, f"code_memory_mb must be > 0, got {self.code_memory_mb}")
         check(self.code_workers is None or self.code_workers >= 1,
               f"code_workers must be >= 1 or None (one per CPU), got {self.code_workers}")
+
+    def _check_sampler_logprobs(self, check) -> None:
+        """vLLM's log-probs include every sampling transform; the trainer's include temperature and (with
+        logprob_sampling_filters) top_k/top_p/min_p. Refuse ratios between the two when they cannot agree."""
+        uses_sampler_logprobs = self.generation_backend == "vllm" and (
+            self.vllm_importance_sampling_correction or self.old_logprobs_from_sampler)
+        if not uses_sampler_logprobs:
+            return
+        off = "set vllm_importance_sampling_correction: false and old_logprobs_from_sampler: false"
+        check(self.repetition_penalty == 1.0,
+              f"repetition_penalty={self.repetition_penalty} changes vLLM's sampling log-probs in a way the trainer's "
+              f"log-probs do not reproduce, which biases the importance ratios; {off}, or drop repetition_penalty")
+        filters = self.top_p < 1 or self.top_k > 0 or self.min_p > 0
+        check(self.logprob_sampling_filters or not filters,
+              f"top_p={self.top_p}, top_k={self.top_k}, min_p={self.min_p} truncate vLLM's sampling distribution, "
+              f"and logprob_sampling_filters=false leaves the trainer's log-probs untruncated, which biases the "
+              f"importance ratios; set logprob_sampling_filters: true, or {off}")
 
     @property
     def prompts_per_generation(self) -> int:

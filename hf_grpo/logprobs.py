@@ -12,6 +12,13 @@ Two paths (``logprob_path``):
   at a time. Needed under ZeRO-3 and FSDP2, where the head's weights exist whole only inside the forward (a head
   called once per chunk would gather them once per chunk, a different number of times on each rank: a hang).
 
+Sampling filters (`SamplingFilters`): vLLM returns the log-probs of the distribution it sampled from, i.e. after
+temperature *and* min_p/top_k/top_p truncation, renormalised over the kept tokens. With those filters on, the trainer
+applies the same truncation to its own logits (the kept set is computed from the trainer's logits, always including
+the sampled token) so that the importance ratio pi_trainer / pi_vllm compares like with like; TRL applies only the
+temperature, which biases that ratio by the mass of the dropped tokens. The gradient then flows through the
+renormalisation over the kept set: the policy being optimised is the truncated one that generated the data.
+
 Families that transform the head's output (Gemma-2/3 ``final_logit_softcapping``, Cohere ``logit_scale``, Granite
 ``logits_scaling``) get the same transform in the chunked path (`LogitTransform`). Invariant relied on: the last
 entry of ``hidden_states`` is the *normed* final hidden state that the output embedding consumes. Both are checked
@@ -50,26 +57,67 @@ class LogitTransform:
         return logits
 
 
-def _logits_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
-                     with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class SamplingFilters:
+    """vLLM's sampling truncation of temperature-scaled logits, in vLLM's order: min_p, then top_k, then top_p."""
+    top_k: int = 0                        # 0: off
+    top_p: float = 1.0                    # 1: off
+    min_p: float = 0.0                    # 0: off
+
+    @classmethod
+    def from_config(cls, args) -> "SamplingFilters | None":
+        """The config's filters, or None when none is on (the log-probs are then plain temperature log-probs)."""
+        filters = cls(top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+        return filters if filters.top_k > 0 or filters.top_p < 1 or filters.min_p > 0 else None
+
+    @torch.no_grad()
+    def kept(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """``[c, V]`` bool: the tokens the sampler could draw at each position. ``logits`` ``[c, V]`` are already
+        divided by the temperature; each ``targets`` token ``[c]`` is kept whatever its rank, so that a token vLLM
+        drew at a boundary its logits placed differently keeps a finite log-prob."""
+        keep = torch.ones_like(logits, dtype=torch.bool)                          # [c, V]
+        if self.min_p > 0:
+            probs = logits.softmax(dim=-1)                                        # [c, V]
+            keep = probs >= self.min_p * probs.amax(dim=-1, keepdim=True)
+        if self.top_k > 0 or self.top_p < 1:
+            vocab = logits.shape[-1]
+            ascending, order = logits.masked_fill(~keep, float("-inf")).sort(dim=-1)   # [c, V] each
+            drop = torch.zeros_like(keep)                                         # [c, V] in sorted order
+            if 0 < self.top_k < vocab:
+                kth = ascending[:, vocab - self.top_k].unsqueeze(-1)              # [c, 1] k-th largest (ties kept)
+                drop = ascending < kth
+            if self.top_p < 1:
+                # Drop the smallest tokens while their cumulative mass stays <= 1 - top_p; never the largest.
+                mass = ascending.masked_fill(drop, float("-inf")).softmax(dim=-1).cumsum(dim=-1)   # [c, V]
+                drop = drop | (mass <= 1 - self.top_p)
+                drop[:, -1] = False
+            keep = keep & ~torch.empty_like(drop).scatter_(-1, order, drop)       # [c, V] back to vocab order
+        return keep.scatter_(-1, targets.unsqueeze(-1), True)
+
+
+def _logits_logprobs(filters: SamplingFilters | None, logits: torch.Tensor, targets: torch.Tensor,
+                     temperature: float, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
     logits = logits.float() / temperature                                # [c, V]
+    if filters is not None:
+        logits = logits.masked_fill(~filters.kept(logits, targets), float("-inf"))   # [c, V]
     logz = torch.logsumexp(logits, dim=-1)                               # [c]
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz   # [c]
     if with_entropy:
         with torch.no_grad():
             probs = torch.softmax(logits, dim=-1)                        # [c, V]
-            entropy = logz - (probs * logits).sum(-1)                    # [c]
+            entropy = logz - torch.where(probs > 0, probs * logits, 0.0).sum(-1)   # [c] (0 * -inf is not 0)
     else:
         entropy = torch.zeros_like(logz)
     return logp, entropy
 
 
-def _head_logprobs(head: torch.nn.Module, transform: LogitTransform, hidden: torch.Tensor, targets: torch.Tensor,
-                   temperature: float, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _head_logprobs(head: torch.nn.Module, transform: LogitTransform, filters: SamplingFilters | None,
+                   hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
     # Under mixed precision accelerate hands back float32 hidden states while a bf16 model's head is bf16: cast to
     # the head's dtype, as the model's own forward would have computed it (an autocast region casts again anyway).
     logits = transform(head(hidden.to(head.weight.dtype)))               # [c, V]
-    return _logits_logprobs(logits, targets, temperature, with_entropy)
+    return _logits_logprobs(filters, logits, targets, temperature, with_entropy)
 
 
 def _chunked(fn, *args, inputs: torch.Tensor, targets: torch.Tensor, chunk_size: int, temperature: float,
@@ -92,7 +140,8 @@ def _chunked(fn, *args, inputs: torch.Tensor, targets: torch.Tensor, chunk_size:
 def completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, input_ids: torch.Tensor,
                         attention_mask: torch.Tensor, completion_length: int, *, temperature: float = 1.0,
                         chunk_size: int = 1024, with_entropy: bool = True,
-                        transform: LogitTransform = LogitTransform()) -> tuple[torch.Tensor, torch.Tensor]:
+                        transform: LogitTransform = LogitTransform(),
+                        filters: SamplingFilters | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (and entropy) of the last ``completion_length`` tokens of each row.
 
     Args:
@@ -102,6 +151,7 @@ def completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, in
         attention_mask: ``[B, P + C]``.
         completion_length: ``C``.
         transform: the model's logit transform (chunked path only; the model path gets it from the model).
+        filters: the sampler's top_k/top_p/min_p truncation to renormalise over (see the module docstring), or None.
     Returns:
         ``([B, C] log-probs, [B, C] entropy)``; entropy is detached (a metric), zeros if not requested.
     """
@@ -112,14 +162,14 @@ def completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, in
         out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=C + 1, use_cache=False)
         logits = out.logits[:, :-1, :]                                   # [B, C, V] positions that predict completions
         flat = logits.reshape(-1, logits.shape[-1])                      # [B*C, V]
-        logp, entropy = _chunked(_logits_logprobs, inputs=flat, targets=targets.reshape(-1), chunk_size=chunk_size,
-                                 temperature=temperature, with_entropy=with_entropy)
+        logp, entropy = _chunked(_logits_logprobs, filters, inputs=flat, targets=targets.reshape(-1),
+                                 chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
     else:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
                     logits_to_keep=1, use_cache=False)
         hidden = out.hidden_states[-1][:, -C - 1:-1, :]                  # [B, C, H] states that predict completions
         flat = hidden.reshape(-1, hidden.shape[-1])                      # [B*C, H]
-        logp, entropy = _chunked(_head_logprobs, head, transform, inputs=flat, targets=targets.reshape(-1),
+        logp, entropy = _chunked(_head_logprobs, head, transform, filters, inputs=flat, targets=targets.reshape(-1),
                                  chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
     return logp.view(batch, C), entropy.view(batch, C).detach()          # [B, C] each
 

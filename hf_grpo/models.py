@@ -78,3 +78,20 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     return AutoModelForCausalLM.from_pretrained(resolve_model_path(name_or_path), **kwargs)
+
+
+def disable_dropout(model: torch.nn.Module) -> int:
+    """Set every dropout probability in ``model`` to 0; returns how many were non-zero.
+
+    Covers ``nn.Dropout`` modules (hidden dropout, PEFT's ``lora_dropout``) and the float ``attention_dropout``
+    attribute that transformers' attention modules pass to the attention kernel while training.
+    """
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout) and module.p > 0:
+            module.p = 0.0
+            changed += 1
+        if isinstance(getattr(module, "attention_dropout", None), float) and module.attention_dropout > 0:
+            module.attention_dropout = 0.0
+            changed += 1
+    return changed

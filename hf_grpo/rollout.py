@@ -35,6 +35,11 @@ class RolloutBatch:
     sampling_logprobs: list[list[float]] | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def scored(self) -> torch.Tensor:
+        """``[P*G]`` bool: False where every reward function returned None (such rows get advantage 0)."""
+        return ~torch.isnan(self.rewards_per_func).all(dim=1)
+
     def select_groups(self, keep: list[int], num_generations: int) -> "RolloutBatch":
         rows_idx = [g * num_generations + k for g in keep for k in range(num_generations)]
         pick = torch.tensor(rows_idx, dtype=torch.long)

@@ -24,7 +24,7 @@ from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import rotate_checkpoints
 
 from .algorithms import (batch_whitened_advantages, group_advantages, group_std, logp_difference, masked_mean,
-                         policy_loss, truncated_importance_weights)
+                         policy_loss, truncated_importance_weights, whitening_mean_std, whitening_sums)
 from .batching import build_samples, collate, split_microbatches
 from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
@@ -33,10 +33,10 @@ from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_re
                           zero3_init_disabled)
 from .evaluation import evaluate_rows
 from .generation import SamplingParams, build_generator
-from .logprobs import LogitTransform, chunked_path_matches, completion_logprobs
+from .logprobs import LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs
 from .metrics import MetricsBuffer
 from .model_card import model_card_text
-from .models import load_model, load_tokenizer, resolve_model_path
+from .models import disable_dropout, load_model, load_tokenizer, resolve_model_path
 from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward_function
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
@@ -68,6 +68,8 @@ class DistributedGRPOTrainer(Trainer):
         if peft_config is not None:
             from peft import get_peft_model
             model = get_peft_model(model, peft_config)
+        if args.disable_dropout:     # old, current and reference log-probs: one deterministic function
+            logger.info("disable_dropout: %d dropout probabilities set to 0", disable_dropout(model))
 
         funcs = reward_funcs if reward_funcs is not None else args.reward_funcs
         if not funcs:
@@ -99,6 +101,7 @@ class DistributedGRPOTrainer(Trainer):
         self._reference_checked = self.ref_model is None
         self._chunked_logprobs: bool | None = None     # decided at the first log-prob pass (_choose_logprob_path)
         self._logit_transform = LogitTransform.from_config(self.accelerator.unwrap_model(self.model).config)
+        self._sampling_filters = SamplingFilters.from_config(args) if args.logprob_sampling_filters else None
         if args.logprob_path == "chunked" and (is_zero3(self.accelerator) or is_fsdp(self.accelerator)):
             raise ValueError("GRPOConfig: logprob_path=chunked calls the output head outside the model's forward, "
                              "where ZeRO-3 and FSDP hold only a shard of its weights; use logprob_path: auto or model")
@@ -191,7 +194,7 @@ class DistributedGRPOTrainer(Trainer):
                 raise error
             raise RewardFunctionError("a reward function failed on another process (its error is in that "
                                       "process's log)", function_name="<other process>")
-        advantages = self._advantages(batch.rewards)                                      # [P*G]
+        advantages = self._advantages(batch)                                      # [P*G]
         samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
                                 args.mask_truncated_completions, batch.sampling_logprobs)
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
@@ -231,18 +234,23 @@ class DistributedGRPOTrainer(Trainer):
                          self.state.global_step + 1, self.state.global_step)
             self._save_checkpoint(self.model, trial=None)
 
-    def _advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        args = self.args
+    def _advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[P*G]`` advantages; completions no reward function scored get 0 and stay out of the statistics."""
+        args, scored = self.args, batch.scored                                           # [P*G] bool
         if args.advantage_estimator != "reinforce_pp":
-            return group_advantages(rewards, args.num_generations, args.advantage_estimator, args.advantage_eps)
-        # REINFORCE++: whiten with the mean/std of the whole step's batch over all processes.
-        stats = torch.tensor([rewards.sum(), rewards.pow(2).sum(), rewards.numel()], dtype=torch.float64)
+            return group_advantages(batch.rewards, args.num_generations, args.advantage_estimator,
+                                    args.advantage_eps, valid=scored)
+        # REINFORCE++: whiten with the mean/std of the whole step's batch over all processes, per sequence or per
+        # loss token (a completion masked out of the loss has no tokens there).
+        weights = scored.double()                                                        # [P*G]
+        if args.reinforce_pp_whitening == "token":
+            weights = weights * torch.tensor([len(c) if done or not args.mask_truncated_completions else 0
+                                              for c, done in zip(batch.completion_ids, batch.finished)])
+        sums = whitening_sums(batch.rewards, weights)                                     # [3]
         if self.accelerator.num_processes > 1:
-            stats = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum").cpu()
-        total, sq, count = stats.tolist()
-        mean = total / count
-        std = max(sq / count - mean * mean, 0.0) ** 0.5
-        return batch_whitened_advantages(rewards, mean, std, args.advantage_eps)
+            sums = self.accelerator.reduce(sums.to(self.accelerator.device), reduction="sum").cpu()
+        mean, std = whitening_mean_std(sums)
+        return batch_whitened_advantages(batch.rewards, mean, std, args.advantage_eps, valid=scored)
 
     @torch.no_grad()
     def _add_logprob_inputs(self, micro: list[dict]) -> None:
@@ -303,7 +311,8 @@ class DistributedGRPOTrainer(Trainer):
         head = unwrapped.get_output_embeddings() if self._chunked_logprobs else None
         return completion_logprobs(model, head, inputs["input_ids"], inputs["attention_mask"], completion_length,
                                    temperature=self.args.temperature, chunk_size=self.args.logprob_chunk_size,
-                                   with_entropy=with_entropy, transform=self._logit_transform)
+                                   with_entropy=with_entropy, transform=self._logit_transform,
+                                   filters=self._sampling_filters)
 
     @torch.no_grad()
     def _choose_logprob_path(self, inputs: dict, completion_length: int) -> bool:
@@ -369,14 +378,18 @@ class DistributedGRPOTrainer(Trainer):
                           importance_sampling_level=args.importance_sampling_level, beta=args.beta, ref_logp=ref_logp,
                           kl_estimator=args.kl_estimator, max_completion_length=args.max_completion_length,
                           token_normalizer=inputs["token_normalizer"], num_sequences=inputs["num_sequences"],
-                          num_tokens=inputs["num_tokens"], is_weights=is_weights)
+                          num_tokens=inputs["num_tokens"], is_weights=is_weights,
+                          use_bias_correction_kl=args.use_bias_correction_kl)
         m = self._metrics
         m.add("entropy", masked_mean(entropy, mask))
         m.add("clip_ratio/low_mean", masked_mean(out.low_clipped.float(), mask))
         m.add("clip_ratio/high_mean", masked_mean(out.high_clipped.float(), mask))
         m.add("clip_ratio/region_mean", masked_mean((out.low_clipped | out.high_clipped).float(), mask))
+        # Tokens whose log-ratio or KL hit verl's numerical clamps (their gradient through it is 0): counted.
+        m.add("numerics/log_ratio_clamped_tokens", (out.ratio_clamped * mask).sum(), reduce="sum")
         if out.kl is not None:
             m.add("kl", masked_mean(out.kl, mask))
+            m.add("numerics/kl_clamped_tokens", (out.kl_clamped * mask).sum(), reduce="sum")
         return (out.loss, None) if return_outputs else out.loss
 
     # ---- logging ------------------------------------------------------------------------------------------------
@@ -385,15 +398,16 @@ class DistributedGRPOTrainer(Trainer):
         lengths = torch.tensor([len(c) for c in batch.completion_ids], dtype=torch.float32)   # [P*G]
         finished = torch.tensor(batch.finished, dtype=torch.bool)                             # [P*G]
         m = self._metrics
-        m.add("reward", batch.rewards.mean())
-        m.add("reward_std", batch.rewards.std() if batch.rewards.numel() > 1 else 0.0)
+        scored = batch.rewards[batch.scored]               # unscored rows stay out of the reward statistics (TRL)
+        m.add("reward", scored.mean() if scored.numel() else 0.0)
+        m.add("reward_std", scored.std() if scored.numel() > 1 else 0.0)
         for j, name in enumerate(self.reward_runner.names):
             col = batch.rewards_per_func[:, j]                                                 # [P*G]
             valid = col[~torch.isnan(col)]
             m.add(f"rewards/{name}/mean", valid.mean() if valid.numel() else 0.0)
             m.add(f"rewards/{name}/std", valid.std() if valid.numel() > 1 else 0.0)
-        # Rows for which every reward function returned None get reward 0: count them, never drop them silently.
-        m.add("rewards/all_none_rows", float(torch.isnan(batch.rewards_per_func).all(dim=1).sum()))
+        # Rows for which every reward function returned None get advantage 0: count them, never drop them silently.
+        m.add("rewards/all_none_rows", float((~batch.scored).sum()))
         m.add("frac_reward_zero_std", (group_std(batch.rewards, G) < 1e-6).float().mean())
         m.add("advantages/abs_mean", advantages.abs().mean())
         m.add("completions/mean_length", lengths.mean())

@@ -95,6 +95,6 @@ def test_bf16_model_under_bf16_autocast_gets_float32_hidden_states():
         out = model(input_ids=input_ids, output_hidden_states=True)
     hidden = out.hidden_states[-1].float()[:, -6:-1]                                     # what accelerate returns
     from hf_grpo.logprobs import LogitTransform, _head_logprobs
-    logp, _ = _head_logprobs(model.get_output_embeddings(), LogitTransform(), hidden.reshape(-1, hidden.shape[-1]),
-                             input_ids[:, -5:].reshape(-1), 1.0, False)
+    logp, _ = _head_logprobs(model.get_output_embeddings(), LogitTransform(), None,
+                             hidden.reshape(-1, hidden.shape[-1]), input_ids[:, -5:].reshape(-1), 1.0, False)
     assert logp.dtype == torch.float32 and torch.isfinite(logp).all()

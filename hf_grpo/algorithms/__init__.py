@@ -1,6 +1,7 @@
 """Pure tensor functions for GRPO-family algorithms: advantages, losses, reward shaping."""
 
-from .advantages import ADVANTAGE_ESTIMATORS, batch_whitened_advantages, group_advantages, group_std
+from .advantages import (ADVANTAGE_ESTIMATORS, WHITENING_LEVELS, batch_whitened_advantages, group_advantages, group_std,
+                         whitening_mean_std, whitening_sums)
 from .losses import (IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, PolicyLossOutput, aggregate, kl_penalty,
                      masked_mean, policy_loss)
 from .mismatch import logp_difference, truncated_importance_weights
@@ -8,7 +9,8 @@ from .shaping import dynamic_sampling_keep, group_success_rate, overlong_penalty
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "IMPORTANCE_SAMPLING_LEVELS", "KL_ESTIMATORS", "LOSS_TYPES", "PolicyLossOutput",
-    "aggregate", "batch_whitened_advantages", "dynamic_sampling_keep", "group_advantages", "group_std",
-    "group_success_rate", "kl_penalty", "logp_difference", "masked_mean", "overlong_penalty", "policy_loss", "truncated_completion_mask",
-    "truncated_importance_weights",
+    "WHITENING_LEVELS", "aggregate", "batch_whitened_advantages", "dynamic_sampling_keep", "group_advantages",
+    "group_std", "group_success_rate", "kl_penalty", "logp_difference", "masked_mean", "overlong_penalty",
+    "policy_loss", "truncated_completion_mask", "truncated_importance_weights", "whitening_mean_std",
+    "whitening_sums",
 ]

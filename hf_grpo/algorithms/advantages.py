@@ -9,6 +9,13 @@ Departures from the papers:
 - REINFORCE++ (Hu, 2025) folds a per-token KL penalty into the reward. We keep the KL (if any) in the loss,
   as GRPO does, and implement only its baseline: the batch mean and std over the *global* batch (all ranks).
   The caller passes those global statistics so the function itself stays pure and single-process.
+  Whitening is per ``sequence`` by default: every completion counts once in the mean and std. verl and OpenRLHF
+  whiten per ``token`` (each completion's outcome reward weighted by its number of loss tokens); that is offered
+  as ``reinforce_pp_whitening: token`` for parity. The default is per sequence because with an outcome reward a
+  completion is one sample of the return, and token weighting lets long completions set the baseline (the length
+  bias Dr.GRPO removes from the loss). Both use the population std (N, not N - 1).
+- Completions that no reward function scored (every function returned ``None``) are left out of their group's
+  (or the batch's) statistics and get advantage 0, as in TRL; ``valid`` marks the scored ones.
 - RLOO (Ahmadian et al., 2024) uses the leave-one-out mean, unscaled.
 """
 
@@ -17,10 +24,11 @@ from __future__ import annotations
 import torch
 
 ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp")
+WHITENING_LEVELS = ("sequence", "token")
 
 
 def group_advantages(rewards: torch.Tensor, num_generations: int, estimator: str = "grpo",
-                     eps: float = 1e-4) -> torch.Tensor:
+                     eps: float = 1e-4, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Per-completion advantages for the group-based estimators (``grpo``, ``dr_grpo``, ``rloo``).
 
     Args:
@@ -28,37 +36,62 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, estimator: str
         num_generations: ``G``, completions per prompt.
         estimator: ``grpo`` (mean/std), ``dr_grpo`` (mean only, Liu et al. 2025), ``rloo`` (leave-one-out).
         eps: added to the std (``grpo`` only) so a zero-variance group gets zero advantage, not NaN.
+        valid: optional ``[N*G]`` bool, False for unscored completions: they are left out of their group's mean,
+            std and leave-one-out means, and get advantage 0. A group with fewer than two valid completions has no
+            spread, so all its advantages are 0.
     Returns:
         ``[N*G]`` advantages, same dtype as ``rewards``.
     """
     if rewards.numel() % num_generations:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of num_generations={num_generations}")
+    if estimator not in ("grpo", "dr_grpo", "rloo"):
+        raise ValueError(f"group_advantages: unknown estimator {estimator!r}; expected grpo, dr_grpo or rloo")
+    if estimator == "rloo" and num_generations < 2:
+        raise ValueError("rloo needs num_generations >= 2 (the leave-one-out mean of one sample is undefined)")
     grouped = rewards.view(-1, num_generations)                        # [N, G]
-    mean = grouped.mean(dim=1, keepdim=True)                           # [N, 1]
+    keep = torch.ones_like(grouped) if valid is None else valid.view(-1, num_generations).to(rewards.dtype)  # [N, G]
+    grouped = grouped * keep                                           # [N, G] unscored rewards contribute nothing
+    count = keep.sum(dim=1, keepdim=True)                              # [N, 1]
+    total = grouped.sum(dim=1, keepdim=True)                           # [N, 1]
+    mean = total / count.clamp(min=1.0)                                # [N, 1]
     if estimator == "grpo":
-        # G == 1 has no spread: std would be NaN, and the advantage is 0 by construction.
-        std = grouped.std(dim=1, keepdim=True) if num_generations > 1 else torch.zeros_like(mean)
-        adv = (grouped - mean) / (std + eps)                           # [N, G]
+        # Bessel-corrected std over the valid members; fewer than two have no spread (std 0, and r - mean = 0).
+        var = ((grouped - mean).pow(2) * keep).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1.0)  # [N, 1]
+        adv = (grouped - mean) / (var.sqrt() + eps)                    # [N, G]
     elif estimator == "dr_grpo":
         adv = grouped - mean                                           # [N, G]
-    elif estimator == "rloo":
-        if num_generations < 2:
-            raise ValueError("rloo needs num_generations >= 2 (the leave-one-out mean of one sample is undefined)")
-        loo_mean = (grouped.sum(dim=1, keepdim=True) - grouped) / (num_generations - 1)   # [N, G]
-        adv = grouped - loo_mean                                       # [N, G]
     else:
-        raise ValueError(f"group_advantages: unknown estimator {estimator!r}; expected grpo, dr_grpo or rloo")
-    return adv.reshape(-1)                                             # [N*G]
+        loo_mean = (total - grouped) / (count - 1).clamp(min=1.0)      # [N, G]
+        adv = (grouped - loo_mean) * (count >= 2)                      # [N, G]
+    return (adv * keep).reshape(-1)                                    # [N*G]
+
+
+def whitening_sums(rewards: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``[3]`` float64 sums ``(sum w*r, sum w*r^2, sum w)`` of this process's completions, for REINFORCE++'s global
+    mean and std: add them over processes, then `whitening_mean_std`. ``weights`` ``[N]``: 1 per completion for
+    sequence whitening, its loss-token count for token whitening, 0 for unscored completions."""
+    r, w = rewards.double(), weights.double()                          # [N] each
+    return torch.stack([(w * r).sum(), (w * r * r).sum(), w.sum()])    # [3]
+
+
+def whitening_mean_std(sums: torch.Tensor) -> tuple[float, float]:
+    """Mean and population std from `whitening_sums` (0, 0 when nothing was counted)."""
+    total, sq, count = sums.tolist()
+    if count <= 0:
+        return 0.0, 0.0
+    mean = total / count
+    return mean, max(sq / count - mean * mean, 0.0) ** 0.5
 
 
 def batch_whitened_advantages(rewards: torch.Tensor, batch_mean: float, batch_std: float,
-                              eps: float = 1e-4) -> torch.Tensor:
+                              eps: float = 1e-4, valid: torch.Tensor | None = None) -> torch.Tensor:
     """REINFORCE++ baseline: subtract the global batch mean and divide by the global batch std.
 
-    ``batch_mean``/``batch_std`` are computed over every completion of the step on every rank (see
-    ``hf_grpo.distributed.global_mean_std``); passing them in keeps this function pure.
+    ``batch_mean``/``batch_std`` are computed over every completion of the step on every process (`whitening_sums`,
+    summed over processes); passing them in keeps this function pure. ``valid`` as in `group_advantages`.
     """
-    return (rewards - batch_mean) / (batch_std + eps)                  # [N*G]
+    adv = (rewards - batch_mean) / (batch_std + eps)                   # [N*G]
+    return adv if valid is None else adv * valid.to(adv.dtype)
 
 
 def group_std(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:

@@ -6,7 +6,10 @@ Every tensor is per completion token: ``[B, T]`` with ``B`` completions of (padd
 Loss aggregation (``loss_type``; names follow TRL where they overlap):
 - ``grpo``: mean over each sequence's tokens, then mean over sequences (the GRPO paper). Long and short
   answers weigh the same per sequence, which biases towards longer wrong answers (Dr.GRPO's critique).
-- ``bnpo``: sum over all tokens / active tokens of the *local* micro-batch.
+- ``bnpo``: sum over all tokens / active tokens of *this process's* batch. Called alone, that is the micro-batch's
+  own count (TRL's bnpo). The trainer passes ``num_tokens`` = this process's active tokens of the optimizer step
+  divided by its accumulation steps, so that after ``Trainer`` averages the micro-batches the step's loss is the
+  process-local token mean of the whole step, however its samples were split into micro-batches.
 - ``dapo``: sum over all tokens / active tokens of the *global* batch (all ranks, all accumulation steps),
   passed in as ``token_normalizer`` so the function stays pure.
 - ``dr_grpo``: sum over all tokens / (B * max_completion_length), a constant.
@@ -16,7 +19,14 @@ Departures from the papers:
   token so that the same aggregation code applies (per sequence all tokens then carry the same value, so
   ``grpo`` aggregation reproduces the paper's per-sequence objective exactly).
 - The KL term is added per token before aggregation (as in GRPO and TRL), with k1/k2/k3 estimators of
-  KL(pi || pi_ref) (Schulman, 2020).
+  KL(pi || pi_ref) (Schulman, 2020). k3's value is an unbiased KL estimate but its *gradient* is not the KL's
+  gradient; ``k3+`` (verl) keeps k3's value and takes k2's gradient (straight-through), which is the KL's gradient
+  in expectation on-policy. ``use_bias_correction_kl`` (TRL) multiplies the KL by the importance ratio, which
+  corrects its expectation when the samples come from an older policy (``num_iterations > 1``).
+- Numerical guards, as verl: the log-ratio is clamped to +-LOG_RATIO_CLAMP before ``exp`` (an extreme ratio times
+  a zero advantage would otherwise be ``inf * 0 = NaN`` in the loss), the ``ref - logp`` difference likewise, and
+  the k3 value to [-K3_CLAMP, K3_CLAMP]. Clamped positions get no gradient through the clamped quantity; they are
+  returned as masks so the trainer counts them.
 - ``is_weights`` (the truncated importance ratio between the trainer and a separate sampler such as vLLM)
   multiply the per-token loss and carry no gradient.
 """
@@ -28,23 +38,36 @@ from dataclasses import dataclass
 import torch
 
 LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
-KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_ESTIMATORS = ("k1", "k2", "k3", "k3+")
+LOG_RATIO_CLAMP = 20.0     # exp(20) ~ 4.9e8: finite in float32, and far outside any clip range
+K3_CLAMP = 10.0
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
-    """Per-token estimate of KL(pi || pi_ref) from samples of pi, with ``d = ref_logp - logp``.
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor,
+               estimator: str = "k3") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token estimate of KL(pi || pi_ref) from samples of pi, with ``d = ref_logp - logp``, and where it clamped.
 
-    k1 = -d (unbiased, high variance, can be negative); k2 = d^2 / 2; k3 = exp(d) - d - 1 (unbiased, >= 0).
+    k1 = -d (unbiased, high variance, can be negative); k2 = d^2 / 2; k3 = exp(d) - d - 1 (unbiased, >= 0);
+    k3+ = k3's value with k2's gradient. ``d`` is clamped to +-LOG_RATIO_CLAMP and k3 to +-K3_CLAMP (verl's guards).
+    Returns ``([B, T] estimate, [B, T] bool: a clamp was active)``.
     """
-    d = ref_logp - logp                                                # [B, T]
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"unknown kl_estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
+    raw = ref_logp - logp                                              # [B, T]
+    d = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)                   # [B, T]
+    clamped = raw.detach().abs() > LOG_RATIO_CLAMP                     # [B, T]
     if estimator == "k1":
-        return -d
+        return -d, clamped
     if estimator == "k2":
-        return 0.5 * d.pow(2)
+        return 0.5 * d.pow(2), clamped
+    k3 = torch.exp(d) - d - 1.0                                        # [B, T]
+    clamped = clamped | (k3.detach().abs() > K3_CLAMP)
+    k3 = k3.clamp(-K3_CLAMP, K3_CLAMP)
     if estimator == "k3":
-        return torch.exp(d) - d - 1.0
-    raise ValueError(f"unknown kl_estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
+        return k3, clamped
+    k2 = 0.5 * d.pow(2)                                                # [B, T] carries the gradient
+    return k2 - k2.detach() + k3.detach(), clamped
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -84,7 +107,9 @@ class PolicyLossOutput:
     ratio: torch.Tensor         # [B, T] importance ratio actually clipped (token or broadcast sequence level)
     low_clipped: torch.Tensor   # [B, T] bool: ratio < 1 - eps_low where the advantage is negative
     high_clipped: torch.Tensor  # [B, T] bool: ratio > 1 + eps_high where the advantage is positive
-    kl: torch.Tensor | None     # [B, T] per-token KL estimate, or None when beta == 0
+    kl: torch.Tensor | None     # [B, T] per-token KL term (bias-corrected if asked), or None when beta == 0
+    ratio_clamped: torch.Tensor  # [B, T] bool: |log-ratio| exceeded LOG_RATIO_CLAMP
+    kl_clamped: torch.Tensor     # [B, T] bool: a KL clamp was active (all False when beta == 0)
 
 
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
@@ -92,7 +117,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
                 importance_sampling_level: str = "token", beta: float = 0.0, ref_logp: torch.Tensor | None = None,
                 kl_estimator: str = "k3", max_completion_length: int | None = None,
                 token_normalizer: float | torch.Tensor | None = None, num_sequences: int | None = None,
-                num_tokens: float | None = None, is_weights: torch.Tensor | None = None) -> PolicyLossOutput:
+                num_tokens: float | None = None, is_weights: torch.Tensor | None = None,
+                use_bias_correction_kl: bool = False) -> PolicyLossOutput:
     """Clipped surrogate loss  -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A) (+ beta * KL).
 
     Args:
@@ -103,13 +129,16 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         mask: ``[B, T]`` 1.0 on completion tokens that count for the loss.
         importance_sampling_level: ``token`` (PPO/GRPO) or ``sequence`` (GSPO).
         is_weights: optional ``[B, T]`` detached correction weights (train/inference mismatch).
+        use_bias_correction_kl: multiply the KL term by the (token or sequence) importance ratio, with its gradient.
         num_sequences, num_tokens: denominators to use instead of this batch's own counts (see `aggregate`).
     """
     if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
         raise ValueError(f"unknown importance_sampling_level {importance_sampling_level!r}; "
                          f"expected one of {IMPORTANCE_SAMPLING_LEVELS}")
     mask = mask.to(logp.dtype)
-    log_ratio = logp - old_logp                                        # [B, T]
+    raw_log_ratio = logp - old_logp                                    # [B, T]
+    ratio_clamped = raw_log_ratio.detach().abs() > LOG_RATIO_CLAMP      # [B, T]
+    log_ratio = raw_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # [B, T]
     if importance_sampling_level == "sequence":
         seq_log_ratio = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)   # [B]
         log_ratio = seq_log_ratio.unsqueeze(-1).expand_as(logp)        # [B, T]
@@ -121,10 +150,13 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     if is_weights is not None:
         per_token = per_token * is_weights.detach()
     kl = None
+    kl_clamped = torch.zeros_like(ratio_clamped)
     if beta != 0.0:
         if ref_logp is None:
             raise ValueError("beta != 0 needs ref_logp (log-probs under the reference model)")
-        kl = kl_penalty(logp, ref_logp, kl_estimator)                 # [B, T]
+        kl, kl_clamped = kl_penalty(logp, ref_logp, kl_estimator)     # [B, T] each
+        if use_bias_correction_kl:
+            kl = kl * ratio                                            # [B, T] E_old[r * kl] = E_current[kl]
         per_token = per_token + beta * kl
     loss = aggregate(per_token, mask, loss_type, max_completion_length=max_completion_length,
                      token_normalizer=token_normalizer, num_sequences=num_sequences, num_tokens=num_tokens)
@@ -132,4 +164,5 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         low = (ratio < 1.0 - epsilon_low) & (adv < 0)                   # [B, T]
         high = (ratio > 1.0 + epsilon_high) & (adv > 0)                 # [B, T]
     return PolicyLossOutput(loss=loss, per_token_loss=per_token, ratio=ratio.detach(), low_clipped=low,
-                            high_clipped=high, kl=None if kl is None else kl.detach())
+                            high_clipped=high, kl=None if kl is None else kl.detach(), ratio_clamped=ratio_clamped,
+                            kl_clamped=kl_clamped)

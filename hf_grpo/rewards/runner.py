@@ -118,11 +118,12 @@ class RewardRunner:
     """Runs reward functions on a batch and returns their rewards as an ``[N, F]`` float32 tensor (NaN = None).
 
     After each call: ``last_timings`` maps each name to the function's wall time in seconds,
-    ``last_all_none_count`` is the number of completions for which every function returned None (their total
-    reward is 0, see :meth:`total`), ``last_error_counts`` maps each name to 1 if it raised (handled by
-    ``on_error``) else 0 (``error_counts`` sums those over all calls), and ``last_function_stats`` maps the name of
-    each function object that exposes a ``last_stats`` dict (e.g. ``CodeReward``: runs, timeouts, ...) to a copy of
-    it, for logging. ``names`` are the functions' names, made unique with ``_2``, ``_3`` suffixes.
+    ``last_all_none_count`` is the number of completions for which every function returned None (their total is
+    0, see :meth:`total`; the trainer gives them advantage 0 and leaves them out of the group statistics),
+    ``last_error_counts`` maps each name to 1 if it raised (handled by ``on_error``) else 0 (``error_counts`` sums
+    those over all calls), and ``last_function_stats`` maps the name of each function object that exposes a
+    ``last_stats`` dict (e.g. ``CodeReward``: runs, timeouts, ...) to a copy of it, for logging. ``names`` are the
+    functions' names, made unique with ``_2``, ``_3`` suffixes.
     """
 
     def __init__(self, reward_funcs: list[Callable], reward_weights: list[float] | None = None,
@@ -224,7 +225,8 @@ class RewardRunner:
         if self.last_all_none_count and not self._warned_all_none:
             self._warned_all_none = True  # once: it may be expected (rows no function applies to)
             row = int(all_none.nonzero()[0, 0])
-            logger.warning("%d of %d completions got None from every reward function (%s); their total reward is 0. "
+            logger.warning("%d of %d completions got None from every reward function (%s): they are unscored, get "
+                           "advantage 0 and are left out of their group's statistics. "
                            "First such completion: %s", self.last_all_none_count, n, ", ".join(self.names),
                            _preview(completions[row]))
         return per_func
