@@ -41,7 +41,34 @@ def test_gradient_checkpointing_defaults_to_non_reentrant_when_on(tmp_path):
     assert args.gradient_checkpointing_kwargs == {"use_reentrant": False}
 
 
-@pytest.mark.parametrize("field,value", [("logprob_path", "fused"), ("dtype", "float8")])
+@pytest.mark.parametrize("field,value", [("logprob_path", "fused"), ("dtype", "float8"), ("kl_estimator", "k4"),
+                                         ("reinforce_pp_whitening", "prompt")])
 def test_unknown_choices_are_named(tmp_path, field, value):
     with pytest.raises(ValueError, match=f"{field}={value!r} is not one of"):
         config(tmp_path, **{field: value})
+
+
+def test_bias_corrected_kl_follows_trl_for_k1_k3_and_is_refused_where_it_biases(tmp_path):
+    assert config(tmp_path).use_bias_correction_kl is True                          # k3, TRL's default
+    assert config(tmp_path, kl_estimator="k2").use_bias_correction_kl is False
+    assert config(tmp_path, kl_estimator="k3+").use_bias_correction_kl is False
+    assert config(tmp_path, use_bias_correction_kl=False).use_bias_correction_kl is False
+    with pytest.raises(ValueError, match="biases kl_estimator='k3\\+'"):
+        config(tmp_path, kl_estimator="k3+", use_bias_correction_kl=True)
+
+
+def test_sampler_ratios_the_trainer_cannot_reproduce_are_refused(tmp_path):
+    vllm = dict(generation_backend="vllm")
+    with pytest.raises(ValueError, match="repetition_penalty=1.1 changes vLLM's sampling log-probs"):
+        config(tmp_path, repetition_penalty=1.1, **vllm)
+    with pytest.raises(ValueError, match="logprob_sampling_filters=false leaves the trainer's log-probs untruncated"):
+        config(tmp_path, top_p=0.9, logprob_sampling_filters=False, **vllm)
+    # Allowed: the trainer applies the filters; or no sampler log-probs are used; or the HF backend (no sampler ratio).
+    config(tmp_path, top_p=0.9, top_k=20, min_p=0.05, **vllm)
+    config(tmp_path, top_p=0.9, logprob_sampling_filters=False, vllm_importance_sampling_correction=False, **vllm)
+    config(tmp_path, repetition_penalty=1.1, vllm_importance_sampling_correction=False, **vllm)
+    config(tmp_path, repetition_penalty=1.1, generation_backend="hf")
+    with pytest.raises(ValueError, match="top_k must be >= 0"):
+        config(tmp_path, top_k=-1)
+    with pytest.raises(ValueError, match="min_p must be in"):
+        config(tmp_path, min_p=1.0)

@@ -98,3 +98,62 @@ def test_bf16_model_under_bf16_autocast_gets_float32_hidden_states():
     logp, _ = _head_logprobs(model.get_output_embeddings(), LogitTransform(), None,
                              hidden.reshape(-1, hidden.shape[-1]), input_ids[:, -5:].reshape(-1), 1.0, False)
     assert logp.dtype == torch.float32 and torch.isfinite(logp).all()
+
+
+# ---- sampling filters: the trainer truncates as vLLM does -----------------------------------------------------------
+def vllm_kept(logits, top_k, top_p, min_p):
+    """The tokens vLLM 0.32 can sample: its min_p rule (MinPLogitsProcessor) then its own top-k/top-p function."""
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+    logits = logits.clone()
+    if min_p > 0:
+        probs = logits.softmax(-1)
+        logits[probs < min_p * probs.amax(-1, keepdim=True)] = float("-inf")
+    c = logits.shape[0]
+    k = torch.full((c,), top_k, dtype=torch.long) if top_k else None
+    p = torch.full((c,), top_p) if top_p < 1 else None
+    return torch.isfinite(apply_top_k_top_p_pytorch(logits, k, p))
+
+
+@pytest.mark.parametrize("top_k,top_p,min_p", [(5, 1.0, 0.0), (0, 0.8, 0.0), (0, 1.0, 0.1), (20, 0.9, 0.02)])
+def test_sampling_filters_keep_what_vllm_keeps(top_k, top_p, min_p):
+    from hf_grpo.logprobs import SamplingFilters
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 300, generator=g) * 3                                 # [c, V]
+    expected = vllm_kept(logits, top_k, top_p, min_p)                               # [c, V]
+    targets = logits.argmax(-1)                                                     # always kept by both
+    kept = SamplingFilters(top_k=top_k, top_p=top_p, min_p=min_p).kept(logits, targets)
+    assert torch.equal(kept, expected)
+    assert 0 < kept.sum() < kept.numel()
+
+
+def test_filtered_logprobs_are_renormalised_over_the_kept_tokens_and_keep_the_target():
+    from hf_grpo.logprobs import SamplingFilters, _logits_logprobs
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    top2 = SamplingFilters(top_k=2)
+    logp, entropy = _logits_logprobs(top2, logits, torch.tensor([1]), 1.0, True)
+    assert logp.item() == pytest.approx(torch.log(torch.tensor(0.3 / 0.8)).item(), abs=1e-6)
+    assert entropy.item() == pytest.approx(-(0.625 * torch.log(torch.tensor(0.625)) +
+                                             0.375 * torch.log(torch.tensor(0.375))).item(), abs=1e-6)
+    # A sampled token outside the trainer's kept set (a near-tie vLLM broke the other way) keeps a finite log-prob.
+    logp, _ = _logits_logprobs(top2, logits, torch.tensor([3]), 1.0, False)
+    assert logp.item() == pytest.approx(torch.log(torch.tensor(0.05 / 0.85)).item(), abs=1e-6)
+    # top_p = 0.7: 0.05 + 0.15 <= 0.3 are dropped, 0.3 is kept (vLLM's rule: drop while the ascending mass <= 1 - p).
+    logp, _ = _logits_logprobs(SamplingFilters(top_p=0.7), logits, torch.tensor([0]), 1.0, False)
+    assert logp.item() == pytest.approx(torch.log(torch.tensor(0.5 / 0.8)).item(), abs=1e-6)
+
+
+def test_filtered_logprobs_through_the_model_and_their_gradients():
+    from hf_grpo.logprobs import SamplingFilters
+    model = make_tiny_llama(97)
+    input_ids = torch.randint(3, 97, (2, 9))
+    mask = torch.ones_like(input_ids)
+    filters = SamplingFilters(top_k=10, top_p=0.9)
+    chunked, _ = completion_logprobs(model, model.get_output_embeddings(), input_ids, mask, 4, temperature=0.7,
+                                     chunk_size=3, filters=filters)
+    own, _ = completion_logprobs(model, None, input_ids, mask, 4, temperature=0.7, filters=filters)
+    plain, _ = completion_logprobs(model, None, input_ids, mask, 4, temperature=0.7)
+    torch.testing.assert_close(chunked, own, atol=1e-5, rtol=0)
+    assert torch.isfinite(chunked).all() and (chunked >= plain - 1e-6).all()     # renormalised: never below
+    assert (chunked - plain).abs().max() > 1e-3
+    chunked.sum().backward()
+    assert torch.isfinite(model.model.layers[0].mlp.up_proj.weight.grad).all()

@@ -15,7 +15,8 @@ from tests.helpers.rewards import even_token_reward
 EXPECTED_METRICS = ["loss", "reward", "reward_std", "rewards/even_token_reward/mean", "rewards/even_token_reward/std",
                     "completions/mean_length", "completions/clipped_ratio", "entropy", "clip_ratio/low_mean",
                     "clip_ratio/high_mean", "clip_ratio/region_mean", "frac_reward_zero_std", "num_tokens",
-                    "throughput/tokens_per_s", "timing/generation_s", "grad_norm", "learning_rate"]
+                    "throughput/tokens_per_s", "timing/generation_s", "grad_norm", "learning_rate",
+                    "numerics/log_ratio_clamped_tokens"]
 
 
 def make_config(tmp_path, **overrides):
@@ -63,11 +64,12 @@ def test_training_moves_parameters_and_logs_finite_metrics(tiny_llama_path, tmp_
     dict(loss_type="dr_grpo", advantage_estimator="dr_grpo"),
     dict(loss_type="bnpo", advantage_estimator="rloo", kl_estimator="k2", beta=0.1),
     dict(loss_type="dapo", advantage_estimator="reinforce_pp", num_generations=2),
+    dict(advantage_estimator="reinforce_pp", reinforce_pp_whitening="token", beta=0.04, kl_estimator="k3+"),
     dict(loss_type="grpo", importance_sampling_level="sequence", num_iterations=2, epsilon=3e-4, epsilon_high=4e-4),
     dict(loss_type="dapo", epsilon_high=0.28, overlong_buffer_length=4),
     dict(loss_type="dapo", gradient_accumulation_steps=2, per_device_train_batch_size=4, steps_per_generation=4),
     dict(dynamic_sampling=True, dynamic_sampling_success_threshold=0.05, dynamic_sampling_max_rounds=2),
-], ids=["grpo+kl", "dr_grpo", "rloo+k2", "reinforce_pp", "gspo", "dapo-shaping", "accum+spg", "dynamic"])
+], ids=["grpo+kl", "dr_grpo", "rloo+k2", "reinforce_pp", "reinforce_pp-token+k3plus", "gspo", "dapo-shaping", "accum+spg", "dynamic"])
 def test_algorithm_variants_train(tiny_llama_path, tmp_path, overrides):
     trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, **overrides)
     before = params(trainer.model)
@@ -243,3 +245,46 @@ def test_a_reference_model_that_differs_from_the_policy_at_the_first_step_stops_
     with pytest.raises(RuntimeError, match=r"reference model disagrees with the policy before any update: mean "
                                            r"\|log p - log p_ref\| = [0-9.]+ per token"):
         trainer.train()
+
+
+def test_completions_no_reward_scored_get_zero_advantage_and_stay_out_of_the_group(tiny_llama_path, tmp_path):
+    from tests.helpers.rewards import none_for_first_of_each_group
+    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, log_completions_steps=1,
+                           reward_funcs=(none_for_first_of_each_group,))
+    trainer.train()
+    rollouts = tmp_path / "out" / "rollouts" / "step_000001.jsonl"
+    records = [json.loads(line) for line in rollouts.read_text().splitlines()]
+    assert len(records) == 8
+    log = next(r for r in trainer.state.log_history if "reward" in r)
+    assert log["rewards/all_none_rows"] == 2
+    for start in (0, 4):
+        group = records[start:start + 4]
+        assert group[0]["rewards"]["none_for_first_of_each_group"] is None and group[0]["advantage"] == 0.0
+        scored = torch.tensor([r["reward"] for r in group[1:]])
+        expected = (scored - scored.mean()) / (scored.std() + 1e-4)
+        assert torch.allclose(torch.tensor([r["advantage"] for r in group[1:]]), expected, atol=1e-5)
+    scored_rewards = [r["reward"] for r in records if r["rewards"]["none_for_first_of_each_group"] is not None]
+    assert log["reward"] == pytest.approx(sum(scored_rewards) / 6, abs=1e-5)      # the unscored 0s are not averaged
+
+
+@pytest.mark.parametrize("disable", [True, False])
+def test_dropout_is_disabled_so_repeated_logprob_passes_agree(tiny_llama_path, tmp_path, disable):
+    """LoRA's dropout and the model's attention dropout make two training-mode passes over the same tokens differ,
+    which is noise in every ratio; disable_dropout (the default) removes both."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_path, attention_dropout=0.5)
+    trainer = make_trainer(model, tmp_path, use_peft=True, lora_r=4, lora_dropout=0.5, disable_dropout=disable)
+    trainer.model.train()
+    ids = torch.randint(3, 100, (2, 10), generator=torch.Generator().manual_seed(0))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    with torch.no_grad():
+        first = trainer._logprobs(trainer.model_wrapped, inputs, 4)[0]
+        second = trainer._logprobs(trainer.model_wrapped, inputs, 4)[0]
+    dropouts = [m.p for m in trainer.model.modules() if isinstance(m, torch.nn.Dropout)]
+    attention = [m.attention_dropout for m in trainer.model.modules() if hasattr(m, "attention_dropout")]
+    assert dropouts and attention
+    if disable:
+        assert torch.equal(first, second)
+        assert set(dropouts) == set(attention) == {0.0}
+    else:
+        assert not torch.equal(first, second)

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from hf_grpo.algorithms import batch_whitened_advantages, group_advantages, group_std
+from hf_grpo.algorithms import (batch_whitened_advantages, group_advantages, group_std, whitening_mean_std,
+                                whitening_sums)
 
 
 def test_grpo_hand_computed():
@@ -52,3 +53,62 @@ def test_shape_errors_and_unknown_estimator():
 def test_group_std():
     assert torch.allclose(group_std(torch.tensor([1.0, 1.0, 0.0, 2.0]), 2), torch.tensor([0.0, 1.4142135]))
     assert torch.equal(group_std(torch.tensor([1.0, 2.0]), 1), torch.zeros(2))
+
+
+# ---- completions no reward function scored (all None) ---------------------------------------------------------------
+def test_an_unscored_row_is_left_out_of_its_groups_statistics_hand_computed():
+    rewards = torch.tensor([0.0, 1.0, 2.0, 3.0, 5.0, 5.0, 7.0, 9.0])   # row 0: unscored (its runner total is 0)
+    valid = torch.tensor([False, True, True, True, True, True, True, True])
+    grpo = group_advantages(rewards, 4, "grpo", eps=0.0, valid=valid)
+    # group 1 over {1, 2, 3}: mean 2, unbiased std 1
+    assert torch.allclose(grpo[:4], torch.tensor([0.0, -1.0, 0.0, 1.0]))
+    assert torch.allclose(grpo[4:], group_advantages(rewards[4:], 4, "grpo", eps=0.0))   # untouched group
+    dr = group_advantages(rewards, 4, "dr_grpo", valid=valid)
+    assert torch.allclose(dr[:4], torch.tensor([0.0, -1.0, 0.0, 1.0]))
+    rloo = group_advantages(rewards, 4, "rloo", valid=valid)
+    # leave-one-out over the other valid rows: 1 - 2.5, 2 - 2, 3 - 1.5
+    assert torch.allclose(rloo[:4], torch.tensor([0.0, -1.5, 0.0, 1.5]))
+    # Without the mask the unscored 0 drags the mean down and gets a large negative advantage.
+    assert group_advantages(rewards, 4, "grpo")[0] < -1.0
+
+
+def test_unscored_rows_match_trls_formula():
+    """TRL 1.16 (grpo_trainer.py, sum_then_normalize, scale_rewards=group): rewards of unscored rows set to NaN,
+    nanmean / TRL's nanstd per group, then NaN advantages -> 0. Same tensors, same numbers."""
+    from trl.trainer.utils import nanstd
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.rand(12, generator=g)
+    valid = torch.ones(12, dtype=torch.bool)
+    valid[[0, 5, 6, 7]] = False                      # one, then three unscored rows in a group of 4 (one left)
+    nan_rewards = torch.where(valid, rewards, torch.nan).view(-1, 4)
+    mean = torch.nanmean(nan_rewards, dim=1, keepdim=True)
+    std = nanstd(nan_rewards, dim=1, keepdim=True)
+    trl = torch.nan_to_num(((nan_rewards - mean) / (std + 1e-4)).view(-1), nan=0.0)
+    ours = group_advantages(torch.where(valid, rewards, 0.0), 4, "grpo", eps=1e-4, valid=valid)
+    torch.testing.assert_close(ours, trl)
+
+
+def test_reinforce_pp_leaves_unscored_rows_out_and_gives_them_zero():
+    rewards = torch.tensor([1.0, 3.0, 0.0])
+    valid = torch.tensor([True, True, False])
+    mean, std = whitening_mean_std(whitening_sums(rewards, valid.double()))
+    assert (mean, std) == (2.0, 1.0)
+    adv = batch_whitened_advantages(rewards, mean, std, eps=0.0, valid=valid)
+    assert adv.tolist() == [-1.0, 1.0, 0.0]
+
+
+# ---- REINFORCE++ whitening per sequence (default) or per token (verl, OpenRLHF) ----------------------------------
+def test_reinforce_pp_token_whitening_weights_completions_by_their_tokens():
+    rewards = torch.tensor([1.0, 0.0])
+    lengths = torch.tensor([3.0, 1.0])
+    # per sequence: mean 0.5, std 0.5
+    assert whitening_mean_std(whitening_sums(rewards, torch.ones(2))) == (0.5, 0.5)
+    # per token: rewards repeated over tokens [1, 1, 1, 0]: mean 0.75, population std sqrt(0.1875)
+    mean, std = whitening_mean_std(whitening_sums(rewards, lengths))
+    assert mean == pytest.approx(0.75) and std == pytest.approx(0.1875 ** 0.5)
+    per_token = torch.tensor([1.0, 1.0, 1.0, 0.0])
+    assert std == pytest.approx(float(per_token.std(unbiased=False)))
+    # Sums from several processes add up: the global statistics are those of the concatenated batch.
+    split = whitening_sums(rewards[:1], lengths[:1]) + whitening_sums(rewards[1:], lengths[1:])
+    assert whitening_mean_std(split) == whitening_mean_std(whitening_sums(rewards, lengths))
+    assert whitening_mean_std(torch.zeros(3, dtype=torch.float64)) == (0.0, 0.0)

@@ -93,3 +93,96 @@ def test_is_weights_scale_the_loss_without_gradient():
     assert out.loss.item() == pytest.approx(-1.0)
     out.loss.backward()
     assert w.grad is None
+
+
+# ---- numerical guards (verl's clamps) ------------------------------------------------------------------------------
+def test_an_extreme_ratio_with_zero_advantage_stays_finite_and_is_counted():
+    # log-ratio 100: exp overflows to inf, and inf * advantage 0 is NaN in the loss without the clamp.
+    logp = torch.tensor([[100.0, -1.0]], requires_grad=True)
+    old = torch.tensor([[0.0, -1.0]])
+    out = policy_loss(logp, old, torch.tensor([0.0]), torch.ones(1, 2), beta=0.1, ref_logp=old, loss_type="bnpo")
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    assert torch.isfinite(logp.grad).all()
+    assert out.ratio_clamped.tolist() == [[True, False]]
+    assert out.ratio[0, 0].item() == pytest.approx(math.exp(20.0), rel=1e-5)
+
+
+def test_k3_exponent_and_value_are_clamped_and_counted():
+    logp = torch.tensor([[-100.0, -1.0, -2.0]])
+    ref = torch.tensor([[0.0, -1.0, -2.0 + 25.0]])       # d = ref - logp: 100 (exp overflows), 0, 25
+    kl, clamped = kl_penalty(logp, ref, "k3")
+    assert kl.tolist() == [[10.0, 0.0, 10.0]]           # exp(20) - 21 > 10, clamped to 10
+    assert clamped.tolist() == [[True, False, True]]
+    kl, clamped = kl_penalty(torch.tensor([[0.0]]), torch.tensor([[math.log(0.5)]]), "k3")
+    assert not clamped.any() and kl.item() == pytest.approx(0.5 - math.log(0.5) - 1)
+
+
+def test_policy_loss_reports_kl_clamps():
+    logp = torch.tensor([[-60.0, -1.0]])
+    out = policy_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 2), beta=0.1, ref_logp=torch.zeros(1, 2),
+                      loss_type="bnpo")
+    assert out.kl_clamped.tolist() == [[True, False]]
+    assert torch.isfinite(out.loss)
+    assert not policy_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 2)).kl_clamped.any()   # beta 0: no KL
+
+
+# ---- KL gradients: k3+ (verl) and the importance-weighted KL (TRL's use_bias_correction_kl) -------------------------
+def test_k3_plus_has_k3s_value_and_k2s_gradient():
+    d = math.log(0.5)                                    # ref_logp - logp
+    logp = torch.tensor([[0.0]], requires_grad=True)
+    ref = torch.tensor([[d]])
+    k3, _ = kl_penalty(logp, ref, "k3")
+    k3.sum().backward()
+    assert logp.grad.item() == pytest.approx(1 - math.exp(d))       # d/dlogp (e^d - d - 1) = 1 - e^d = 0.5
+    logp.grad = None
+    k3p, _ = kl_penalty(logp, ref, "k3+")
+    assert k3p.item() == pytest.approx(math.exp(d) - d - 1)          # the value is k3's
+    k3p.sum().backward()
+    assert logp.grad.item() == pytest.approx(-d)                     # d/dlogp (logp - ref)^2 / 2 = -d = 0.693
+
+
+def test_bias_corrected_kl_hand_computed():
+    # ratio r = 0.6 / 0.5 = 1.2; d = log(0.3 / 0.6); loss = beta * r * k3 (advantage 0, one token).
+    logp = torch.tensor([[math.log(0.6)]], requires_grad=True)
+    old, ref = torch.tensor([[math.log(0.5)]]), torch.tensor([[math.log(0.3)]])
+    out = policy_loss(logp, old, torch.tensor([0.0]), torch.ones(1, 1), beta=1.0, ref_logp=ref, loss_type="bnpo",
+                      use_bias_correction_kl=True)
+    r, d = 1.2, math.log(0.5)
+    k3 = math.exp(d) - d - 1
+    assert out.loss.item() == pytest.approx(r * k3, rel=1e-5)
+    out.loss.backward()
+    # d/dlogp (r * k3) = r * k3 + r * (1 - e^d): on-policy (r = 1) this is -d, the true reverse-KL gradient.
+    assert logp.grad.item() == pytest.approx(r * k3 + r * (1 - math.exp(d)), rel=1e-5)
+
+
+def test_bias_corrected_k3_gradient_is_the_kl_gradient_on_policy():
+    # E_p[grad(r * k3)] = grad KL(p || q) for a softmax policy, estimated from samples (r = 1 on-policy).
+    torch.manual_seed(0)
+    theta = torch.tensor([1.5, -0.5, 0.0], requires_grad=True)
+    q = torch.tensor([0.2, 0.4, 0.4])
+    p = theta.softmax(-1)
+    true_grad, = torch.autograd.grad((p * (p / q).log()).sum(), theta)
+    x = torch.multinomial(p.detach(), 200_000, replacement=True)
+    logp = theta.log_softmax(-1)[x].unsqueeze(0)                     # [1, N]
+    out = policy_loss(logp, logp.detach(), torch.zeros(1), torch.ones_like(logp), beta=1.0, loss_type="bnpo",
+                      ref_logp=q.log()[x].unsqueeze(0), use_bias_correction_kl=True)
+    grad, = torch.autograd.grad(out.loss, theta, retain_graph=True)
+    assert torch.allclose(grad, true_grad, atol=0.01)
+    plain = policy_loss(logp, logp.detach(), torch.zeros(1), torch.ones_like(logp), beta=1.0, loss_type="bnpo",
+                        ref_logp=q.log()[x].unsqueeze(0))
+    biased, = torch.autograd.grad(plain.loss, theta)
+    assert (biased - true_grad).abs().max() > 0.05                  # k3's own gradient is not the KL's
+
+
+# ---- bnpo: the trainer's normaliser ---------------------------------------------------------------------------------
+def test_bnpo_with_the_step_normaliser_is_the_local_token_mean_of_the_step():
+    # Two micro-batches of one optimizer step (accumulation 2) with 3 and 1 active tokens. The trainer passes
+    # num_tokens = step tokens / accumulation steps; Trainer averages the micro-batch losses.
+    a, mask_a = torch.tensor([[1.0, 2.0, 3.0]]), torch.ones(1, 3)
+    b, mask_b = torch.tensor([[4.0, 9.0, 9.0]]), torch.tensor([[1.0, 0.0, 0.0]])
+    step = (aggregate(a, mask_a, "bnpo", num_tokens=4 / 2) + aggregate(b, mask_b, "bnpo", num_tokens=4 / 2)) / 2
+    assert step.item() == pytest.approx((1 + 2 + 3 + 4) / 4)
+    # Without num_tokens each micro-batch is normalised by its own count (TRL's bnpo): a different weighting.
+    alone = (aggregate(a, mask_a, "bnpo") + aggregate(b, mask_b, "bnpo")) / 2
+    assert alone.item() == pytest.approx((2.0 + 4.0) / 2)

@@ -16,7 +16,7 @@ from hf_grpo.algorithms import policy_loss
 
 
 class TRLLoss(GRPOTrainer):
-    def __init__(self, logp, *, loss_type, level, beta, eps_low, eps_high, max_len):
+    def __init__(self, logp, *, loss_type, level, beta, eps_low, eps_high, max_len, bias_correction_kl=False):
         self._logp = logp
         self.loss_type, self.importance_sampling_level, self.beta = loss_type, level, beta
         self.epsilon_low, self.epsilon_high, self.max_completion_length = eps_low, eps_high, max_len
@@ -24,7 +24,7 @@ class TRLLoss(GRPOTrainer):
         self.use_vllm, self.vllm_importance_sampling_correction = False, False
         self.aux_loss_enabled, self._entropy_bonus_enabled = False, False
         self.current_gradient_accumulation_steps = 1
-        self.args = SimpleNamespace(use_bias_correction_kl=False, delta=None, steps_per_generation=1)
+        self.args = SimpleNamespace(use_bias_correction_kl=bias_correction_kl, delta=None, steps_per_generation=1)
         self.model = torch.nn.Linear(1, 1)          # only .training is read
         self.accelerator = Accelerator(cpu=True)
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
@@ -71,3 +71,29 @@ def test_sequence_level_gspo_matches_trl():
     ours = policy_loss(logp, old, adv, mask, epsilon_low=3e-4, epsilon_high=4e-4, loss_type="grpo",
                        importance_sampling_level="sequence")
     assert ours.loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_bias_corrected_kl_matches_trl_value_and_gradient(level):
+    """TRL's use_bias_correction_kl (its default) on identical tensors: the loss and its gradient."""
+    logp, old, ref, adv, mask = make_inputs(seed=5)
+    trl_logp = logp.clone().requires_grad_(True)
+    trl = TRLLoss(trl_logp, loss_type="dapo", level=level, beta=0.1, eps_low=0.2, eps_high=0.28, max_len=5,
+                  bias_correction_kl=True)
+    inputs = {"prompt_ids": torch.zeros(6, 2, dtype=torch.long), "prompt_mask": torch.ones(6, 2),
+              "completion_ids": torch.zeros(6, 5, dtype=torch.long), "completion_mask": mask, "advantages": adv,
+              "old_per_token_logps": old, "ref_per_token_logps": ref, "num_items_in_batch": mask.sum()}
+    expected = trl._compute_loss(None, inputs)
+    expected.backward()
+    ours_logp = logp.clone().requires_grad_(True)
+    ours = policy_loss(ours_logp, old, adv, mask, epsilon_low=0.2, epsilon_high=0.28, loss_type="dapo", beta=0.1,
+                       ref_logp=ref, importance_sampling_level=level, token_normalizer=mask.sum(),
+                       use_bias_correction_kl=True)
+    ours.loss.backward()
+    assert ours.loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
+    torch.testing.assert_close(ours_logp.grad, trl_logp.grad, rtol=1e-5, atol=1e-7)
+    plain_logp = logp.clone().requires_grad_(True)
+    plain = policy_loss(plain_logp, old, adv, mask, epsilon_low=0.2, epsilon_high=0.28, loss_type="dapo", beta=0.1,
+                        ref_logp=ref, importance_sampling_level=level, token_normalizer=mask.sum())
+    plain.loss.backward()
+    assert (plain_logp.grad - trl_logp.grad).abs().max() > 1e-4      # the correction changes the gradient here

@@ -63,6 +63,25 @@ def test_sampling_logprobs_are_the_trainers_logprobs(setup):
         torch.testing.assert_close(torch.tensor(lp), ours, atol=2e-3, rtol=0)      # processed (after temperature)
 
 
+@pytest.mark.parametrize("top_k,top_p,min_p", [(20, 1.0, 0.0), (0, 0.7, 0.0), (0, 1.0, 0.05), (30, 0.9, 0.02)])
+def test_truncated_sampling_logprobs_are_the_trainers_filtered_logprobs(setup, top_k, top_p, min_p):
+    """vLLM's processed log-probs are renormalised over the tokens top_k/top_p/min_p keep: the trainer's match them
+    only when it applies the same filters (the temperature-only log-probs TRL uses are lower by the dropped mass)."""
+    from hf_grpo.logprobs import SamplingFilters
+    generator, model, _, prompts = setup
+    result = generator.generate(prompts, 2, SamplingParams(max_tokens=16, temperature=0.8, top_k=top_k, top_p=top_p,
+                                                           min_p=min_p))
+    filters = SamplingFilters(top_k=top_k, top_p=top_p, min_p=min_p)
+    worst_unfiltered = 0.0
+    for i, (ids, lp) in enumerate(zip(result.completion_ids, result.logprobs)):
+        prompt = prompts[i // 2]
+        ours = trainer_logprobs(model, prompt, ids, temperature=0.8, filters=filters)
+        torch.testing.assert_close(torch.tensor(lp), ours, atol=2e-3, rtol=0)
+        plain = trainer_logprobs(model, prompt, ids, temperature=0.8)
+        worst_unfiltered = max(worst_unfiltered, float((torch.tensor(lp) - plain).abs().max()))
+    assert worst_unfiltered > 0.01, "the filters removed no probability mass: this test would not see the bias"
+
+
 def test_greedy_matches_hf_generate(setup):
     generator, model, _, prompts = setup
     result = generator.generate(prompts, 1, SamplingParams(max_tokens=12, greedy=True))

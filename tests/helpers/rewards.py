@@ -45,3 +45,9 @@ def rank1_constant_reward(completion_ids, **kwargs):
     if int(os.environ["RANK"]) == 1:
         return [0.0] * len(completion_ids)
     return even_token_reward(completion_ids)
+
+
+def none_for_first_of_each_group(completion_ids, **kwargs):
+    """None (does not apply) for the first completion of each group of 4, even-token fraction for the others."""
+    return [None if i % 4 == 0 else sum(t % 2 == 0 for t in ids) / max(len(ids), 1)
+            for i, ids in enumerate(completion_ids)]

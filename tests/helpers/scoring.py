@@ -2,12 +2,13 @@
 
 import torch
 
-from hf_grpo.logprobs import completion_logprobs
+from hf_grpo.logprobs import SamplingFilters, completion_logprobs
 
 
-def trainer_logprobs(model, prompt: list[int], completion: list[int], temperature: float = 1.0) -> torch.Tensor:
+def trainer_logprobs(model, prompt: list[int], completion: list[int], temperature: float = 1.0,
+                     filters: SamplingFilters | None = None) -> torch.Tensor:
     ids = torch.tensor([prompt + completion])                                        # [1, P+C]
     with torch.no_grad():
         logp, _ = completion_logprobs(model, model.get_output_embeddings(), ids, torch.ones_like(ids), len(completion),
-                                      temperature=temperature)
+                                      temperature=temperature, filters=filters)
     return logp[0]                                                                   # [C]
