@@ -194,7 +194,7 @@ class DistributedGRPOTrainer(Trainer):
                 raise error
             raise RewardFunctionError("a reward function failed on another process (its error is in that "
                                       "process's log)", function_name="<other process>")
-        advantages = self._advantages(batch)                                      # [P*G]
+        advantages = self._advantages(batch)                                              # [P*G]
         samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
                                 args.mask_truncated_completions, batch.sampling_logprobs)
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
