@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainingArguments
 
-from .algorithms import ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, WHITENING_LEVELS
+from .algorithms import (ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
+                         TEMPERATURE_SCHEDULES, WHITENING_LEVELS)
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,17 @@ class GRPOConfig(TrainingArguments):
     num_generations: int = field(default=8, metadata={"help": "Completions sampled per prompt (the group size G)."})
     max_completion_length: int = field(default=256, metadata={"help": "Maximum new tokens per completion."})
     temperature: float = field(default=1.0, metadata={
-        "help": "Sampling temperature (also applied to training log-probs)."})
+        "help": "Sampling temperature (also applied to training log-probs); the start value of an annealing "
+                "temperature_schedule."})
+    temperature_schedule: str = field(default="constant", metadata={
+        "help": "Temperature annealing (ColossalChat): `constant`, or `linear` / `cosine` from `temperature` to "
+                "`temperature_end` over temperature_anneal_steps optimizer steps. Each batch's log-probs (old, "
+                "current, reference, vLLM ratio) use the temperature it was sampled with; logged as `temperature`."})
+    temperature_end: float | None = field(default=None, metadata={
+        "help": "Final temperature of a linear or cosine temperature_schedule."})
+    temperature_anneal_steps: int | None = field(default=None, metadata={
+        "help": "Optimizer steps over which the temperature anneals (then stays at temperature_end); None: the whole "
+                "run (max_steps, or the steps the epochs make)."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass."})
     top_k: int = field(default=0, metadata={"help": "Top-k sampling; 0 disables."})
     min_p: float = field(default=0.0, metadata={"help": "Min-p sampling; 0 disables."})
@@ -177,6 +188,27 @@ class GRPOConfig(TrainingArguments):
                 "deterministic function and the ratios carry no dropout noise. TRL's option; TRL defaults to false."})
     mask_truncated_completions: bool = field(default=False, metadata={
         "help": "Exclude completions that hit max_completion_length without EOS from the loss (DAPO)."})
+    non_stop_penalty: bool = field(default=False, metadata={
+        "help": "open-instruct's non-stop penalty: a completion that hits max_completion_length without EOS or a stop "
+                "string gets total reward non_stop_penalty_value instead of its rewards' sum (DAPO's overlong shaping "
+                "still adds on top; see the README for how the three truncation options combine)."})
+    non_stop_penalty_value: float = field(default=0.0, metadata={
+        "help": "The total reward of a truncated completion under non_stop_penalty."})
+    ratio_skip_threshold: float | None = field(default=None, metadata={
+        "help": "Drop from the loss (numerator only; normalisers as planned) every completion whose mean per-token "
+                "importance ratio pi / pi_old exceeds this (ColossalChat's skip_threshold); counted as "
+                "numerics/ratio_skipped_samples. Only a reused batch (num_iterations > 1, steps_per_generation > "
+                "gradient_accumulation_steps, or old_logprobs_from_sampler) has ratios other than 1. None: off."})
+    ptx_dataset: str | None = field(default=None, metadata={
+        "help": "Pretraining (PTX) auxiliary loss (InstructGPT, ColossalChat): a text corpus whose next-token loss is "
+                "mixed into every optimizer step to limit forgetting. A .jsonl/.json file (column ptx_text_column), "
+                "a .txt file (one document per line) or a `datasets` folder."})
+    ptx_coef: float = field(default=0.0, metadata={
+        "help": "Weight of the PTX loss. The PTX loss is the mean next-token NLL over all PTX tokens of the optimizer "
+                "step on all processes, so the coefficient means the same at any batch shape; logged as ptx_loss."})
+    ptx_batch_size: int = field(default=4, metadata={"help": "PTX sequences per micro-batch per process."})
+    ptx_max_length: int = field(default=512, metadata={"help": "PTX sequences are truncated to this many tokens."})
+    ptx_text_column: str = field(default="text", metadata={"help": "Text column of a .jsonl or datasets PTX corpus."})
     overlong_buffer_length: int | None = field(default=None, metadata={
         "help": "DAPO soft overlong punishment: the last N tokens before max_completion_length are penalised "
                 "linearly; None disables."})
@@ -211,6 +243,12 @@ class GRPOConfig(TrainingArguments):
                 "reward model."})
     reward_weights: list[float] | None = field(default=None, metadata={
         "help": "One weight per reward function; default all 1."})
+    gated_reward_funcs: list[str] | None = field(default=None, metadata={
+        "help": "Reward functions (by logged name, e.g. boxed_format) that count only for completions whose "
+                "reward_gate value is > 0 (open-instruct's default for its format reward): a policy cannot farm them "
+                "while its answers are wrong."})
+    reward_gate: str | None = field(default=None, metadata={
+        "help": "The reward function (by logged name) that gates gated_reward_funcs; default the first one."})
     reward_error: str = field(default="raise", metadata={
         "help": "When a reward function raises: raise (stop, after saving a checkpoint), zero (that function scores "
                 "0 for the batch) or skip (it abstains for the batch, like returning None). Errors are logged and "
@@ -371,6 +409,22 @@ class GRPOConfig(TrainingArguments):
         check(0 <= self.min_p < 1, f"min_p must be in [0, 1), got {self.min_p}")
         self._check_sampler_logprobs(check)
         one_of("reinforce_pp_whitening", WHITENING_LEVELS)
+        one_of("temperature_schedule", TEMPERATURE_SCHEDULES)
+        if self.temperature_schedule != "constant":
+            check(self.temperature_end is not None and self.temperature_end > 0,
+                  f"temperature_schedule={self.temperature_schedule!r} anneals from temperature to temperature_end, "
+                  f"which must be > 0 (got {self.temperature_end})")
+        check(self.temperature_anneal_steps is None or self.temperature_anneal_steps >= 1,
+              f"temperature_anneal_steps must be >= 1 or None, got {self.temperature_anneal_steps}")
+        check(self.ratio_skip_threshold is None or self.ratio_skip_threshold > 1,
+              f"ratio_skip_threshold must be > 1 (a ratio above the on-policy 1) or None, got "
+              f"{self.ratio_skip_threshold}")
+        check(self.ptx_coef >= 0, f"ptx_coef must be >= 0, got {self.ptx_coef}")
+        check((self.ptx_coef > 0) == (self.ptx_dataset is not None),
+              f"the PTX loss needs both ptx_dataset and ptx_coef > 0 (got ptx_dataset={self.ptx_dataset!r}, "
+              f"ptx_coef={self.ptx_coef})")
+        check(self.ptx_batch_size >= 1 and self.ptx_max_length >= 2,
+              "ptx_batch_size must be >= 1 and ptx_max_length >= 2")
         if self.use_bias_correction_kl is None:
             self.use_bias_correction_kl = self.kl_estimator in ("k1", "k3")
         check(not self.use_bias_correction_kl or self.kl_estimator in ("k1", "k3"),

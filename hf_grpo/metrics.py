@@ -19,6 +19,10 @@ class MetricsBuffer:
         if reduce == "sum":
             self._summed.add(key)
 
+    def last(self, key: str) -> float:
+        """The most recent value added under ``key``."""
+        return self._values[key][-1]
+
     def reduce(self, accelerator) -> dict[str, float]:
         """Mean (sum for counts) of each metric over its entries here, then over processes (one collective).
 

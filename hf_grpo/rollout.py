@@ -1,4 +1,6 @@
-"""One generation round: prompts -> completions -> rewards, including DAPO's shaping and dynamic sampling.
+"""One generation round: prompts -> completions -> rewards, including DAPO's shaping and dynamic sampling, and
+open-instruct's non-stop penalty (the total reward of a completion cut at the length limit is replaced by a fixed
+value; DAPO's overlong penalty is then added on top).
 
 Everything here is per process; the only cross-process step is the ``any_rank`` callback that keeps dynamic
 sampling rounds in lock-step (backends such as ZeRO-3 generation are collective, so every process must call
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .algorithms import dynamic_sampling_keep, overlong_penalty
+from .algorithms import dynamic_sampling_keep, group_std, overlong_penalty
 from .data import encode_prompts, is_conversational
 from .generation import Generator, SamplingParams
 
@@ -50,6 +52,40 @@ class RolloutBatch:
             rewards=self.rewards[pick], overlong=self.overlong[pick],
             sampling_logprobs=None if self.sampling_logprobs is None else [self.sampling_logprobs[i] for i in rows_idx],
         )
+
+    def metrics(self, advantages: torch.Tensor, num_generations: int, reward_names: list[str]) -> dict[str, float]:
+        """The round's statistics for the step log: rewards (unscored rows left out of the reward statistics, as in
+        TRL, and counted), advantages, lengths, tokens and timings."""
+        lengths = torch.tensor([len(c) for c in self.completion_ids], dtype=torch.float32)   # [P*G]
+        finished = torch.tensor(self.finished, dtype=torch.bool)                             # [P*G]
+        scored = self.rewards[self.scored]                                                   # [scored rows]
+        out = {"reward": scored.mean() if scored.numel() else 0.0,
+               "reward_std": scored.std() if scored.numel() > 1 else 0.0}
+        for j, name in enumerate(reward_names):
+            col = self.rewards_per_func[:, j]                                                # [P*G]
+            valid = col[~torch.isnan(col)]
+            out[f"rewards/{name}/mean"] = valid.mean() if valid.numel() else 0.0
+            out[f"rewards/{name}/std"] = valid.std() if valid.numel() > 1 else 0.0
+        out["rewards/all_none_rows"] = (~self.scored).sum()
+        out["frac_reward_zero_std"] = (group_std(self.rewards, num_generations) < 1e-6).float().mean()
+        out["advantages/abs_mean"] = advantages.abs().mean()
+        out["completions/mean_length"] = lengths.mean()
+        out["completions/min_length"] = lengths.min()
+        out["completions/max_length"] = lengths.max()
+        out["completions/clipped_ratio"] = (~finished).float().mean()
+        out["num_tokens"] = sum(len(p) for p in self.prompt_ids) * num_generations + float(lengths.sum())
+        out["timing/generation_s"] = self.timings["generation"]
+        out["timing/rewards_s"] = self.timings["rewards"]
+        out["throughput/generated_tokens_per_s"] = lengths.sum() / max(self.timings["generation"], 1e-9)
+        return {k: float(v) for k, v in out.items()}
+
+    def records(self, advantages: torch.Tensor, num_generations: int, reward_names: list[str],
+                **fields) -> list[dict]:
+        """One JSON-able record per completion for the rollout log, plus ``fields`` (step, process, ...)."""
+        return [{**fields, "prompt": self.rows[i // num_generations]["prompt"], "completion": self.completions[i],
+                 "rewards": dict(zip(reward_names, [None if v != v else v for v in self.rewards_per_func[i].tolist()])),
+                 "reward": float(self.rewards[i]), "advantage": float(advantages[i]), "finished": self.finished[i]}
+                for i in range(len(self.completions))]
 
     @staticmethod
     def concat(parts: list["RolloutBatch"]) -> "RolloutBatch":
@@ -107,6 +143,10 @@ class RolloutCollector:
         else:
             per_func = torch.zeros(0, len(self.reward_runner.names))
             total = torch.zeros(0)
+        if self.args.non_stop_penalty:
+            # open-instruct: a completion cut at the length limit gets a fixed total reward, whatever it scored.
+            finished = torch.tensor(result.finished, dtype=torch.bool)                      # [P*G]
+            total = torch.where(finished, total, torch.full_like(total, self.args.non_stop_penalty_value))
         lengths = torch.tensor([len(c) for c in result.completion_ids], dtype=torch.float32)  # [P*G]
         if self.args.overlong_buffer_length:
             overlong = overlong_penalty(lengths, self.args.max_completion_length, self.args.overlong_buffer_length,

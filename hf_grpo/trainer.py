@@ -13,6 +13,7 @@ its prompts in one request), so advantages need no gather; micro-batches are pad
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -23,8 +24,9 @@ from transformers import PreTrainedModel, Trainer
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import rotate_checkpoints
 
-from .algorithms import (batch_whitened_advantages, group_advantages, group_std, logp_difference, masked_mean,
-                         policy_loss, truncated_importance_weights, whitening_mean_std, whitening_sums)
+from .algorithms import (batch_whitened_advantages, group_advantages, logp_difference, masked_mean,
+                         policy_loss, scheduled_temperature, truncated_importance_weights, whitening_mean_std,
+                         whitening_sums)
 from .batching import build_samples, collate, split_microbatches
 from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
@@ -37,6 +39,7 @@ from .logprobs import LogitTransform, SamplingFilters, chunked_path_matches, com
 from .metrics import MetricsBuffer
 from .model_card import model_card_text
 from .models import disable_dropout, load_model, load_tokenizer, resolve_model_path
+from .ptx import PTXBatches, ptx_nll_sum
 from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward_function
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
@@ -79,7 +82,8 @@ class DistributedGRPOTrainer(Trainer):
             funcs = [self._reward_function(f, args, reward_processing_classes, i) for i, f in enumerate(funcs)]
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
-        self.reward_runner = RewardRunner(funcs, args.reward_weights, on_error=args.reward_error)
+        self.reward_runner = RewardRunner(funcs, args.reward_weights, on_error=args.reward_error,
+                                          gated=args.gated_reward_funcs, gate=args.reward_gate)
         # Evaluation scores with eval_reward (default: the first training reward, reusing its object and any pool).
         eval_funcs = [load_reward_function(args.eval_reward, args)] if args.eval_reward else funcs[:1]
         self.eval_reward_runner = RewardRunner(eval_funcs)
@@ -118,6 +122,7 @@ class DistributedGRPOTrainer(Trainer):
         self.generator = build_generator(args, self.accelerator, self.model_wrapped, processing_class,
                                          resolve_model_path(model_id))
         self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args)
+        self.ptx = PTXBatches(args, processing_class, self.accelerator.process_index) if args.ptx_dataset else None
         self._metrics = MetricsBuffer()
         self._buffer: list[dict] = []
         self._micro_step: int | None = None
@@ -179,6 +184,11 @@ class DistributedGRPOTrainer(Trainer):
         args, G = self.args, self.args.num_generations
         self._sync_generator()
         start = time.perf_counter()
+        # The round's temperature (annealed by step) samples it and scores it: every ratio compares one distribution.
+        temperature = scheduled_temperature(self.state.global_step,
+                                            args.temperature_anneal_steps or self.state.max_steps, args.temperature,
+                                            args.temperature_end, args.temperature_schedule)
+        self.collector.sampling = dataclasses.replace(self.collector.sampling, temperature=temperature)
         error = None
         try:
             if args.dynamic_sampling:
@@ -203,15 +213,21 @@ class DistributedGRPOTrainer(Trainer):
         parts, step_tokens, skipped = split_microbatches(samples, args.steps_per_generation,
                                                          args.gradient_accumulation_steps, shuffle,
                                                          skip_zero_advantage=skip)
-        micro = [collate(m, self.processing_class.pad_token_id) for m in parts]
+        micro = [{**collate(m, self.processing_class.pad_token_id), "temperature": temperature} for m in parts]
+        if self.ptx is not None:
+            self.ptx.attach(micro, self.state.global_step * args.gradient_accumulation_steps,
+                            args.gradient_accumulation_steps, self.accelerator)
+        self._metrics.add("temperature", temperature)
         self._metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
         self._add_logprob_inputs(micro)
         self._add_normalizers(micro, step_tokens, len(samples))
         self._record_rollout_metrics(batch, advantages, time.perf_counter() - start)
         step = self.state.global_step + 1
         if args.log_completions_steps and step % args.log_completions_steps == 0:
-            write_rollout_log(args.output_dir, step, gather_object(self._rollout_records(batch, advantages)),
-                              self.accelerator.is_main_process)
+            records = batch.records(advantages, G, self.reward_runner.names, step=step,
+                                    process=self.accelerator.process_index,
+                                    weight_version=self.generator.weight_version)
+            write_rollout_log(args.output_dir, step, gather_object(records), self.accelerator.is_main_process)
         return micro
 
     def _sync_generator(self) -> None:
@@ -267,17 +283,17 @@ class DistributedGRPOTrainer(Trainer):
             return
         for batch in micro:
             inputs = {k: batch[k].to(self.accelerator.device) for k in ("input_ids", "attention_mask")}
-            C = batch["completion_mask"].shape[1]
+            C, temperature = batch["completion_mask"].shape[1], batch["temperature"]
             if need_old:
-                batch["old_logp"] = self._logprobs(self.model_wrapped, inputs, C)[0].cpu()
+                batch["old_logp"] = self._logprobs(self.model_wrapped, inputs, C, temperature)[0].cpu()
             if args.beta > 0:
                 if self.ref_model is not None:
-                    batch["ref_logp"] = self._logprobs(self.ref_model, inputs, C)[0].cpu()
+                    batch["ref_logp"] = self._logprobs(self.ref_model, inputs, C, temperature)[0].cpu()
                     if not self._reference_checked:
                         self._check_reference(inputs, batch)
                 else:
                     with self.accelerator.unwrap_model(self.model).disable_adapter():
-                        batch["ref_logp"] = self._logprobs(self.model_wrapped, inputs, C)[0].cpu()
+                        batch["ref_logp"] = self._logprobs(self.model_wrapped, inputs, C, temperature)[0].cpu()
 
     def _check_reference(self, inputs: dict, batch: dict) -> None:
         """Before the first update the policy is the reference: stop if their log-probs differ (see
@@ -286,7 +302,8 @@ class DistributedGRPOTrainer(Trainer):
         if self.state.global_step > 0:
             return
         with self._without_dropout():    # the reference runs without dropout; compare like with like
-            policy = self._logprobs(self.model_wrapped, inputs, batch["completion_mask"].shape[1])[0].cpu()
+            policy = self._logprobs(self.model_wrapped, inputs, batch["completion_mask"].shape[1],
+                                    batch["temperature"])[0].cpu()
         check_reference_matches(policy, batch["ref_logp"], batch["completion_mask"],
                                 0.1 if self._low_precision() else 1e-3)
 
@@ -304,15 +321,18 @@ class DistributedGRPOTrainer(Trainer):
         dtype = next(self.accelerator.unwrap_model(self.model).parameters()).dtype
         return bool(self.args.bf16 or self.args.fp16 or dtype != torch.float32)
 
-    def _logprobs(self, model, inputs, completion_length: int, with_entropy: bool = False):
+    def _logprobs(self, model, inputs, completion_length: int, temperature: float, with_entropy: bool = False,
+                  sampled: bool = True):
+        """Per-token log-probs of the last ``completion_length`` tokens; ``sampled`` applies the sampler's filters
+        (False for PTX text, scored as plain maximum likelihood at temperature 1)."""
         if self._chunked_logprobs is None:
             self._chunked_logprobs = self._choose_logprob_path(inputs, completion_length)
         unwrapped = self.accelerator.unwrap_model(model)
         head = unwrapped.get_output_embeddings() if self._chunked_logprobs else None
         return completion_logprobs(model, head, inputs["input_ids"], inputs["attention_mask"], completion_length,
-                                   temperature=self.args.temperature, chunk_size=self.args.logprob_chunk_size,
+                                   temperature=temperature, chunk_size=self.args.logprob_chunk_size,
                                    with_entropy=with_entropy, transform=self._logit_transform,
-                                   filters=self._sampling_filters)
+                                   filters=self._sampling_filters if sampled else None)
 
     @torch.no_grad()
     def _choose_logprob_path(self, inputs: dict, completion_length: int) -> bool:
@@ -358,7 +378,7 @@ class DistributedGRPOTrainer(Trainer):
         attention_mask = inputs["attention_mask"].to(device)                              # [B, P+C]
         mask = inputs["completion_mask"].to(device)                                       # [B, C]
         logp, entropy = self._logprobs(model, {"input_ids": input_ids, "attention_mask": attention_mask},
-                                       mask.shape[1], with_entropy=True)                  # [B, C] each
+                                       mask.shape[1], inputs["temperature"], with_entropy=True)   # [B, C] each
         old_logp = inputs["old_logp"].to(device) if "old_logp" in inputs else logp.detach()
         ref_logp = inputs["ref_logp"].to(device) if "ref_logp" in inputs else None
         is_weights = None
@@ -379,7 +399,8 @@ class DistributedGRPOTrainer(Trainer):
                           kl_estimator=args.kl_estimator, max_completion_length=args.max_completion_length,
                           token_normalizer=inputs["token_normalizer"], num_sequences=inputs["num_sequences"],
                           num_tokens=inputs["num_tokens"], is_weights=is_weights,
-                          use_bias_correction_kl=args.use_bias_correction_kl)
+                          use_bias_correction_kl=args.use_bias_correction_kl,
+                          ratio_skip_threshold=args.ratio_skip_threshold)
         m = self._metrics
         m.add("entropy", masked_mean(entropy, mask))
         m.add("clip_ratio/low_mean", masked_mean(out.low_clipped.float(), mask))
@@ -387,43 +408,36 @@ class DistributedGRPOTrainer(Trainer):
         m.add("clip_ratio/region_mean", masked_mean((out.low_clipped | out.high_clipped).float(), mask))
         # Tokens whose log-ratio or KL hit verl's numerical clamps (their gradient through it is 0): counted.
         m.add("numerics/log_ratio_clamped_tokens", (out.ratio_clamped * mask).sum(), reduce="sum")
+        if args.ratio_skip_threshold is not None:
+            m.add("numerics/ratio_skipped_samples", out.ratio_skipped.sum(), reduce="sum")
         if out.kl is not None:
             m.add("kl", masked_mean(out.kl, mask))
             m.add("numerics/kl_clamped_tokens", (out.kl_clamped * mask).sum(), reduce="sum")
-        return (out.loss, None) if return_outputs else out.loss
+        loss = out.loss
+        if self.ptx is not None:
+            loss = loss + args.ptx_coef * self._ptx_loss(model, inputs)
+        return (loss, None) if return_outputs else loss
+
+    def _ptx_loss(self, model, inputs) -> torch.Tensor:
+        """The micro-batch's PTX next-token loss, normalised by its optimizer step's PTX tokens (`hf_grpo.ptx`)."""
+        ids = inputs["ptx_input_ids"].to(self.accelerator.device)                       # [B, L]
+        attention = inputs["ptx_attention_mask"].to(self.accelerator.device)            # [B, L]
+        logp, _ = self._logprobs(model, {"input_ids": ids, "attention_mask": attention}, ids.shape[1] - 1, 1.0,
+                                 sampled=False)                                         # [B, L-1]
+        nll, tokens = ptx_nll_sum(logp, attention)
+        self._metrics.add("ptx_loss", nll.detach() / tokens.clamp(min=1.0))
+        return nll / inputs["ptx_normalizer"]
 
     # ---- logging ------------------------------------------------------------------------------------------------
     def _record_rollout_metrics(self, batch: RolloutBatch, advantages: torch.Tensor, seconds: float) -> None:
-        G = self.args.num_generations
-        lengths = torch.tensor([len(c) for c in batch.completion_ids], dtype=torch.float32)   # [P*G]
-        finished = torch.tensor(batch.finished, dtype=torch.bool)                             # [P*G]
         m = self._metrics
-        scored = batch.rewards[batch.scored]               # unscored rows stay out of the reward statistics (TRL)
-        m.add("reward", scored.mean() if scored.numel() else 0.0)
-        m.add("reward_std", scored.std() if scored.numel() > 1 else 0.0)
-        for j, name in enumerate(self.reward_runner.names):
-            col = batch.rewards_per_func[:, j]                                                 # [P*G]
-            valid = col[~torch.isnan(col)]
-            m.add(f"rewards/{name}/mean", valid.mean() if valid.numel() else 0.0)
-            m.add(f"rewards/{name}/std", valid.std() if valid.numel() > 1 else 0.0)
-        # Rows for which every reward function returned None get advantage 0: count them, never drop them silently.
-        m.add("rewards/all_none_rows", float((~batch.scored).sum()))
-        m.add("frac_reward_zero_std", (group_std(batch.rewards, G) < 1e-6).float().mean())
-        m.add("advantages/abs_mean", advantages.abs().mean())
-        m.add("completions/mean_length", lengths.mean())
-        m.add("completions/min_length", lengths.min())
-        m.add("completions/max_length", lengths.max())
-        m.add("completions/clipped_ratio", (~finished).float().mean())
+        for key, value in batch.metrics(advantages, self.args.num_generations, self.reward_runner.names).items():
+            m.add(key, value)
+        self._round_tokens = m.last("num_tokens")
         if self.args.overlong_buffer_length:
             m.add("overlong_penalty/mean", batch.overlong.mean())
-        num_tokens = sum(len(p) for p in batch.prompt_ids) * G + float(lengths.sum())
-        m.add("num_tokens", num_tokens)
-        self._round_tokens = num_tokens
         m.add("weight_version", float(self.generator.weight_version))
-        m.add("timing/generation_s", batch.timings["generation"])
-        m.add("timing/rewards_s", batch.timings["rewards"])
         m.add("timing/rollout_s", seconds)
-        m.add("throughput/generated_tokens_per_s", lengths.sum() / max(batch.timings["generation"], 1e-9))
         for name, seconds_fn in self.reward_runner.last_timings.items():
             m.add(f"rewards/{name}/seconds", seconds_fn)
         # Failures handled by reward_error (zero/skip) are counted, never silent; so are a verifier's own counts.
@@ -435,16 +449,6 @@ class DistributedGRPOTrainer(Trainer):
         if self.args.dynamic_sampling:
             for k, v in self.collector.dynamic_sampling_stats.items():
                 m.add(f"dynamic_sampling/{k}", v)
-
-    def _rollout_records(self, batch: RolloutBatch, advantages: torch.Tensor) -> list[dict]:
-        G = self.args.num_generations
-        return [{"step": self.state.global_step + 1, "process": self.accelerator.process_index,
-                 "prompt": batch.rows[i // G]["prompt"], "completion": batch.completions[i],
-                 "rewards": dict(zip(self.reward_runner.names,
-                                     [None if v != v else v for v in batch.rewards_per_func[i].tolist()])),
-                 "reward": float(batch.rewards[i]), "advantage": float(advantages[i]),
-                 "finished": batch.finished[i], "weight_version": self.generator.weight_version}
-                for i in range(len(batch.completions))]
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.model.training and "loss" in logs:

@@ -278,8 +278,8 @@ def test_dropout_is_disabled_so_repeated_logprob_passes_agree(tiny_llama_path, t
     ids = torch.randint(3, 100, (2, 10), generator=torch.Generator().manual_seed(0))
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     with torch.no_grad():
-        first = trainer._logprobs(trainer.model_wrapped, inputs, 4)[0]
-        second = trainer._logprobs(trainer.model_wrapped, inputs, 4)[0]
+        first = trainer._logprobs(trainer.model_wrapped, inputs, 4, 1.0)[0]
+        second = trainer._logprobs(trainer.model_wrapped, inputs, 4, 1.0)[0]
     dropouts = [m.p for m in trainer.model.modules() if isinstance(m, torch.nn.Dropout)]
     attention = [m.attention_dropout for m in trainer.model.modules() if hasattr(m, "attention_dropout")]
     assert dropouts and attention

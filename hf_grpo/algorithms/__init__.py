@@ -5,12 +5,13 @@ from .advantages import (ADVANTAGE_ESTIMATORS, WHITENING_LEVELS, batch_whitened_
 from .losses import (IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, PolicyLossOutput, aggregate, kl_penalty,
                      masked_mean, policy_loss)
 from .mismatch import logp_difference, truncated_importance_weights
+from .schedules import TEMPERATURE_SCHEDULES, scheduled_temperature
 from .shaping import dynamic_sampling_keep, group_success_rate, overlong_penalty, truncated_completion_mask
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "IMPORTANCE_SAMPLING_LEVELS", "KL_ESTIMATORS", "LOSS_TYPES", "PolicyLossOutput",
-    "WHITENING_LEVELS", "aggregate", "batch_whitened_advantages", "dynamic_sampling_keep", "group_advantages",
-    "group_std", "group_success_rate", "kl_penalty", "logp_difference", "masked_mean", "overlong_penalty",
-    "policy_loss", "truncated_completion_mask", "truncated_importance_weights", "whitening_mean_std",
-    "whitening_sums",
+    "TEMPERATURE_SCHEDULES", "WHITENING_LEVELS", "aggregate", "batch_whitened_advantages", "dynamic_sampling_keep",
+    "group_advantages", "group_std", "group_success_rate", "kl_penalty", "logp_difference", "masked_mean",
+    "overlong_penalty", "policy_loss", "scheduled_temperature", "truncated_completion_mask",
+    "truncated_importance_weights", "whitening_mean_std", "whitening_sums",
 ]

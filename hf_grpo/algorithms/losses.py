@@ -27,6 +27,9 @@ Departures from the papers:
   a zero advantage would otherwise be ``inf * 0 = NaN`` in the loss), the ``ref - logp`` difference likewise, and
   the k3 value to [-K3_CLAMP, K3_CLAMP]. Clamped positions get no gradient through the clamped quantity; they are
   returned as masks so the trainer counts them.
+- ``ratio_skip_threshold`` (ColossalChat declares ``skip_threshold`` but its loss never reads it): a completion
+  whose mean per-token ratio exceeds it leaves the loss's numerator; the denominators stay as planned, as for any
+  row that contributes zero.
 - ``is_weights`` (the truncated importance ratio between the trainer and a separate sampler such as vLLM)
   multiply the per-token loss and carry no gradient.
 """
@@ -110,6 +113,7 @@ class PolicyLossOutput:
     kl: torch.Tensor | None     # [B, T] per-token KL term (bias-corrected if asked), or None when beta == 0
     ratio_clamped: torch.Tensor  # [B, T] bool: |log-ratio| exceeded LOG_RATIO_CLAMP
     kl_clamped: torch.Tensor     # [B, T] bool: a KL clamp was active (all False when beta == 0)
+    ratio_skipped: torch.Tensor  # [B] bool: left out of the loss by ratio_skip_threshold
 
 
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
@@ -118,7 +122,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
                 kl_estimator: str = "k3", max_completion_length: int | None = None,
                 token_normalizer: float | torch.Tensor | None = None, num_sequences: int | None = None,
                 num_tokens: float | None = None, is_weights: torch.Tensor | None = None,
-                use_bias_correction_kl: bool = False) -> PolicyLossOutput:
+                use_bias_correction_kl: bool = False, ratio_skip_threshold: float | None = None) -> PolicyLossOutput:
     """Clipped surrogate loss  -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A) (+ beta * KL).
 
     Args:
@@ -130,6 +134,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         importance_sampling_level: ``token`` (PPO/GRPO) or ``sequence`` (GSPO).
         is_weights: optional ``[B, T]`` detached correction weights (train/inference mismatch).
         use_bias_correction_kl: multiply the KL term by the (token or sequence) importance ratio, with its gradient.
+        ratio_skip_threshold: drop completions whose mean per-token ratio exceeds this from the loss (None: off).
         num_sequences, num_tokens: denominators to use instead of this batch's own counts (see `aggregate`).
     """
     if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
@@ -158,6 +163,12 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         if use_bias_correction_kl:
             kl = kl * ratio                                            # [B, T] E_old[r * kl] = E_current[kl]
         per_token = per_token + beta * kl
+    skipped = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)     # [B]
+    if ratio_skip_threshold is not None:
+        with torch.no_grad():
+            mean_ratio = (ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)        # [B]
+            skipped = mean_ratio > ratio_skip_threshold
+        mask = mask * (~skipped).unsqueeze(-1).to(mask.dtype)                       # [B, T]
     loss = aggregate(per_token, mask, loss_type, max_completion_length=max_completion_length,
                      token_normalizer=token_normalizer, num_sequences=num_sequences, num_tokens=num_tokens)
     with torch.no_grad():
@@ -165,4 +176,4 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         high = (ratio > 1.0 + epsilon_high) & (adv > 0)                 # [B, T]
     return PolicyLossOutput(loss=loss, per_token_loss=per_token, ratio=ratio.detach(), low_clipped=low,
                             high_clipped=high, kl=None if kl is None else kl.detach(), ratio_clamped=ratio_clamped,
-                            kl_clamped=kl_clamped)
+                            kl_clamped=kl_clamped, ratio_skipped=skipped)

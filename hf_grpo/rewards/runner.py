@@ -15,6 +15,9 @@ Departures from TRL:
   showing a sample. ``bool`` is accepted as 0/1; so are ``numpy`` scalars and 0-d tensors.
 * Functions that do not take ``**kwargs`` are rejected when the runner is built, not at the first step.
 * TRL's ``log_extra``/``log_metric``/``environments`` keyword arguments are not passed.
+* ``gated`` (open-instruct's default for its format reward, TRL has no equivalent): the named functions count in
+  :meth:`total` only for completions whose ``gate`` function scored > 0, so a format reward cannot be farmed while
+  the answers stay wrong. The per-function columns (and their logged means) are left as the functions returned them.
 * TRL lets an exception end the step. Here ``on_error`` decides (:data:`ON_ERROR`): ``raise`` (default) raises
   :class:`RewardFunctionError`; ``zero`` logs the error and scores that function 0.0 for every completion of the
   call (as if all failed its check); ``skip`` logs it and makes the function abstain for the call (NaN, i.e. None:
@@ -29,6 +32,7 @@ Departures from TRL:
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 import inspect
 import logging
@@ -127,7 +131,7 @@ class RewardRunner:
     """
 
     def __init__(self, reward_funcs: list[Callable], reward_weights: list[float] | None = None,
-                 on_error: str = "raise"):
+                 on_error: str = "raise", gated: list[str] | None = None, gate: str | None = None):
         if not reward_funcs:
             raise ValueError("RewardRunner needs at least one reward function")
         if on_error not in ON_ERROR:
@@ -149,6 +153,10 @@ class RewardRunner:
         if not all(math.isfinite(w) for w in reward_weights):
             raise ValueError(f"reward_weights must be finite, got {list(reward_weights)}")
         self.weights = torch.tensor(reward_weights, dtype=torch.float32)  # [F]
+        self.gate = self._index(gate, "reward_gate") if gate is not None else 0
+        self.gated = [self._index(name, "gated_reward_funcs") for name in gated or []]
+        if self.gate in self.gated:
+            raise ValueError(f"reward function '{self.names[self.gate]}' is both the reward_gate and gated by it")
         self._is_async = [_is_async(fn) for fn in self.funcs]
         n_sync = self._is_async.count(False)
         # The first sync function runs in the caller's thread, so the pool serves the other ones.
@@ -161,6 +169,13 @@ class RewardRunner:
         self.error_counts = dict.fromkeys(self.names, 0)
         self.last_function_stats: dict[str, dict[str, float]] = {}
         self._warned_all_none = False
+
+    def _index(self, name: str, key: str) -> int:
+        if name in self.names:
+            return self.names.index(name)
+        close = difflib.get_close_matches(name, self.names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{key}: {name!r} is not one of the reward functions {self.names}{hint}")
 
     @staticmethod
     def _unique_names(names: list[str]) -> list[str]:
@@ -232,8 +247,13 @@ class RewardRunner:
         return per_func
 
     def total(self, per_func: torch.Tensor) -> torch.Tensor:
-        """Weighted sum over functions, ignoring NaN (TRL semantics): ``[N, F] -> [N]``; all-NaN rows give 0."""
-        return (per_func * self.weights.to(per_func.device)).nansum(dim=1)
+        """Weighted sum over functions, ignoring NaN (TRL semantics): ``[N, F] -> [N]``; all-NaN rows give 0. Gated
+        functions count only where the gate function's value is > 0 (None, i.e. NaN, is not)."""
+        weighted = per_func * self.weights.to(per_func.device)                     # [N, F]
+        if self.gated:
+            closed = ~(per_func[:, self.gate] > 0)                                  # [N]
+            weighted[:, self.gated] = weighted[:, self.gated].masked_fill(closed.unsqueeze(-1), 0.0)
+        return weighted.nansum(dim=1)
 
     @staticmethod
     def _fresh(kwargs: dict[str, Any]) -> dict[str, Any]:
