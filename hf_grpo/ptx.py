@@ -10,8 +10,10 @@ Departures from ColossalChat:
   accumulation steps x processes, which Trainer and data parallelism divide by again), so the step's PTX term is the
   token mean over the step, whatever the micro-batch, accumulation or process layout. ColossalChat averages per
   micro-batch, so ``ptx_coef`` there means something different at every batch shape.
-- The draw of each micro-batch's sequences is a function of (seed, process, micro-step), so a resumed run sees the
-  same PTX batches as an uninterrupted one without saving an iterator.
+- Each micro-batch's sequences are drawn from a seed that is a function of its *global slot*: (optimizer step,
+  process, accumulation index) numbered across all processes. An optimizer step therefore trains on the same PTX
+  sequences whether it runs as 1 process x 2 accumulation steps or 2 processes x 1 (tested with the update
+  invariance test), and a resumed run sees the same PTX batches as an uninterrupted one without saving an iterator.
 - Log-probs go through the trainer's own path (`hf_grpo.logprobs`: chunked head, or the model's forward under
   ZeRO-3/FSDP), at temperature 1 and without sampling filters: PTX is plain maximum likelihood.
 """
@@ -53,7 +55,7 @@ def load_texts(source: str, column: str = "text") -> list[str]:
         for where, row in rows:
             if not isinstance(row, dict) or column not in row:
                 keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-                raise DataFormatError(f"{where}: expected an object with a {column!r} text field (ptx_text_column), "
+                raise DataFormatError(f"{where}: expected an object with a {column!r} field (ptx_text_column), "
                                       f"got {keys}")
             raw.append((where, row[column]))
     else:
@@ -74,7 +76,7 @@ def load_texts(source: str, column: str = "text") -> list[str]:
 class PTXBatches:
     """Tokenised PTX documents and the per-micro-batch draws (see the module docstring)."""
 
-    def __init__(self, args, tokenizer, process_index: int):
+    def __init__(self, args, tokenizer):
         self.args = args
         eos = tokenizer.eos_token_id
         self.sequences = []
@@ -87,11 +89,10 @@ class PTXBatches:
             logger.info("ptx_dataset: %d of %d documents truncated to ptx_max_length=%d tokens", truncated,
                         len(self.sequences), args.ptx_max_length)
         self.pad_id = tokenizer.pad_token_id
-        self.process_index = process_index
 
-    def draw(self, micro_step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``([B, L] input_ids, [B, L] attention_mask)``, right-padded, for the micro-batch at ``micro_step``."""
-        seed = (self.args.seed * 1_000_003 + self.process_index) * 1_000_003 + micro_step
+    def draw(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([B, L] input_ids, [B, L] attention_mask)``, right-padded, for the micro-batch in global ``slot``."""
+        seed = self.args.seed * 1_000_003 + slot
         idx = torch.randint(len(self.sequences), (self.args.ptx_batch_size,),
                             generator=torch.Generator().manual_seed(seed)).tolist()
         rows = [self.sequences[i] for i in idx]
@@ -103,18 +104,20 @@ class PTXBatches:
             attention_mask[i, :len(r)] = 1
         return input_ids, attention_mask
 
-    def attach(self, micro: list[dict], first_micro_step: int, accumulation_steps: int, accelerator) -> None:
-        """Give each micro-batch of a round its PTX sequences and the normaliser of its optimizer step."""
+    def attach(self, micro: list[dict], first_step: int, accumulation_steps: int, accelerator) -> None:
+        """Give each micro-batch of a round that starts at optimizer step ``first_step`` its PTX sequences and the
+        normaliser of its optimizer step."""
+        ga, world = accumulation_steps, accelerator.num_processes
         tokens = []
         for k, m in enumerate(micro):
-            m["ptx_input_ids"], m["ptx_attention_mask"] = self.draw(first_micro_step + k)
+            slot = ((first_step + k // ga) * world + accelerator.process_index) * ga + k % ga
+            m["ptx_input_ids"], m["ptx_attention_mask"] = self.draw(slot)
             tokens.append(float(m["ptx_attention_mask"][:, 1:].sum()))     # predicted tokens (all but the first)
-        per_step = torch.tensor(tokens, dtype=torch.float64).view(-1, accumulation_steps).sum(dim=1)   # [steps]
-        world = accelerator.num_processes
+        per_step = torch.tensor(tokens, dtype=torch.float64).view(-1, ga).sum(dim=1)                 # [steps]
         if world > 1:
             per_step = accelerator.reduce(per_step.to(accelerator.device), reduction="sum").cpu()
         for k, m in enumerate(micro):
-            m["ptx_normalizer"] = max(float(per_step[k // accumulation_steps]), 1.0) / (accumulation_steps * world)
+            m["ptx_normalizer"] = max(float(per_step[k // ga]), 1.0) / (ga * world)
 
 
 def ptx_nll_sum(logp: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

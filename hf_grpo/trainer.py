@@ -122,7 +122,7 @@ class DistributedGRPOTrainer(Trainer):
         self.generator = build_generator(args, self.accelerator, self.model_wrapped, processing_class,
                                          resolve_model_path(model_id))
         self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args)
-        self.ptx = PTXBatches(args, processing_class, self.accelerator.process_index) if args.ptx_dataset else None
+        self.ptx = PTXBatches(args, processing_class) if args.ptx_dataset else None
         self._metrics = MetricsBuffer()
         self._buffer: list[dict] = []
         self._micro_step: int | None = None
@@ -215,8 +215,7 @@ class DistributedGRPOTrainer(Trainer):
                                                          skip_zero_advantage=skip)
         micro = [{**collate(m, self.processing_class.pad_token_id), "temperature": temperature} for m in parts]
         if self.ptx is not None:
-            self.ptx.attach(micro, self.state.global_step * args.gradient_accumulation_steps,
-                            args.gradient_accumulation_steps, self.accelerator)
+            self.ptx.attach(micro, self.state.global_step, args.gradient_accumulation_steps, self.accelerator)
         self._metrics.add("temperature", temperature)
         self._metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
         self._add_logprob_inputs(micro)

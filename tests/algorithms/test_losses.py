@@ -186,3 +186,20 @@ def test_bnpo_with_the_step_normaliser_is_the_local_token_mean_of_the_step():
     # Without num_tokens each micro-batch is normalised by its own count (TRL's bnpo): a different weighting.
     alone = (aggregate(a, mask_a, "bnpo") + aggregate(b, mask_b, "bnpo")) / 2
     assert alone.item() == pytest.approx((2.0 + 4.0) / 2)
+
+
+# ---- ratio skip threshold (ColossalChat's skip_threshold) -----------------------------------------------------------
+def test_completions_above_the_ratio_threshold_leave_the_loss_and_are_counted():
+    old = torch.zeros(3, 2)
+    logp = torch.log(torch.tensor([[3.0, 3.0], [1.1, 0.9], [2.5, 1.0]])).requires_grad_(True)   # mean ratios 3, 1, 1.75
+    adv = torch.tensor([-1.0, 1.0, -1.0])
+    mask = torch.ones(3, 2)
+    out = policy_loss(logp, old, adv, mask, loss_type="grpo", ratio_skip_threshold=2.0)
+    assert out.ratio_skipped.tolist() == [True, False, False]
+    # The kept rows' per-sequence means, over all 3 sequences (denominators as planned):
+    # row 1: -min(r, clip(r)) with A=1 -> -(1.1 + 0.9) / 2; row 2: A=-1 -> (2.5 + 1.0) / 2.
+    assert out.loss.item() == pytest.approx((-(1.1 + 0.9) / 2 + (2.5 + 1.0) / 2) / 3, rel=1e-5)
+    out.loss.backward()
+    assert torch.equal(logp.grad[0], torch.zeros(2))
+    unskipped = policy_loss(logp, old, adv, mask, loss_type="grpo")
+    assert not unskipped.ratio_skipped.any() and unskipped.loss.item() > out.loss.item()

@@ -9,10 +9,14 @@ What is compared with what:
 * ``grpo``, ``dapo``, ``dr_grpo``: all layouts agree, the single process included.
 * ``bnpo`` normalises by each process's own tokens (TRL's definition), so it legitimately depends on how the batch is
   split over processes; the 2-process layouts agree with each other.
+* ``dapo`` with the PTX loss (``ptx_coef`` 0.5): its normaliser counts the step's PTX tokens on all processes, and
+  the PTX sequences of a step do not depend on the layout, so all layouts agree here too.
 * ``steps_per_generation = 2 x gradient_accumulation_steps`` (one round feeds two optimizer steps, each normalised by
   its own tokens): which samples land in which step depends on the number of processes, so the 2-process layouts are
   compared with each other.
 """
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,13 +26,15 @@ from tests.distributed.launch import launch, results
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 LOSSES = ("grpo", "dapo", "dr_grpo", "bnpo")
-RUNS = [{"loss_type": loss} for loss in LOSSES] + [{"loss_type": loss, "spg_factor": 2} for loss in LOSSES]
+PTX = {"ptx_dataset": str(Path(__file__).parents[2] / "recipes" / "data" / "ptx_sample.txt"), "ptx_coef": 0.5}
+RUNS = ([{"loss_type": loss} for loss in LOSSES] + [{"loss_type": loss, "spg_factor": 2} for loss in LOSSES]
+        + [{"loss_type": "dapo", **PTX}])
 LAYOUTS = {  # name: (accelerate config, processes, gradient_accumulation_steps)
     "1proc_ga2": ("ddp", 1, 2), "ddp": ("ddp", 2, 1), "zero2": ("zero2", 2, 1), "zero3": ("zero3", 2, 1)}
 
 
 def spec(ga: int) -> dict:
-    runs = [{"loss_type": r["loss_type"], "gradient_accumulation_steps": ga,
+    runs = [{**{k: v for k, v in r.items() if k != "spg_factor"}, "gradient_accumulation_steps": ga,
              "steps_per_generation": ga * r.get("spg_factor", 1)} for r in RUNS]
     return {"fixed_completions": True, "runs": runs, "config": {
         "optim": "sgd", "learning_rate": 0.5, "lr_scheduler_type": "constant", "max_grad_norm": 0.0,
@@ -60,7 +66,8 @@ def assert_same_update(a: dict, b: dict, what: str) -> None:
     assert worst <= 1e-4 * scale + 1e-7, f"{what}: updates differ by {worst:.3g} (largest update {scale:.3g})"
 
 
-@pytest.mark.parametrize("k", range(len(RUNS)), ids=[f"{r['loss_type']}-spg{r.get('spg_factor', 1)}xGA" for r in RUNS])
+@pytest.mark.parametrize("k", range(len(RUNS)), ids=[f"{r['loss_type']}-spg{r.get('spg_factor', 1)}xGA"
+                                                     f"{'-ptx' if 'ptx_coef' in r else ''}" for r in RUNS])
 def test_update_does_not_depend_on_the_layout(updates, k):
     run = RUNS[k]
     layouts = ["ddp", "zero2", "zero3"]

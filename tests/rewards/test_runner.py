@@ -325,3 +325,30 @@ def test_reward_objects_last_stats_are_collected_for_logging():
     assert runner.last_function_stats == {}
     run(runner)
     assert runner.last_function_stats == {"counting": {"runs": 4}}
+
+
+# ---- gated rewards (open-instruct: the format reward counts only where the answer is right) -------------------------
+def test_a_gated_format_reward_adds_nothing_to_a_wrong_but_formatted_answer():
+    from hf_grpo.rewards import load_reward_function
+    boxed, fmt = load_reward_function("boxed"), load_reward_function("boxed_format")
+    completions = ["The sum is \\boxed{12}.", "The sum is \\boxed{13}.", "The sum is 12."]
+    columns = {"gt_answer": ["12", "12", "12"]}
+    kw = dict(prompts=["p"] * 3, completions=completions, completion_ids=[[1]] * 3, columns=columns)
+    plain = RewardRunner([boxed, fmt], [1.0, 0.5])
+    gated = RewardRunner([boxed, fmt], [1.0, 0.5], gated=["boxed_format"])
+    per_func = gated(**kw)
+    assert per_func[:, 1].tolist() == [1.0, 1.0, 0.0]       # the format function itself still scores both boxes
+    assert plain.total(plain(**kw)).tolist() == [1.5, 0.5, 0.0]
+    assert gated.total(per_func).tolist() == [1.5, 0.0, 0.0]  # wrong but formatted: no format points
+    gated.close(), plain.close()
+
+
+def test_gate_names_are_checked_with_a_suggestion():
+    with pytest.raises(ValueError, match="gated_reward_funcs: 'lenght_reward' is not one of the reward functions "
+                                         r"\['length_reward', 'maybe_reward'\]; did you mean 'length_reward'\?"):
+        RewardRunner([length_reward, maybe_reward], gated=["lenght_reward"])
+    with pytest.raises(ValueError, match="both the reward_gate and gated by it"):
+        RewardRunner([length_reward, maybe_reward], gated=["length_reward"])
+    runner = RewardRunner([length_reward, maybe_reward], gate="maybe_reward", gated=["length_reward"])
+    per_func = run(runner)                                    # maybe_reward: None, 1, None, 1
+    assert runner.total(per_func).tolist() == [0.0, 3.0, 0.0, 5.0]
