@@ -4,9 +4,16 @@ Runs every attack of tests/helpers/sandbox_attacks.py through ``CodeReward`` (1 
 1 MiB output) and prints one row per attack: whether it was contained (it scored 0 *and* the host shows no
 evidence of it: no file written, no connection accepted, no signal received, no process left), the seconds from
 submitting it to having its reward, and the evidence when it got through. ``--no-namespaces`` shows what the
-rlimits-only fallback (a kernel without user namespaces) leaves open. Ends with
+rlimits-only fallback (a kernel without user namespaces) leaves open.
 
-    RESULT sandbox_table contained=<n>/<total> isolation=<namespaces|rlimits>
+Then every reward hack of tests/helpers/reward_hacks.py (a wrong solution that tries to pass the tests anyway) on a
+HumanEval-style row, scored by the ``code`` reward's harness (tests in a separate process, see
+hf_grpo/rewards/code/_harness.py) and, as the peer, by a same-process harness (the candidate's code, the tests and
+``check(add)`` in one program that passes when a nonce printed at its end appears: the previous design, and the usual
+one). Ends with
+
+    RESULT sandbox_table contained=<n>/<total> isolation=<namespaces|rlimits> hacks_held=<n>/<total>
+        same_process_held=<n>/<total>
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hf_grpo.rewards.code import CodeReward, LocalExecutor  # noqa: E402
+from hf_grpo.rewards.code.sandbox import Job, make_nonce  # noqa: E402
+from tests.helpers.reward_hacks import HACKS, HUMANEVAL_TEST  # noqa: E402
 from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret  # noqa: E402
 
 TIMEOUT_S = 1.0
@@ -48,6 +57,7 @@ def main() -> None:
             breach = f"scored {score}" + (f"; {breach}" if breach else "")
         contained += breach is None
         rows.append((attack.name, "yes" if breach is None else "NO", seconds, breach or ""))
+    hacks = reward_hacks(reward)
     reward.close()
     print(f"isolation: {sandbox.isolation}, seccomp: {sandbox.seccomp}" +
           (f" ({'; '.join(sandbox.warnings)})" if sandbox.warnings else ""))
@@ -55,7 +65,28 @@ def main() -> None:
     print(f"{'attack':<{width}}  contained  seconds  evidence")
     for name, ok, seconds, breach in rows:
         print(f"{name:<{width}}  {ok:<9}  {seconds:7.3f}  {breach}")
-    print(f"RESULT sandbox_table contained={contained}/{len(rows)} isolation={sandbox.isolation}")
+    width = max(len(name) for name in hacks)
+    print(f"\n{'reward hack':<{width}}  ours (score, suspected)  same-process harness")
+    for name, (ours, suspected, peer) in hacks.items():
+        print(f"{name:<{width}}  {ours:<5} {suspected:<18} {peer}")
+    held = sum(ours == 0.0 for ours, _, _ in hacks.values())
+    peer_held = sum(peer == 0.0 for _, _, peer in hacks.values())
+    print(f"RESULT sandbox_table contained={contained}/{len(rows)} isolation={sandbox.isolation} "
+          f"hacks_held={held}/{len(hacks)} same_process_held={peer_held}/{len(hacks)}")
+
+
+def reward_hacks(reward: CodeReward) -> dict[str, tuple[float, int, float]]:
+    """{hack: (our score, suspected hacks counted, the same-process harness's score)}."""
+    completions = [f"```python\n{program}\n```" for program in HACKS.values()]
+    ours = reward(completions, test=[HUMANEVAL_TEST] * len(HACKS), entry_point=["add"] * len(HACKS))
+    suspected = [d.get("suspected_hacks", 0) for d in reward.last_details]
+    nonces = [make_nonce() for _ in HACKS]
+    jobs = [Job(f"{program}\n\n{HUMANEVAL_TEST}\n\ncheck(add)\n", "", nonce)
+            for program, nonce in zip(HACKS.values(), nonces)]
+    # A same-process harness passes a run when its last line holds the nonce (a forger appends its own verdict).
+    peer = [float(r.passed and nonce in r.stdout.rstrip().rsplit("\n", 1)[-1])
+            for r, nonce in zip(reward.executor.run(jobs), nonces)]
+    return {name: (o, s, p) for name, o, s, p in zip(HACKS, ours, suspected, peer)}
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ class RolloutBatch:
     rewards: torch.Tensor               # [P*G] weighted sum plus shaping
     overlong: torch.Tensor              # [P*G] overlong penalty included in ``rewards`` (0 if disabled)
     sampling_logprobs: list[list[float]] | None = None
+    details: list[dict] = field(default_factory=list)   # [P*G] reward functions' per-completion notes
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -51,6 +52,7 @@ class RolloutBatch:
             completions=[self.completions[i] for i in rows_idx], rewards_per_func=self.rewards_per_func[pick],
             rewards=self.rewards[pick], overlong=self.overlong[pick],
             sampling_logprobs=None if self.sampling_logprobs is None else [self.sampling_logprobs[i] for i in rows_idx],
+            details=[self.details[i] for i in rows_idx],
         )
 
     def metrics(self, advantages: torch.Tensor, num_generations: int, reward_names: list[str]) -> dict[str, float]:
@@ -84,7 +86,8 @@ class RolloutBatch:
         """One JSON-able record per completion for the rollout log, plus ``fields`` (step, process, ...)."""
         return [{**fields, "prompt": self.rows[i // num_generations]["prompt"], "completion": self.completions[i],
                  "rewards": dict(zip(reward_names, [None if v != v else v for v in self.rewards_per_func[i].tolist()])),
-                 "reward": float(self.rewards[i]), "advantage": float(advantages[i]), "finished": self.finished[i]}
+                 "reward": float(self.rewards[i]), "advantage": float(advantages[i]), "finished": self.finished[i],
+                 "reward_details": self.details[i]}
                 for i in range(len(self.completions))]
 
     @staticmethod
@@ -99,7 +102,7 @@ class RolloutBatch:
             rewards=torch.cat([p.rewards for p in parts]),
             overlong=torch.cat([p.overlong for p in parts]),
             sampling_logprobs=None if first.sampling_logprobs is None else
-            [x for p in parts for x in p.sampling_logprobs])
+            [x for p in parts for x in p.sampling_logprobs], details=[x for p in parts for x in p.details])
 
 
 def decode_completions(tokenizer, rows: list[dict], completion_ids: list[list[int]]) -> tuple[list[str], list]:
@@ -135,11 +138,13 @@ class RolloutCollector:
         _, completions = decode_completions(self.tokenizer, rows, result.completion_ids)
         columns = reward_columns(rows, G)
         prompts = [r["prompt"] for r in rows for _ in range(G)]
+        details: list[dict] = []
         if rows:
             per_func = self.reward_runner(prompts=prompts, completions=completions,
                                           completion_ids=result.completion_ids, columns=columns,
                                           trainer_state=trainer_state)                     # [P*G, F]
             total = self.reward_runner.total(per_func)                                   # [P*G]
+            details = self.reward_runner.last_details
         else:
             per_func = torch.zeros(0, len(self.reward_runner.names))
             total = torch.zeros(0)
@@ -157,6 +162,7 @@ class RolloutCollector:
         return RolloutBatch(rows=list(rows), prompt_ids=prompt_ids, completion_ids=result.completion_ids,
                             finished=result.finished, completions=completions, rewards_per_func=per_func,
                             rewards=total + overlong, overlong=overlong, sampling_logprobs=result.logprobs,
+                            details=details,
                             timings={"generation": t1 - t0, "rewards": t2 - t1})
 
     def collect_dynamic(self, rows: list[dict], refill: Callable[[int], list[dict]],

@@ -69,7 +69,8 @@ def test_training_moves_parameters_and_logs_finite_metrics(tiny_llama_path, tmp_
     dict(loss_type="dapo", epsilon_high=0.28, overlong_buffer_length=4),
     dict(loss_type="dapo", gradient_accumulation_steps=2, per_device_train_batch_size=4, steps_per_generation=4),
     dict(dynamic_sampling=True, dynamic_sampling_success_threshold=0.05, dynamic_sampling_max_rounds=2),
-], ids=["grpo+kl", "dr_grpo", "rloo+k2", "reinforce_pp", "reinforce_pp-token+k3plus", "gspo", "dapo-shaping", "accum+spg", "dynamic"])
+], ids=["grpo+kl", "dr_grpo", "rloo+k2", "reinforce_pp", "reinforce_pp-token+k3plus", "gspo", "dapo-shaping",
+        "accum+spg", "dynamic"])
 def test_algorithm_variants_train(tiny_llama_path, tmp_path, overrides):
     trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, **overrides)
     before = params(trainer.model)

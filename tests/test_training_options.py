@@ -25,8 +25,9 @@ def rollouts(tmp_path, step):
 # ---- temperature annealing ------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_annealed_temperature_is_the_samplers_and_the_trainers_at_every_step(vllm_tiny_path, tmp_path):
-    """vLLM's sampling log-probs include the temperature it sampled with; the trainer's equal them (fp32, same weights)
-    only if it scores each batch at that same temperature. A trainer that kept `temperature` would differ from step 2."""
+    """vLLM's sampling log-probs include the temperature it sampled with; the trainer's equal them (fp32, same
+    weights) only if it scores each batch at that same temperature. A trainer that kept `temperature` would differ
+    from step 2."""
     trainer = make_trainer(vllm_tiny_path, tmp_path, max_steps=3, per_device_train_batch_size=4, num_generations=4,
                            generation_backend="vllm", vllm_enforce_eager=True, vllm_kv_cache_gib=0.25,
                            max_prompt_length=256, temperature=1.0, temperature_schedule="linear",

@@ -126,8 +126,10 @@ class RewardRunner:
     0, see :meth:`total`; the trainer gives them advantage 0 and leaves them out of the group statistics),
     ``last_error_counts`` maps each name to 1 if it raised (handled by ``on_error``) else 0 (``error_counts`` sums
     those over all calls), and ``last_function_stats`` maps the name of each function object that exposes a
-    ``last_stats`` dict (e.g. ``CodeReward``: runs, timeouts, ...) to a copy of it, for logging. ``names`` are the
-    functions' names, made unique with ``_2``, ``_3`` suffixes.
+    ``last_stats`` dict (e.g. ``CodeReward``: runs, timeouts, ...) to a copy of it, for logging; ``last_details``
+    holds one dict per completion with the non-empty entries of the functions' own ``last_details`` lists (notes
+    such as suspected reward hacks), for the rollout log. ``names`` are the functions' names, made unique with
+    ``_2``, ``_3`` suffixes.
     """
 
     def __init__(self, reward_funcs: list[Callable], reward_weights: list[float] | None = None,
@@ -168,6 +170,7 @@ class RewardRunner:
         self.last_error_counts = dict.fromkeys(self.names, 0)
         self.error_counts = dict.fromkeys(self.names, 0)
         self.last_function_stats: dict[str, dict[str, float]] = {}
+        self.last_details: list[dict] = []
         self._warned_all_none = False
 
     def _index(self, name: str, key: str) -> int:
@@ -235,6 +238,14 @@ class RewardRunner:
         # so every process logs the same metrics).
         self.last_function_stats = {name: dict(fn.last_stats) for fn, name in zip(self.funcs, self.names)
                                     if isinstance(getattr(fn, "last_stats", None), dict)}
+        # And ``last_details``, one dict per completion (e.g. CodeReward's suspected hacks), for the rollout log.
+        self.last_details = [{} for _ in range(n)]
+        for fn, name in zip(self.funcs, self.names):
+            details = getattr(fn, "last_details", None)
+            if isinstance(details, list) and len(details) == n:
+                for row, detail in zip(self.last_details, details):
+                    if detail:
+                        row[name] = detail
         all_none = per_func.isnan().all(dim=1)  # [N]
         self.last_all_none_count = int(all_none.sum())
         if self.last_all_none_count and not self._warned_all_none:

@@ -7,10 +7,15 @@ Tests come from dataset columns, first match wins per row:
 * ``test`` + ``entry_point`` (HumanEval): one run of ``code + test + check(<entry_point>)``.
 * ``test_list`` = ``[assert statement, ...]`` (MBPP): one run per statement, after the code.
 
-Assert-style runs pass only if the program runs to its end (the sandbox prints a per-run nonce last), so an early
-``exit(0)`` is a failure. The score is the fraction of passing tests, or with ``all_or_nothing`` 1.0/0.0. A
-completion without a program scores 0.0; a row whose test column is None scores None (not applicable). Every run
-of a batch goes to the executor at once, so they spread over its workers.
+Assert-style rows run under a harness (``_harness.py``): the candidate's code runs in a child process and the tests
+in its parent, which calls the candidate's functions over pipes, receives plain data back, and alone holds the
+tests and the nonce that authenticates its ``PASS``/``FAIL`` line. Frame walking, ``gc``, always-equal objects,
+patched builtins or test functions and an early ``exit(0)`` cannot produce a pass; the detectable ones are counted
+as ``suspected_hacks`` (see ``docs/sandbox.md``), in total in ``last_stats`` and per completion in ``last_details``.
+
+The score is the fraction of passing tests, or with ``all_or_nothing`` 1.0/0.0. A completion without a program
+scores 0.0; a row whose test column is None scores None (not applicable). Every run of a batch goes to the executor
+at once, so they spread over its workers.
 
 ``CodeReward`` is a configured reward-function object (TRL contract: called with keyword arguments, ``__name__``
 is ``"code"``); ``BUILTIN_REWARDS["code"]`` is one with the defaults. Nothing starts before the first call.
@@ -23,9 +28,11 @@ kept in ``last_stats`` for logging instead of being folded silently into the sco
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ...data.schema import DataFormatError, validate_test_cases
@@ -37,7 +44,9 @@ from .sandbox import Job, Limits, RunResult, make_nonce
 logger = logging.getLogger(__name__)
 
 # ``last_stats`` keys, the same after every call (zeros after a failed one) so every process logs the same metrics.
-STAT_KEYS = ("runs", "tests_passed", "crashed", "timeouts", "output_limit", "sandbox_errors", "no_code")
+STAT_KEYS = ("runs", "tests_passed", "crashed", "timeouts", "output_limit", "sandbox_errors", "no_code",
+             "suspected_hacks")
+HARNESS = (Path(__file__).with_name("_harness.py")).read_text(encoding="utf-8")
 
 
 class CodeReward:
@@ -64,6 +73,7 @@ class CodeReward:
         else:
             self.executor = LocalExecutor(self.limits, workers)
         self.last_stats = dict.fromkeys(STAT_KEYS, 0)
+        self.last_details: list[dict] = []
 
     @classmethod
     def from_config(cls, args) -> CodeReward:
@@ -90,6 +100,7 @@ class CodeReward:
             raise ValueError(f"the '{self.__name__}' reward got a 'test' column but no 'entry_point' column (the "
                              f"name of the function its check(candidate) tests)")
         jobs: list[Job] = []
+        nonces: dict[int, str] = {}       # assert-style job index -> the nonce its harness was given on stdin
         plans: list[list[tuple[int, str | None]] | None] = []  # per completion: (job index, expected stdout or None)
         no_code = 0
         for row, completion in enumerate(completions):
@@ -103,27 +114,38 @@ class CodeReward:
                 plans.append([])
                 continue
             plan = []
-            for suffix, stdin, expected in tests:
+            for test_source, call, stdin, expected in tests:
                 plan.append((len(jobs), expected))
-                program = code if suffix is None else f"{code}\n\n{suffix}\n"
-                jobs.append(Job(program, stdin, None if expected is not None else make_nonce()))
+                if expected is not None:
+                    jobs.append(Job(code, stdin))
+                    continue
+                # The nonce and the tests reach the harness on stdin, after it has forked the candidate's process.
+                nonces[len(jobs)] = make_nonce()
+                jobs.append(Job(f"{HARNESS}\n\nrun({code!r})\n",
+                                json.dumps({"nonce": nonces[len(jobs)], "test": test_source, "call": call})))
             plans.append(plan)
         results = self.executor.run(jobs)
         scores: list[float | None] = []
-        tests_passed = 0
+        self.last_details = []
+        tests_passed = suspected_total = 0
         for plan in plans:
             if not plan:  # None: not applicable; []: no program
                 scores.append(None if plan is None else 0.0)
+                self.last_details.append({})
                 continue
-            n = sum(self._passed(index, expected, results, jobs) for index, expected in plan)
+            verdicts = [self._verdict(index, expected, results[index], nonces.get(index)) for index, expected in plan]
+            n = sum(passed for passed, _ in verdicts)
+            suspected = sum(count for _, count in verdicts)
             tests_passed += n
+            suspected_total += suspected
             scores.append(float(n == len(plan)) if self.all_or_nothing else n / len(plan))
-        self._record(results, tests_passed, no_code)
+            self.last_details.append({"suspected_hacks": suspected} if suspected else {})
+        self._record(results, tests_passed, no_code, suspected_total)
         return scores
 
     def _tests(self, row: int, test_cases, test, entry_point, test_list) -> list[tuple] | None:
-        """``[(suffix appended to the code or None, stdin, expected stdout or None), ...]`` for one row, or None
-        when its test column is None."""
+        """``[(test source, call, stdin, expected stdout), ...]`` for one row (the first two None for stdin/stdout
+        cases, the last two ``""``/None for assert-style ones), or None when its test column is None."""
         where = f"'{self.__name__}' reward, completion {row}"
         if test_cases is not None and test_cases[row] is not None:
             cases = test_cases[row]
@@ -133,31 +155,36 @@ class CodeReward:
             cases = validate_test_cases(cases, where)
             if not cases["inputs"]:
                 raise DataFormatError(f"{where}: key 'test_cases': has no test cases (empty 'inputs')")
-            return [(None, i, o) for i, o in zip(cases["inputs"], cases["outputs"])]
+            return [(None, None, i, o) for i, o in zip(cases["inputs"], cases["outputs"])]
         if test is not None and test[row] is not None:
             if not isinstance(test[row], str) or not isinstance(entry_point[row], str) or not entry_point[row]:
                 raise DataFormatError(f"{where}: keys 'test'/'entry_point': expected strings, got "
                                       f"{type(test[row]).__name__}/{type(entry_point[row]).__name__}")
-            return [(f"{test[row]}\n\ncheck({entry_point[row]})", "", None)]
+            return [(test[row], f"check({entry_point[row]})", "", None)]
         if test_list is not None and test_list[row] is not None:
             asserts = test_list[row]
             if not isinstance(asserts, list) or not asserts or not all(isinstance(a, str) for a in asserts):
                 raise DataFormatError(f"{where}: key 'test_list': expected a non-empty list of assert statements "
                                       f"(str), got {asserts!r:.200}")
-            return [(a, "", None) for a in asserts]
+            return [("", a, "", None) for a in asserts]
         return None
 
-    def _passed(self, index: int, expected: str | None, results: list[RunResult], jobs: list[Job]) -> bool:
-        result = results[index]
+    def _verdict(self, index: int, expected: str | None, result: RunResult, nonce: str | None) -> tuple[bool, int]:
+        """(passed, suspected hacks) of one run. An assert-style run's verdict is the harness's last line, which
+        only the harness can write: it alone knows the nonce."""
         if expected is not None:
-            return result.passed and outputs_match(result.stdout, expected, self.float_tolerance)
-        return result.passed and result.stdout.rstrip().endswith(jobs[index].nonce)
+            return result.passed and outputs_match(result.stdout, expected, self.float_tolerance), 0
+        words = result.stdout.rstrip().rsplit("\n", 1)[-1].split()
+        if len(words) != 3 or words[0] != nonce or not words[2].startswith("suspected="):
+            return False, 0
+        return result.passed and words[1] == "PASS", int(words[2].removeprefix("suspected="))
 
-    def _record(self, results: list[RunResult], tests_passed: int, no_code: int) -> None:
+    def _record(self, results: list[RunResult], tests_passed: int, no_code: int, suspected: int) -> None:
         statuses = Counter(r.status for r in results)
         self.last_stats = {"runs": len(results), "tests_passed": tests_passed, "crashed": statuses["failed"],
                            "timeouts": statuses["timeout"], "output_limit": statuses["output_limit"],
-                           "sandbox_errors": statuses["sandbox_error"], "no_code": no_code}
+                           "sandbox_errors": statuses["sandbox_error"], "no_code": no_code,
+                           "suspected_hacks": suspected}
         if statuses["sandbox_error"]:
             logger.warning("%s: %d of %d runs hit a sandbox error and scored as failed tests",
                            self.__name__, statuses["sandbox_error"], len(results))
