@@ -12,7 +12,7 @@ NAMES = list(HACKS)
 
 @pytest.fixture(scope="module")
 def reward():
-    code = CodeReward(timeout_s=5.0)
+    code = CodeReward(timeout_s=5.0, all_or_nothing=True)     # a hack must pass every test to count
     yield code
     code.close()
 
@@ -56,19 +56,23 @@ def test_suspected_hacks_are_counted_for_logging(scored, style):
     assert stats["suspected_hacks"] == per_completion >= len(DETECTED)
 
 
-def test_the_same_hacks_pass_a_same_process_harness():
-    """The suite would catch a regression: the forgeries work when candidate and tests share a process (the old
-    harness: code + tests in one program, a nonce printed at its end). Checked here with plain exec."""
-    import contextlib
-    import io
-    namespace = {"__name__": "__main__"}
-    nonce = "<<hf-grpo-complete-0123456789abcdef>>"
-    out = io.StringIO()
-    program = HACKS["always-equal object"] + "\n" + HUMANEVAL_TEST + "\ncheck(add)\n"
-    with contextlib.redirect_stdout(out):
-        exec(compile(program, "main.py", "exec"), namespace)
-        print(nonce)
-    assert out.getvalue().strip().endswith(nonce)     # the asserts passed: the always-equal object fooled them
+# The hacks that fooled the previous harness (candidate and tests in one program, a nonce printed at its end).
+FOOL_SAME_PROCESS = ["frame walk through a traceback", "frame walk with sys._getframe", "frame walk from a generator",
+                     "frame walk from a coroutine", "inspect.stack", "forge during the call (frames)",
+                     "always-equal object", "int subclass with __eq__", "patched builtins",
+                     "shadow a builtin the tests use"]
+
+
+def test_the_suite_catches_a_same_process_harness(reward):
+    """The suite can fail: run through a same-process harness (still available through the sandbox's nonce option),
+    these hacks pass, as they did before the separate-process harness."""
+    from hf_grpo.rewards.code.sandbox import Job, make_nonce
+    nonces = [make_nonce() for _ in FOOL_SAME_PROCESS]
+    jobs = [Job(f"{HACKS[name]}\n\n{HUMANEVAL_TEST}\n\ncheck(add)\n", "", nonce)
+            for name, nonce in zip(FOOL_SAME_PROCESS, nonces)]
+    fooled = [name for name, nonce, result in zip(FOOL_SAME_PROCESS, nonces, reward.executor.run(jobs))
+              if result.passed and nonce in result.stdout.rstrip().rsplit("\n", 1)[-1]]
+    assert fooled == FOOL_SAME_PROCESS
 
 
 def test_suspected_hacks_reach_the_runners_stats_and_the_rollout_records(reward):

@@ -12,7 +12,8 @@ functions. Here the candidate and the tests never share a process or a secret:
    candidate's source (as module ``solution``) and then serves calls: ``(op, ref, payload)`` messages in, results out.
 3. Only then does the parent read its stdin, where the trainer put the test source, the call that runs it and the
    nonce. None of them ever exists in the child's memory. The parent runs the tests with every top-level callable of
-   the candidate replaced by a proxy that forwards calls over the pipes.
+   the candidate replaced by a proxy that forwards calls over the pipes (except names of builtins, which the tests
+   must keep: a candidate's own ``abs`` would otherwise answer the tests' ``abs()``).
 4. Values cross the pipes as Python literals (None, bool, int, float, complex, str, bytes, list, tuple, dict, set of
    those; exact types, so an ``int`` subclass is not data). The parent parses them with a whitelist over ``ast``,
    never ``eval``: whatever the child sends becomes plain data or an opaque handle. Tests therefore compare plain
@@ -284,7 +285,9 @@ def run(code):
         if ready[0] != "ready" or type(ready[1]) is not list:
             raise RuntimeError(f"the candidate did not load: {ready[1]}")
         scope = {"__name__": "__test__", "__builtins__": builtins}
-        scope.update({name: candidate.proxy(name) for name in ready[1] if type(name) is str and name.isidentifier()})
+        # Never a proxy under a builtin's name: a candidate defining `abs` must not answer the tests' own abs().
+        scope.update({name: candidate.proxy(name) for name in ready[1]
+                      if type(name) is str and name.isidentifier() and not hasattr(builtins, name)})
         exec(compile(spec["test"], "test.py", "exec"), scope)
         exec(compile(spec["call"], "test_call.py", "exec"), scope)
         verdict = "PASS"
