@@ -1,4 +1,7 @@
-"""The test harness of assert-style code rows, run as the sandboxed program (``main.py``). Standard library only.
+"""The test harness of assert-style code rows. Standard library only.
+
+The zygote imports this file once (as ``_hf_grpo_harness``, compiled once, inherited by every program it forks); an
+assert-style run's program is ``_hf_grpo_harness.run(<the candidate's source>)``.
 
 Why it exists: run in one process, the candidate's code can forge the verdict of tests that share that process.
 It can walk frames (``sys._getframe``, tracebacks, generators) or ``gc`` to the secret that marks "ran to the end",

@@ -24,7 +24,8 @@ so an exit code of 125 can be told apart from a confinement failure).
 The zygote exits when the control socket closes, killing a run in progress.
 
 Departure from "python main.py": the program runs in a forked interpreter, so ``atexit`` handlers do not run and
-non-daemon threads are not waited for; the modules preloaded below are already in ``sys.modules``.
+non-daemon threads are not waited for; the modules preloaded below are already in ``sys.modules``, and so is the
+assert-style test harness (``_harness.py`` as ``_hf_grpo_harness``).
 """
 
 import os
@@ -37,6 +38,11 @@ if __name__ == "__main__":
         "_confine", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_confine.py"))
     _confine = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_confine)
+    # The assert-style test harness, compiled once here; a harness run's source is then two lines (see reward.py).
+    _spec = importlib.util.spec_from_file_location(
+        "_hf_grpo_harness", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_harness.py"))
+    sys.modules["_hf_grpo_harness"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["_hf_grpo_harness"])
 
 import io  # noqa: E402
 import json  # noqa: E402

@@ -32,7 +32,6 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from ...data.schema import DataFormatError, validate_test_cases
@@ -46,7 +45,6 @@ logger = logging.getLogger(__name__)
 # ``last_stats`` keys, the same after every call (zeros after a failed one) so every process logs the same metrics.
 STAT_KEYS = ("runs", "tests_passed", "crashed", "timeouts", "output_limit", "sandbox_errors", "no_code",
              "suspected_hacks")
-HARNESS = (Path(__file__).with_name("_harness.py")).read_text(encoding="utf-8")
 
 
 class CodeReward:
@@ -121,7 +119,7 @@ class CodeReward:
                     continue
                 # The nonce and the tests reach the harness on stdin, after it has forked the candidate's process.
                 nonces[len(jobs)] = make_nonce()
-                jobs.append(Job(f"{HARNESS}\n\nrun({code!r})\n",
+                jobs.append(Job(f"import _hf_grpo_harness\n_hf_grpo_harness.run({code!r})\n",
                                 json.dumps({"nonce": nonces[len(jobs)], "test": test_source, "call": call})))
             plans.append(plan)
         results = self.executor.run(jobs)
