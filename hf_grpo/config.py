@@ -310,6 +310,8 @@ class GRPOConfig(TrainingArguments):
         self.epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
         if self.generation_backend == "auto":
             self.generation_backend = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+        if self.use_bias_correction_kl is None:      # TRL's default where it unbiases the gradient (see its help)
+            self.use_bias_correction_kl = self.kl_estimator in ("k1", "k3")
         if isinstance(self.vllm_server_urls, str):      # a single URL, or a comma-separated list, from the CLI
             self.vllm_server_urls = [u for u in self.vllm_server_urls.split(",") if u]
         self.validate()
@@ -425,8 +427,6 @@ class GRPOConfig(TrainingArguments):
               f"ptx_coef={self.ptx_coef})")
         check(self.ptx_batch_size >= 1 and self.ptx_max_length >= 2,
               "ptx_batch_size must be >= 1 and ptx_max_length >= 2")
-        if self.use_bias_correction_kl is None:
-            self.use_bias_correction_kl = self.kl_estimator in ("k1", "k3")
         check(not self.use_bias_correction_kl or self.kl_estimator in ("k1", "k3"),
               f"use_bias_correction_kl weights the KL by the importance ratio, which unbiases the gradients of k1 and "
               f"k3 but biases kl_estimator={self.kl_estimator!r}'s; set use_bias_correction_kl: false or use k3")
