@@ -25,6 +25,8 @@ functions. Here the candidate and the tests never share a process or a secret:
    how an always-equal object shows) and is False.
 5. The parent prints ``<nonce> PASS|FAIL suspected=<n>`` last. The child cannot print it: it never had the nonce.
    A child that dies in a call (``os._exit(0)`` to skip the asserts) fails the test and counts as a suspected hack.
+   So do a candidate that defines names of builtins (they are kept out of the tests' scope) and, as reported by the
+   child (a hint for the logs, never part of the verdict), one that patched the child's builtins.
 """
 
 import ast
@@ -142,15 +144,28 @@ def _serve(code, rfd, wfd):
         objects.append(value)
         return f"H({len(objects) - 1})"
 
+    # Patching builtins cannot change the verdict (the tests use the parent's). Patches are undone after the
+    # candidate's code has run (so this harness keeps working) and reported, for the logs only: a report from this
+    # process is a hint, never trusted for the verdict. ``table`` and ``original`` are bound before the candidate runs.
+    table = vars(builtins)
+    original = dict(table)
+
+    def tampered():
+        patched = [k for k, v in original.items() if table.get(k) is not v]
+        table.update(original)
+        return bool(patched)
+
     namespace = {"__name__": "solution", "__builtins__": builtins}
     try:
         exec(compile(code, "solution.py", "exec"), namespace)
     except BaseException as error:  # noqa: BLE001 - the candidate failed to load: say so, the tests will fail
+        patched = tampered()
         traceback.print_exc()
-        _send(wfd, repr(("error", f"{type(error).__name__}: {error}"[:2000])))
+        _send(wfd, repr(("error", f"{type(error).__name__}: {error}"[:2000], patched)))
         return
+    patched = tampered()                # first: the code below uses builtins
     names = [k for k, v in namespace.items() if callable(v) and k.isidentifier() and not k.startswith("__")]
-    _send(wfd, repr(("ready", names)))
+    _send(wfd, repr(("ready", names, patched)))
     while True:
         message = _recv(rfd)
         if message is None:
@@ -163,9 +178,11 @@ def _serve(code, rfd, wfd):
                 result = target(*args, **kwargs)
             else:
                 result = getattr(target, payload)
-            reply = "('ok'," + _encode(result, handle_of) + ")"
+            patched = tampered()
+            reply = "('ok'," + _encode(result, handle_of) + "," + repr(patched) + ")"
         except Exception as error:  # noqa: BLE001 - the candidate raised: the test sees the same exception type
-            reply = repr(("raise", type(error).__name__, str(error)[:2000]))
+            patched = tampered()
+            reply = repr(("raise", type(error).__name__, str(error)[:2000], patched))
         _send(wfd, reply)
 
 
@@ -180,6 +197,7 @@ class Candidate:
     def __init__(self, wfd, rfd):
         self.wfd, self.rfd = wfd, rfd
         self.suspected = 0
+        self.tamper_seen = False
 
     def request(self, op, ref, payload):
         _send(self.wfd, "(" + repr(op) + "," + self.encode(ref) + "," + self.encode(payload) + ")")
@@ -194,6 +212,9 @@ class Candidate:
             self.suspected += 1                  # ended instead of answering: the exit-before-the-asserts hack
             raise CandidateGone("the candidate's process ended during a call")
         reply = _decode(message, lambda i: Handle(self, i))
+        if reply[-1] is True and not self.tamper_seen:       # the candidate patched builtins: counted once
+            self.tamper_seen = True
+            self.suspected += 1
         if reply[0] == "ok":
             return reply[1]
         if reply[0] == "raise":
@@ -287,10 +308,12 @@ def run(code):
         ready = candidate.answer()
         if ready[0] != "ready" or type(ready[1]) is not list:
             raise RuntimeError(f"the candidate did not load: {ready[1]}")
-        scope = {"__name__": "__test__", "__builtins__": builtins}
+        names = [name for name in ready[1] if type(name) is str and name.isidentifier()]
         # Never a proxy under a builtin's name: a candidate defining `abs` must not answer the tests' own abs().
-        scope.update({name: candidate.proxy(name) for name in ready[1]
-                      if type(name) is str and name.isidentifier() and not hasattr(builtins, name)})
+        shadowing = [name for name in names if hasattr(builtins, name)]
+        candidate.suspected += bool(shadowing)
+        scope = {"__name__": "__test__", "__builtins__": builtins}
+        scope.update({name: candidate.proxy(name) for name in names if name not in shadowing})
         exec(compile(spec["test"], "test.py", "exec"), scope)
         exec(compile(spec["call"], "test_call.py", "exec"), scope)
         verdict = "PASS"
