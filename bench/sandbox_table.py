@@ -28,8 +28,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hf_grpo.rewards.code import CodeReward, LocalExecutor  # noqa: E402
-from hf_grpo.rewards.code.sandbox import Job, make_nonce  # noqa: E402
-from tests.helpers.reward_hacks import HACKS, HUMANEVAL_TEST  # noqa: E402
+from tests.helpers.reward_hacks import HACKS, HUMANEVAL_TEST, same_process_scores  # noqa: E402
 from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret  # noqa: E402
 
 TIMEOUT_S = 1.0
@@ -80,12 +79,7 @@ def reward_hacks(reward: CodeReward) -> dict[str, tuple[float, int, float]]:
     completions = [f"```python\n{program}\n```" for program in HACKS.values()]
     ours = reward(completions, test=[HUMANEVAL_TEST] * len(HACKS), entry_point=["add"] * len(HACKS))
     suspected = [d.get("suspected_hacks", 0) for d in reward.last_details]
-    nonces = [make_nonce() for _ in HACKS]
-    jobs = [Job(f"{program}\n\n{HUMANEVAL_TEST}\n\ncheck(add)\n", "", nonce)
-            for program, nonce in zip(HACKS.values(), nonces)]
-    # A same-process harness passes a run when its last line holds the nonce (a forger appends its own verdict).
-    peer = [float(r.passed and nonce in r.stdout.rstrip().rsplit("\n", 1)[-1])
-            for r, nonce in zip(reward.executor.run(jobs), nonces)]
+    peer = same_process_scores(reward.executor, list(HACKS))
     return {name: (o, s, p) for name, o, s, p in zip(HACKS, ours, suspected, peer)}
 
 

@@ -11,6 +11,8 @@ suspected.
 
 from __future__ import annotations
 
+from hf_grpo.rewards.code.sandbox import Job, make_nonce
+
 WRONG = "def add(a, b):\n    return a - b\n"
 
 # Prints every string that looks like the harness's nonce, then exits 0: a pass under a same-process harness.
@@ -182,3 +184,13 @@ DETECTED = ("always-equal object", "int subclass with __eq__", "os._exit(0) insi
 HUMANEVAL_TEST = ("def check(candidate):\n    assert candidate(2, 3) == 5\n"
                   "    assert abs(candidate(0.5, 0.25) - 0.75) < 1e-9\n")
 MBPP_TESTS = ["assert add(2, 3) == 5", "assert abs(add(0.5, 0.25) - 0.75) < 1e-9"]
+
+
+def same_process_scores(executor, names: list[str]) -> list[float]:
+    """Each hack's score (0 or 1) on the HumanEval row under a same-process harness, the previous design and the peer:
+    candidate code, tests and ``check(add)`` in one program, passing when its last line holds a nonce the sandbox
+    prints at its end (a forger appends its own verdict to the nonce it found)."""
+    nonces = [make_nonce() for _ in names]
+    jobs = [Job(f"{HACKS[name]}\n\n{HUMANEVAL_TEST}\n\ncheck(add)\n", "", nonce) for name, nonce in zip(names, nonces)]
+    return [float(result.passed and nonce in result.stdout.rstrip().rsplit("\n", 1)[-1])
+            for result, nonce in zip(executor.run(jobs), nonces)]

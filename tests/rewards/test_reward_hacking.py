@@ -5,7 +5,7 @@ hf_grpo/rewards/code/_harness.py; docs/sandbox.md says why. The right solution s
 import pytest
 
 from hf_grpo.rewards.code import CodeReward
-from tests.helpers.reward_hacks import DETECTED, HACKS, HUMANEVAL_TEST, MBPP_TESTS
+from tests.helpers.reward_hacks import DETECTED, HACKS, HUMANEVAL_TEST, MBPP_TESTS, same_process_scores
 
 NAMES = list(HACKS)
 
@@ -66,12 +66,8 @@ FOOL_SAME_PROCESS = ["frame walk through a traceback", "frame walk with sys._get
 def test_the_suite_catches_a_same_process_harness(reward):
     """The suite can fail: run through a same-process harness (still available through the sandbox's nonce option),
     these hacks pass, as they did before the separate-process harness."""
-    from hf_grpo.rewards.code.sandbox import Job, make_nonce
-    nonces = [make_nonce() for _ in FOOL_SAME_PROCESS]
-    jobs = [Job(f"{HACKS[name]}\n\n{HUMANEVAL_TEST}\n\ncheck(add)\n", "", nonce)
-            for name, nonce in zip(FOOL_SAME_PROCESS, nonces)]
-    fooled = [name for name, nonce, result in zip(FOOL_SAME_PROCESS, nonces, reward.executor.run(jobs))
-              if result.passed and nonce in result.stdout.rstrip().rsplit("\n", 1)[-1]]
+    scores = same_process_scores(reward.executor, FOOL_SAME_PROCESS)
+    fooled = [name for name, score in zip(FOOL_SAME_PROCESS, scores) if score == 1.0]
     assert fooled == FOOL_SAME_PROCESS
 
 

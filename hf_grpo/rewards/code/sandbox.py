@@ -65,8 +65,10 @@ class Limits:
 
 @dataclass
 class Job:
-    """One program run: ``source`` with ``stdin``. With a ``nonce`` the run passes only if the program ran to its
-    end (the zygote then prints the nonce last), so an early ``exit(0)`` cannot fake a pass."""
+    """One program run: ``source`` with ``stdin``. With a ``nonce`` the zygote prints it after the source ran to its
+    end, so an early ``exit(0)`` cannot fake a pass; but the nonce is in the program's memory, where its frames can
+    find it. The ``code`` reward therefore does not use it: assert-style rows run under ``_harness.py``, which gets
+    its nonce on stdin in a process the candidate's code never runs in. Kept for same-process comparisons."""
 
     source: str
     stdin: str = ""
