@@ -1,8 +1,12 @@
-"""From a scored rollout to padded training micro-batches.
+"""From a scored rollout to padded or packed training micro-batches.
 
 Each micro-batch is padded only to its own longest prompt and completion, not to the longest of the whole
 generation round, so short micro-batches cost less compute (the round's samples are shuffled first, which also
-decorrelates micro-batches from prompt groups).
+decorrelates micro-batches from prompt groups). With packing (``max_tokens_per_microbatch``) an optimizer step's
+samples are instead split into its ``gradient_accumulation_steps`` micro-batches by token count (`balance_by_tokens`)
+and each micro-batch is packed into rows of at most that many tokens (`hf_grpo.packing`). The number of micro-batches
+per optimizer step stays fixed because `transformers.Trainer` accumulates a fixed number of them per step; the token
+budget bounds each row, not the number of rows in a micro-batch.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from .algorithms import truncated_completion_mask
+from .packing import pack, padding_metrics
 
 
 def build_samples(prompt_ids: list[list[int]], completion_ids: list[list[int]], finished: list[bool],
@@ -40,7 +45,6 @@ def collate(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     B = len(samples)
     input_ids = torch.full((B, P + C), pad_id, dtype=torch.long)                # [B, P+C]
     attention_mask = torch.zeros((B, P + C), dtype=torch.long)                  # [B, P+C]
-    completion_mask = torch.zeros((B, C), dtype=torch.float32)                  # [B, C]
     for row, s in enumerate(samples):
         p, c = s["prompt_ids"], s["completion_ids"]
         input_ids[row, P - len(p):P] = torch.tensor(p, dtype=torch.long)
@@ -48,21 +52,52 @@ def collate(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
         if c:
             input_ids[row, P:P + len(c)] = torch.tensor(c, dtype=torch.long)
             attention_mask[row, P:P + len(c)] = 1
-            completion_mask[row, :len(c)] = s["completion_mask"]
-    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "completion_mask": completion_mask,
-             "advantages": torch.tensor([s["advantage"] for s in samples], dtype=torch.float32),      # [B]
-             "index": torch.tensor([s["index"] for s in samples], dtype=torch.long)}                 # [B]
+    return {"input_ids": input_ids, "attention_mask": attention_mask, **completion_fields(samples)}
+
+
+def collate_packed(samples: list[dict], pad_id: int, max_tokens: int, one_row: bool) -> dict[str, torch.Tensor]:
+    """Packed model inputs (`hf_grpo.packing.pack`) with the same ``[B, C]`` loss fields as `collate`."""
+    packed = pack([s["prompt_ids"] for s in samples], [s["completion_ids"] for s in samples], max_tokens, pad_id,
+                  one_row)
+    return {**packed, **completion_fields(samples)}
+
+
+def completion_fields(samples: list[dict]) -> dict[str, torch.Tensor]:
+    """The loss's per-sample tensors, in the order of ``samples``: completion mask (and sampler log-probs) ``[B, C]``,
+    advantages and indices ``[B]``."""
+    C = max(1, max(len(s["completion_ids"]) for s in samples))
+    B = len(samples)
+    completion_mask = torch.zeros((B, C), dtype=torch.float32)                  # [B, C]
+    for row, s in enumerate(samples):
+        completion_mask[row, :len(s["completion_ids"])] = s["completion_mask"]
+    fields = {"completion_mask": completion_mask,
+              "advantages": torch.tensor([s["advantage"] for s in samples], dtype=torch.float32),      # [B]
+              "index": torch.tensor([s["index"] for s in samples], dtype=torch.long)}                 # [B]
     if "sampling_logp" in samples[0]:
         sampling_logp = torch.zeros((B, C), dtype=torch.float32)                # [B, C], 0 on padding
         for row, s in enumerate(samples):
             sampling_logp[row, :len(s["sampling_logp"])] = torch.tensor(s["sampling_logp"], dtype=torch.float32)
-        batch["sampling_logp"] = sampling_logp
-    return batch
+        fields["sampling_logp"] = sampling_logp
+    return fields
+
+
+def balance_by_tokens(samples: list[dict], parts: int) -> list[list[dict]]:
+    """Split into ``parts`` groups of near-equal prompt + completion tokens (longest first, each to the lightest
+    group; ties go to the lowest group, so the split is deterministic). Every group gets a sample when there are at
+    least ``parts`` of them."""
+    groups: list[list[dict]] = [[] for _ in range(parts)]
+    load = [0] * parts
+    for s in sorted(samples, key=lambda s: -(len(s["prompt_ids"]) + len(s["completion_ids"]))):
+        k = min(range(parts), key=lambda g: (load[g], len(groups[g]), g))
+        groups[k].append(s)
+        load[k] += len(s["prompt_ids"]) + len(s["completion_ids"])
+    return groups
 
 
 def split_microbatches(samples: list[dict], num_micro: int, micro_per_step: int,
                        generator: torch.Generator | None = None,
-                       skip_zero_advantage: bool = False) -> tuple[list[list[dict]], list[float], int]:
+                       skip_zero_advantage: bool = False,
+                       balance_tokens: bool = False) -> tuple[list[list[dict]], list[float], int]:
     """Shuffle (if a generator is given) and split into ``num_micro`` micro-batches, ``micro_per_step`` per optimizer
     step.
 
@@ -71,7 +106,9 @@ def split_microbatches(samples: list[dict], num_micro: int, micro_per_step: int,
     then left out of its micro-batches (the caller guarantees they have zero gradient) and the rest are spread evenly
     over the step's micro-batches; each micro-batch keeps at least one sample so each still runs a forward and
     backward (DDP and gradient accumulation expect one per micro-step). Skipping therefore never moves a sample to
-    another step, and never changes a normaliser.
+    another step, and never changes a normaliser. With ``balance_tokens`` a step's (kept) samples are spread over its
+    micro-batches by token count instead of by number (packing); the step's samples, and so its normalisers, are the
+    same either way.
 
     Returns the micro-batches, the active (loss-mask) tokens of each optimizer step's samples, skipped ones included,
     and how many samples were left out.
@@ -89,14 +126,28 @@ def split_microbatches(samples: list[dict], num_micro: int, micro_per_step: int,
         step_tokens.append(float(sum(float(s["completion_mask"].sum()) for s in step)))
         if not skip_zero_advantage:
             size = per_step // micro_per_step
-            micro += [step[k * size:(k + 1) * size] for k in range(micro_per_step)]
+            micro += (balance_by_tokens(step, micro_per_step) if balance_tokens
+                      else [step[k * size:(k + 1) * size] for k in range(micro_per_step)])
             continue
         active = [s for s in step if s["advantage"] != 0.0]
         idle = [s for s in step if s["advantage"] == 0.0]
-        parts = [active[k::micro_per_step] for k in range(micro_per_step)]
+        parts = (balance_by_tokens(active, micro_per_step) if balance_tokens
+                 else [active[k::micro_per_step] for k in range(micro_per_step)])
         for part in parts:
             if not part:
                 part.append(idle.pop())
         micro += parts
     kept = sum(len(m) for m in micro)
     return micro, step_tokens, len(samples) - kept
+
+
+def collate_microbatches(parts: list[list[dict]], pad_id: int, max_tokens: int | None,
+                         one_row: bool) -> tuple[list[dict], dict[str, float]]:
+    """Padded micro-batches (``max_tokens`` None) or packed ones, and their padding metrics
+    (`hf_grpo.packing.padding_metrics`)."""
+    if max_tokens is None:
+        micro = [collate(m, pad_id) for m in parts]
+    else:
+        micro = [collate_packed(m, pad_id, max_tokens, one_row) for m in parts]
+    real = sum(len(s["prompt_ids"]) + len(s["completion_ids"]) for m in parts for s in m)
+    return micro, padding_metrics(real, micro, max_tokens)

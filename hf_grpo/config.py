@@ -103,6 +103,12 @@ class GRPOConfig(TrainingArguments):
     steps_per_generation: int | None = field(default=None, metadata={
         "help": "Micro-batches served by one generation round; defaults to gradient_accumulation_steps "
                 "(one round per optimizer step)."})
+    max_tokens_per_microbatch: int | None = field(default=None, metadata={
+        "help": "Sequence packing (padding-free training): None keeps padded [B, P+C] micro-batches. A number packs "
+                "each micro-batch's prompt + completion sequences into rows of at most this many tokens, attention "
+                "kept within each sequence (hf_grpo.packing); an optimizer step's samples are then split into its "
+                "gradient_accumulation_steps micro-batches by token count. Must be >= max_prompt_length + "
+                "max_completion_length (a longer sequence is an error, never truncated)."})
     generation_chunk_size: int = field(default=64, metadata={
         "help": "Most sequences per `generate` call (HF backend), to bound memory."})
 
@@ -435,6 +441,11 @@ class GRPOConfig(TrainingArguments):
               f"use_bias_correction_kl weights the KL by the importance ratio, which unbiases the gradients of k1 and "
               f"k3 but biases kl_estimator={self.kl_estimator!r}'s; set use_bias_correction_kl: false or use k3")
         check(self.logprob_chunk_size >= 1, "logprob_chunk_size must be >= 1")
+        if self.max_tokens_per_microbatch is not None:
+            longest = (self.max_prompt_length or 0) + self.max_completion_length
+            check(self.max_tokens_per_microbatch >= longest,
+                  f"max_tokens_per_microbatch ({self.max_tokens_per_microbatch}) must be >= max_prompt_length + "
+                  f"max_completion_length ({longest}): a packed row holds whole sequences")
         if self.overlong_buffer_length is not None:
             check(0 < self.overlong_buffer_length <= self.max_completion_length,
                   f"overlong_buffer_length ({self.overlong_buffer_length}) must be in (0, max_completion_length="

@@ -19,6 +19,9 @@ the sampled token) so that the importance ratio pi_trainer / pi_vllm compares li
 temperature, which biases that ratio by the mass of the dropped tokens. The gradient then flows through the
 renormalisation over the kept set: the policy being optimised is the truncated one that generated the data.
 
+Packed rows (`hf_grpo.packing`) go through `packed_completion_logprobs`: the same two paths, evaluated only at the
+positions that predict completion tokens, scattered back into the padded path's ``[B, C]`` layout.
+
 Families that transform the head's output (Gemma-2/3 ``final_logit_softcapping``, Cohere ``logit_scale``, Granite
 ``logits_scaling``) get the same transform in the chunked path (`LogitTransform`). Invariant relied on: the last
 entry of ``hidden_states`` is the *normed* final hidden state that the output embedding consumes. Both are checked
@@ -33,6 +36,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+
+from .packing import unpack
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,38 @@ def completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, in
         logp, entropy = _chunked(_head_logprobs, head, transform, filters, inputs=flat, targets=targets.reshape(-1),
                                  chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
     return logp.view(batch, C), entropy.view(batch, C).detach()          # [B, C] each
+
+
+def packed_completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, inputs: dict[str, torch.Tensor],
+                               *, temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool = True,
+                               transform: LogitTransform = LogitTransform(),
+                               filters: SamplingFilters | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`completion_logprobs` for packed rows (`hf_grpo.packing`): the same ``([B, C] log-probs, [B, C] entropy)``,
+    0 past each completion's end.
+
+    ``inputs``: ``input_ids``/``position_ids`` ``[R, L]``, ``completion_index`` ``[B, C]`` and, for eager/sdpa, the
+    block mask as ``attention_mask``. Only the positions that predict completion tokens reach the head: the chunked
+    path selects their hidden states, the model path asks the model for the logits of those columns only.
+    """
+    input_ids, index = inputs["input_ids"], inputs["completion_index"]        # [R, L], [B, C]
+    flat = index[index >= 0]                                                   # [N] positions predicting completions
+    targets = input_ids.reshape(-1)[flat + 1]                                  # [N]
+    forward = {k: inputs[k] for k in ("input_ids", "position_ids", "attention_mask") if k in inputs}
+    if head is None:
+        width = input_ids.shape[1]
+        columns = torch.unique(flat % width)                                   # [K] sorted columns used by any row
+        out = model(**forward, logits_to_keep=columns, use_cache=False)
+        logits = out.logits.reshape(-1, out.logits.shape[-1])                  # [R*K, V]
+        rows = logits[flat // width * columns.numel() + torch.searchsorted(columns, flat % width)]   # [N, V]
+        logp, entropy = _chunked(_logits_logprobs, filters, inputs=rows, targets=targets, chunk_size=chunk_size,
+                                 temperature=temperature, with_entropy=with_entropy)
+    else:
+        out = model(**forward, output_hidden_states=True, logits_to_keep=1, use_cache=False)
+        hidden = out.hidden_states[-1]                                         # [R, L, H]
+        rows = hidden.reshape(-1, hidden.shape[-1])[flat]                      # [N, H]
+        logp, entropy = _chunked(_head_logprobs, head, transform, filters, inputs=rows, targets=targets,
+                                 chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
+    return unpack(logp, index), unpack(entropy, index).detach()              # [B, C] each
 
 
 @torch.no_grad()

@@ -27,7 +27,7 @@ from transformers.trainer_utils import rotate_checkpoints
 from .algorithms import (batch_whitened_advantages, group_advantages, logp_difference, masked_mean,
                          policy_loss, scheduled_temperature, truncated_importance_weights, whitening_mean_std,
                          whitening_sums)
-from .batching import build_samples, collate, split_microbatches
+from .batching import build_samples, collate_microbatches, split_microbatches
 from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
 from .config import GRPOConfig
@@ -35,10 +35,12 @@ from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_re
                           zero3_init_disabled)
 from .evaluation import evaluate_rows
 from .generation import SamplingParams, build_generator
-from .logprobs import LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs
+from .logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
+                       packed_completion_logprobs)
 from .metrics import MetricsBuffer
 from .model_card import model_card_text
 from .models import disable_dropout, load_model, load_tokenizer, resolve_model_path
+from .packing import first_sequence, model_inputs, single_row
 from .ptx import PTXBatches, ptx_nll_sum
 from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward_function
 from .rollout import RolloutBatch, RolloutCollector
@@ -212,8 +214,13 @@ class DistributedGRPOTrainer(Trainer):
         skip = args.skip_zero_advantage and args.beta == 0
         parts, step_tokens, skipped = split_microbatches(samples, args.steps_per_generation,
                                                          args.gradient_accumulation_steps, shuffle,
-                                                         skip_zero_advantage=skip)
-        micro = [{**collate(m, self.processing_class.pad_token_id), "temperature": temperature} for m in parts]
+                                                         skip_zero_advantage=skip,
+                                                         balance_tokens=args.max_tokens_per_microbatch is not None)
+        micro, padding = collate_microbatches(parts, self.processing_class.pad_token_id,
+                                              args.max_tokens_per_microbatch, single_row(self._attn_implementation()))
+        micro = [{**m, "temperature": temperature} for m in micro]
+        for key, value in padding.items():
+            self._metrics.add(key, value)
         if self.ptx is not None:
             self.ptx.attach(micro, self.state.global_step, args.gradient_accumulation_steps, self.accelerator)
         self._metrics.add("temperature", temperature)
@@ -281,7 +288,7 @@ class DistributedGRPOTrainer(Trainer):
         if not need_old and args.beta == 0:
             return
         for batch in micro:
-            inputs = {k: batch[k].to(self.accelerator.device) for k in ("input_ids", "attention_mask")}
+            inputs = self._model_inputs(batch)
             C, temperature = batch["completion_mask"].shape[1], batch["temperature"]
             if need_old:
                 batch["old_logp"] = self._logprobs(self.model_wrapped, inputs, C, temperature)[0].cpu()
@@ -320,6 +327,14 @@ class DistributedGRPOTrainer(Trainer):
         dtype = next(self.accelerator.unwrap_model(self.model).parameters()).dtype
         return bool(self.args.bf16 or self.args.fp16 or dtype != torch.float32)
 
+    def _attn_implementation(self) -> str | None:
+        return self.accelerator.unwrap_model(self.model).config._attn_implementation
+
+    def _model_inputs(self, batch: dict) -> dict[str, torch.Tensor]:
+        """A micro-batch's model inputs on the device: padded, or packed with its attention mask (hf_grpo.packing)."""
+        return model_inputs(batch, self.accelerator.device, self._attn_implementation(),
+                            self.accelerator.unwrap_model(self.model).dtype)
+
     def _logprobs(self, model, inputs, completion_length: int, temperature: float, with_entropy: bool = False,
                   sampled: bool = True):
         """Per-token log-probs of the last ``completion_length`` tokens; ``sampled`` applies the sampler's filters
@@ -328,6 +343,11 @@ class DistributedGRPOTrainer(Trainer):
             self._chunked_logprobs = self._choose_logprob_path(inputs, completion_length)
         unwrapped = self.accelerator.unwrap_model(model)
         head = unwrapped.get_output_embeddings() if self._chunked_logprobs else None
+        if "completion_index" in inputs:      # packed rows (hf_grpo.packing)
+            return packed_completion_logprobs(model, head, inputs, temperature=temperature,
+                                              chunk_size=self.args.logprob_chunk_size, with_entropy=with_entropy,
+                                              transform=self._logit_transform,
+                                              filters=self._sampling_filters if sampled else None)
         return completion_logprobs(model, head, inputs["input_ids"], inputs["attention_mask"], completion_length,
                                    temperature=temperature, chunk_size=self.args.logprob_chunk_size,
                                    with_entropy=with_entropy, transform=self._logit_transform,
@@ -339,6 +359,8 @@ class DistributedGRPOTrainer(Trainer):
         first real batch against the model's own logits."""
         if self.args.logprob_path == "model" or is_zero3(self.accelerator) or is_fsdp(self.accelerator):
             return False
+        if "completion_index" in inputs:      # packed: check on one of its sequences, unpacked
+            inputs, completion_length = first_sequence(inputs)
         with self._without_dropout() as unwrapped:
             ok, diff = chunked_path_matches(self.model_wrapped, unwrapped.get_output_embeddings(),
                                             self._logit_transform, inputs["input_ids"][:1],
@@ -373,11 +395,9 @@ class DistributedGRPOTrainer(Trainer):
     # ---- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args, device = self.args, self.accelerator.device
-        input_ids = inputs["input_ids"].to(device)                                        # [B, P+C]
-        attention_mask = inputs["attention_mask"].to(device)                              # [B, P+C]
         mask = inputs["completion_mask"].to(device)                                       # [B, C]
-        logp, entropy = self._logprobs(model, {"input_ids": input_ids, "attention_mask": attention_mask},
-                                       mask.shape[1], inputs["temperature"], with_entropy=True)   # [B, C] each
+        logp, entropy = self._logprobs(model, self._model_inputs(inputs), mask.shape[1], inputs["temperature"],
+                                       with_entropy=True)                                  # [B, C] each
         old_logp = inputs["old_logp"].to(device) if "old_logp" in inputs else logp.detach()
         ref_logp = inputs["ref_logp"].to(device) if "ref_logp" in inputs else None
         is_weights = None
