@@ -9,6 +9,9 @@ Batch arithmetic (checked in `__post_init__`):
   completions = that number / ``num_generations`` prompts times ``num_generations`` samples each. Groups never
   straddle processes, so advantages need no cross-process gather.
 - Those completions are consumed by ``steps_per_generation`` micro-batches, ``num_iterations`` times.
+
+Every field of TRL 1.16's `GRPOConfig` is accepted too: the ones hf_grpo names differently or lacks are declared in
+`hf_grpo.trl_fields` (inherited) and resolved by `hf_grpo.trl_compat` (docs/trl_compatibility.md).
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ import os
 from dataclasses import dataclass, field
 
 import torch
-from transformers import TrainingArguments
 
+from . import trl_compat
 from .algorithms import (ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
                          TEMPERATURE_SCHEDULES, WHITENING_LEVELS)
+from .trl_fields import TRLFields
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +38,12 @@ LOGPROB_PATHS = ("auto", "chunked", "model")
 
 
 @dataclass
-class GRPOConfig(TrainingArguments):
+class GRPOConfig(TRLFields):
+    def __new__(cls, *args, **kwargs):
+        # Runs before the dataclass __init__, whose unknown-keyword TypeError names no alternative.
+        trl_compat.check_init_kwargs(cls, kwargs)
+        return super().__new__(cls)
+
     # ---- model --------------------------------------------------------------------------------------
     model_name_or_path: str = field(default="smollm2-135m", metadata={
         "help": "Hub id, local path, or `smollm2-135m` for the embedded SmolLM2-135M-Instruct shipped with the "
@@ -316,6 +325,7 @@ class GRPOConfig(TrainingArguments):
             self.use_cpu = True
         self._resolve_precision()
         super().__post_init__()
+        trl_compat.resolve_trl_fields(self)
         self.steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
         self.epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
         if self.generation_backend == "auto":

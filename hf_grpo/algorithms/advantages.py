@@ -17,13 +17,15 @@ Departures from the papers:
 - Completions that no reward function scored (every function returned ``None``) are left out of their group's
   (or the batch's) statistics and get advantage 0, as in TRL; ``valid`` marks the scored ones.
 - RLOO (Ahmadian et al., 2024) uses the leave-one-out mean, unscaled.
+- ``grpo_batch_std`` is TRL's ``scale_rewards="batch"`` (PPO Lite): the group mean as baseline, divided by the
+  Bessel-corrected std of every scored reward of the step on all processes (passed in, like REINFORCE++'s).
 """
 
 from __future__ import annotations
 
 import torch
 
-ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "rloo", "reinforce_pp")
+ADVANTAGE_ESTIMATORS = ("grpo", "grpo_batch_std", "dr_grpo", "rloo", "reinforce_pp")
 WHITENING_LEVELS = ("sequence", "token")
 
 
@@ -92,6 +94,21 @@ def batch_whitened_advantages(rewards: torch.Tensor, batch_mean: float, batch_st
     """
     adv = (rewards - batch_mean) / (batch_std + eps)                   # [N*G]
     return adv if valid is None else adv * valid.to(adv.dtype)
+
+
+def unbiased_std(sums: torch.Tensor) -> float:
+    """Bessel-corrected std from `whitening_sums` with unit weights (TRL's ``nanstd``); 0 for fewer than 2."""
+    _, std = whitening_mean_std(sums)
+    count = float(sums[2])
+    return std * (count / (count - 1)) ** 0.5 if count > 1 else 0.0
+
+
+def batch_std_group_advantages(rewards: torch.Tensor, num_generations: int, batch_std: float,
+                               eps: float = 1e-4, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """TRL's ``scale_rewards="batch"``: ``(r - group mean) / (batch_std + eps)``, ``batch_std`` over the whole step
+    (`unbiased_std` of the global `whitening_sums`). ``valid`` as in `group_advantages`."""
+    centred = group_advantages(rewards, num_generations, "dr_grpo", valid=valid)   # [N*G] r - group mean
+    return centred / (batch_std + eps)
 
 
 def group_std(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:

@@ -32,6 +32,9 @@ Departures from the papers:
   row that contributes zero.
 - ``is_weights`` (the truncated importance ratio between the trainer and a separate sampler such as vLLM)
   multiply the per-token loss and carry no gradient.
+- ``delta`` (INTELLECT-2's two-sided clipping, TRL's option): the unclipped ratio is capped at ``delta`` before the
+  min, so a negative advantage times a huge ratio is bounded. ``entropy_mask`` (TRL's ``top_entropy_quantile``)
+  multiplies the policy-gradient term only; the KL term and the denominators keep every token, as in TRL.
 """
 
 from __future__ import annotations
@@ -122,7 +125,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
                 kl_estimator: str = "k3", max_completion_length: int | None = None,
                 token_normalizer: float | torch.Tensor | None = None, num_sequences: int | None = None,
                 num_tokens: float | None = None, is_weights: torch.Tensor | None = None,
-                use_bias_correction_kl: bool = False, ratio_skip_threshold: float | None = None) -> PolicyLossOutput:
+                use_bias_correction_kl: bool = False, ratio_skip_threshold: float | None = None,
+                delta: float | None = None, entropy_mask: torch.Tensor | None = None) -> PolicyLossOutput:
     """Clipped surrogate loss  -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A) (+ beta * KL).
 
     Args:
@@ -135,6 +139,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         is_weights: optional ``[B, T]`` detached correction weights (train/inference mismatch).
         use_bias_correction_kl: multiply the KL term by the (token or sequence) importance ratio, with its gradient.
         ratio_skip_threshold: drop completions whose mean per-token ratio exceeds this from the loss (None: off).
+        delta: cap of the unclipped ratio (two-sided clipping; None: off).
+        entropy_mask: optional ``[B, T]`` 0/1 mask of the tokens that carry the policy-gradient term.
         num_sequences, num_tokens: denominators to use instead of this batch's own counts (see `aggregate`).
     """
     if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
@@ -149,9 +155,11 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         log_ratio = seq_log_ratio.unsqueeze(-1).expand_as(logp)        # [B, T]
     ratio = torch.exp(log_ratio)                                       # [B, T]
     adv = advantages.unsqueeze(-1).to(logp.dtype)                      # [B, 1]
-    unclipped = ratio * adv                                            # [B, T]
     clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * adv  # [B, T]
+    unclipped = (ratio if delta is None else torch.clamp(ratio, max=delta)) * adv  # [B, T]
     per_token = -torch.min(unclipped, clipped)                         # [B, T]
+    if entropy_mask is not None:
+        per_token = per_token * entropy_mask.detach()
     if is_weights is not None:
         per_token = per_token * is_weights.detach()
     kl = None

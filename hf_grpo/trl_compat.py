@@ -1,0 +1,224 @@
+"""TRL 1.16's `GRPOConfig` and `GRPOTrainer` arguments, resolved onto hf_grpo's.
+
+`resolve_trl_fields` runs inside `GRPOConfig.__post_init__`: every TRL field (declared in `hf_grpo.trl_fields`, or
+shared with hf_grpo by name) is implemented, mapped onto the hf_grpo field of the same meaning, or refused with an
+error that names the field and what to use instead. A TRL field that maps onto an hf_grpo field also set to a
+different value is an error naming both. `check_init_kwargs` turns an unknown keyword into an error with the closest
+field name. docs/trl_compatibility.md has the table; tests/test_trl_config.py keeps it in step with TRL's dataclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import json
+from typing import Any
+
+# (field, TRL's default, why it is refused / what to use instead). A value other than the default is an error.
+REFUSED: tuple[tuple[str, Any, str], ...] = (
+    ("router_aux_loss_coef", None, "the loss has no MoE auxiliary term; train a dense model or leave it unset"),
+    ("cast_lm_head_to_fp32", False, "the output head computes in the policy's dtype; use dtype: float32"),
+    ("num_generations_eval", None, "evaluation is greedy pass@1 (one completion per prompt); see eval_datasets"),
+    ("ds3_gather_for_generation", True, "weights are always gathered (one tensor at a time) to push them into vLLM"),
+    ("cache_implementation", None, "not implemented; generation_backend: vllm is the fast path"),
+    ("use_transformers_continuous_batching", False, "use generation_backend: vllm (or hf for transformers generate)"),
+    ("transformers_continuous_batching_config", None, "use generation_backend: vllm (or hf)"),
+    ("use_transformers_paged", False, "use generation_backend: vllm (or hf)"),
+    ("max_tool_calling_iterations", None, "multi-turn tool-calling rollouts are not supported yet"),
+    ("vllm_model_impl", "vllm", "vLLM's own model implementation is the only one used"),
+    ("vllm_structured_outputs_regex", None, "constrained generation is not implemented"),
+    ("vllm_group_port", 51216, "the NCCL weight-transfer group picks a free port itself (see vllm_weight_transfer)"),
+    ("multi_objective_aggregation", "sum_then_normalize", "only sum_then_normalize (weighted sum, then advantages) "
+                                                          "is implemented"),
+    ("sapo_temperature_neg", 1.05, "loss_type sapo is not implemented; loss_type is one of grpo, bnpo, dapo, dr_grpo"),
+    ("sapo_temperature_pos", 1.0, "loss_type sapo is not implemented"),
+    ("vespo_k_pos", 2.0, "loss_type vespo is not implemented"),
+    ("vespo_lambda_pos", 3.0, "loss_type vespo is not implemented"),
+    ("vespo_k_neg", 3.0, "loss_type vespo is not implemented"),
+    ("vespo_lambda_neg", 2.0, "loss_type vespo is not implemented"),
+    ("sync_ref_model", False, "the reference model stays the initial policy; use beta: 0 to train without one"),
+    ("ref_model_mixup_alpha", 0.6, "only meaningful with sync_ref_model, which is not implemented"),
+    ("ref_model_sync_steps", 512, "only meaningful with sync_ref_model, which is not implemented"),
+    ("entropy_coef", 0.0, "no entropy bonus is implemented; top_entropy_quantile is"),
+    ("use_adaptive_entropy", False, "adaptive entropy control is not implemented"),
+    ("entropy_coef_min", 0.0, "adaptive entropy control is not implemented"),
+    ("entropy_coef_max", 1.0, "adaptive entropy control is not implemented"),
+    ("entropy_coef_delta", 0.005, "adaptive entropy control is not implemented"),
+    ("entropy_target", 0.2, "adaptive entropy control is not implemented"),
+    ("off_policy_mask_threshold", None, "not implemented; ratio_skip_threshold drops completions by their ratio"),
+    ("log_completions_hub_repo", None, "completions are written to <output_dir>/rollouts (log_completions_steps)"),
+)
+
+# generation_kwargs keys with a config field of the same meaning (they override it, as in TRL).
+GENERATION_KWARGS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                     "repetition_penalty": "repetition_penalty", "stop": "stop",
+                     "max_tokens": "max_completion_length", "max_new_tokens": "max_completion_length"}
+SCALE_REWARDS = {"group": "grpo", "batch": "grpo_batch_std", "none": "dr_grpo"}
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
+
+
+class ConfigFieldError(ValueError):
+    """A `GRPOConfig` keyword that is neither an hf_grpo nor a TRL field."""
+
+
+def check_init_kwargs(cls, kwargs: dict) -> None:
+    """Unknown keywords to ``cls(...)`` are an error naming the closest field (not the dataclass's bare TypeError)."""
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    for name in kwargs:
+        if name not in known:
+            match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
+            hint = f"; did you mean `{match[0]}`?" if match else ""
+            raise ConfigFieldError(f"GRPOConfig got an unknown field `{name}`{hint} (fields are hf_grpo's and TRL "
+                                   f"1.16's GRPOConfig fields; see docs/trl_compatibility.md)")
+
+
+def _default(config, name: str) -> Any:
+    f = next(f for f in dataclasses.fields(config) if f.name == name)
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def _set(config, ours: str, value: Any, because: str) -> None:
+    """Set hf_grpo field ``ours`` to what a TRL field means; an explicit different value of ``ours`` is an error."""
+    current = getattr(config, ours)
+    if current != value and current != _default(config, ours):
+        raise ValueError(f"GRPOConfig: {because} means {ours}={value!r}, but {ours}={current!r} is also set; set "
+                         f"only one of them")
+    setattr(config, ours, value)
+
+
+def _as_dict(config, name: str) -> dict | None:
+    value = getattr(config, name)
+    if isinstance(value, str):               # from the command line
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"GRPOConfig: {name} must be a dict or a JSON object string, got {value!r}: {e}") from e
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"GRPOConfig: {name} must be a dict, got {type(value).__name__}")
+    return value
+
+
+def resolve_trl_fields(config) -> None:
+    """Apply every TRL field of ``config`` (see the module docstring). Runs before hf_grpo's own validation."""
+    for name, default, instead in REFUSED:
+        if getattr(config, name) != default:
+            raise ValueError(f"GRPOConfig: TRL's {name}={getattr(config, name)!r} is not supported ({instead}); "
+                             f"leave it at {default!r}")
+    if config.pad_to_multiple_of not in (None, "auto"):
+        raise ValueError(f"GRPOConfig: TRL's pad_to_multiple_of={config.pad_to_multiple_of!r} is not supported "
+                         f"(micro-batches are padded to their own longest sequence); leave it at 'auto'")
+    config.model_init_kwargs = _model_init_kwargs(config)
+    config.chat_template_kwargs = _as_dict(config, "chat_template_kwargs")
+    _generation(config)
+    _vllm(config)
+    _algorithm(config)
+
+
+def _model_init_kwargs(config) -> dict:
+    """TRL's model_init_kwargs as from_pretrained keywords; dtype and attn_implementation go to the config fields
+    of those names (which also set vLLM's dtype), trust_remote_code is added."""
+    kwargs = dict(_as_dict(config, "model_init_kwargs") or {})
+    dtype = kwargs.pop("dtype", kwargs.pop("torch_dtype", None))
+    if dtype is not None and str(dtype) != "auto":
+        name = str(dtype).removeprefix("torch.")
+        if name not in MODEL_DTYPES:
+            raise ValueError(f"GRPOConfig: model_init_kwargs dtype={dtype!r} is not one of {MODEL_DTYPES} or auto")
+        _set(config, "dtype", name, f"model_init_kwargs dtype={dtype!r}")
+    attn = kwargs.pop("attn_implementation", None)
+    if attn is not None:
+        _set(config, "attn_implementation", attn, f"model_init_kwargs attn_implementation={attn!r}")
+    if config.trust_remote_code:
+        kwargs.setdefault("trust_remote_code", True)
+    return kwargs
+
+
+def _generation(config) -> None:
+    if config.min_p is None:                  # TRL's "off"
+        config.min_p = 0.0
+    for key, value in (_as_dict(config, "generation_kwargs") or {}).items():
+        if key not in GENERATION_KWARGS:
+            raise ValueError(f"GRPOConfig: generation_kwargs key {key!r} has no equivalent here; supported keys: "
+                             f"{sorted(GENERATION_KWARGS)} (each overrides the config field of that meaning)")
+        setattr(config, GENERATION_KWARGS[key], value)        # TRL: generation_kwargs override the fields
+    if config.generation_batch_size is not None:
+        per_step = config.per_device_train_batch_size * config.world_size
+        if config.generation_batch_size % per_step:
+            raise ValueError(f"GRPOConfig: generation_batch_size ({config.generation_batch_size}) must be a multiple of "
+                             f"per_device_train_batch_size x processes ({per_step})")
+        steps = config.generation_batch_size // per_step
+        if config.steps_per_generation not in (None, steps):
+            raise ValueError("GRPOConfig: set generation_batch_size or steps_per_generation, not both (TRL's rule)")
+        config.steps_per_generation = steps
+
+
+def _vllm(config) -> None:
+    if config.use_vllm is not None:
+        _set(config, "generation_backend", "vllm" if config.use_vllm else "hf", f"use_vllm={config.use_vllm}")
+    url = config.vllm_server_base_url
+    if url is None and (config.vllm_server_host is not None or config.vllm_server_port is not None
+                        or (config.use_vllm and config.vllm_mode == "server" and not config.vllm_server_urls)):
+        host = config.vllm_server_host or "0.0.0.0"
+        url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{config.vllm_server_port or 8000}"
+    if url is not None:
+        _set(config, "vllm_server_urls", [url.rstrip("/")], f"vllm_server_base_url/host/port ({url})")
+    if config.vllm_max_model_length is not None:
+        _set(config, "vllm_max_model_len", config.vllm_max_model_length,
+             f"vllm_max_model_length={config.vllm_max_model_length}")
+    if config.vllm_importance_sampling_cap is None:          # TRL's deprecated alias left at its default
+        config.vllm_importance_sampling_cap = _default(config, "vllm_importance_sampling_cap")
+    if config.vllm_importance_sampling_clip_max is not None:
+        _set(config, "vllm_importance_sampling_cap", config.vllm_importance_sampling_clip_max,
+             f"vllm_importance_sampling_clip_max={config.vllm_importance_sampling_clip_max}")
+    mode = config.vllm_importance_sampling_mode
+    if mode is None:
+        config.vllm_importance_sampling_mode = f"{config.vllm_importance_sampling_level}_truncate"
+    else:
+        level, _, constraint = mode.partition("_")
+        if constraint not in ("truncate", "mask"):
+            raise ValueError(f"GRPOConfig: vllm_importance_sampling_mode={mode!r} is not one of token_truncate, "
+                             f"token_mask, sequence_truncate, sequence_mask")
+        _set(config, "vllm_importance_sampling_level", level, f"vllm_importance_sampling_mode={mode!r}")
+    low = config.vllm_importance_sampling_clip_min
+    if low is not None and not 0 <= low <= config.vllm_importance_sampling_cap:
+        raise ValueError(f"GRPOConfig: vllm_importance_sampling_clip_min={low} must be in [0, clip_max="
+                         f"{config.vllm_importance_sampling_cap}]")
+
+
+def _algorithm(config) -> None:
+    scale = config.scale_rewards
+    if scale is not None:
+        scale = {True: "group", False: "none"}.get(scale, scale)
+        if isinstance(scale, str):
+            scale = {"true": "group", "false": "none"}.get(scale.lower(), scale.lower())
+        if scale not in SCALE_REWARDS:
+            raise ValueError(f"GRPOConfig: scale_rewards={config.scale_rewards!r} is not one of group, batch, none "
+                             f"(or true / false)")
+        config.scale_rewards = scale
+        _set(config, "advantage_estimator", SCALE_REWARDS[scale], f"scale_rewards={scale!r}")
+    if config.delta is not None and config.delta <= 1.0 + (config.epsilon_high or config.epsilon):
+        raise ValueError(f"GRPOConfig: delta={config.delta} caps the unclipped ratio and must be > 1 + epsilon_high "
+                         f"({1.0 + (config.epsilon_high or config.epsilon)})")
+    if not 0.0 <= config.top_entropy_quantile <= 1.0:
+        raise ValueError(f"GRPOConfig: top_entropy_quantile must be in [0, 1], got {config.top_entropy_quantile}")
+    if config.num_completions_to_print is not None and config.num_completions_to_print < 1:
+        raise ValueError(f"GRPOConfig: num_completions_to_print must be >= 1 or None, got "
+                         f"{config.num_completions_to_print}")
+
+
+def check_trainer_arguments(quantization_config=None, tools=None, rollout_func=None, environment_factory=None,
+                            model_is_loaded: bool = False) -> None:
+    """TRL's `GRPOTrainer` keywords that hf_grpo does not implement (yet) are errors, never silently dropped."""
+    for name, value in (("tools", tools), ("rollout_func", rollout_func),
+                        ("environment_factory", environment_factory)):
+        if value:
+            raise NotImplementedError(f"DistributedGRPOTrainer: TRL's `{name}` is not supported yet: multi-turn and "
+                                      f"custom rollouts are a later step. Train single-turn with reward_funcs.")
+    if quantization_config is None:
+        return
+    if model_is_loaded:
+        raise ValueError("DistributedGRPOTrainer: quantization_config applies when the model is loaded from a name "
+                         "or path; this model is already loaded (quantize it yourself, or pass its name)")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ImportError("DistributedGRPOTrainer: quantization_config needs bitsandbytes, which is not installed "
+                          "(`pip install bitsandbytes`; it needs a CUDA GPU)")
