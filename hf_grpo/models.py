@@ -71,10 +71,12 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: str | None = None) -> PreTrainedModel:
+def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: str | None = None,
+               **init_kwargs) -> PreTrainedModel:
+    """``init_kwargs``: further `from_pretrained` keywords (TRL's ``model_init_kwargs``, ``quantization_config``)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {sorted(DTYPES)}")
-    kwargs = {"dtype": DTYPES[dtype]}
+    kwargs = {**init_kwargs, "dtype": DTYPES[dtype]}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     return AutoModelForCausalLM.from_pretrained(resolve_model_path(name_or_path), **kwargs)

@@ -131,7 +131,8 @@ class RolloutCollector:
     def collect(self, rows: list[dict], trainer_state=None) -> RolloutBatch:
         """Generate ``G`` completions for each row and score them."""
         G = self.args.num_generations
-        prompt_ids = encode_prompts(self.tokenizer, [r["prompt"] for r in rows])
+        prompt_ids = encode_prompts(self.tokenizer, [r["prompt"] for r in rows],
+                                    chat_template_kwargs=self.args.chat_template_kwargs)
         t0 = time.perf_counter()
         result = self.generator.generate(prompt_ids, G, self.sampling)
         t1 = time.perf_counter()

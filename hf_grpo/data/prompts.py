@@ -59,11 +59,11 @@ def _require_chat_template(tokenizer: Any) -> None:
         )
 
 
-def encode_prompt(tokenizer: Any, prompt: str | list[dict]) -> list[int]:
+def encode_prompt(tokenizer: Any, prompt: str | list[dict], chat_template_kwargs: dict | None = None) -> list[int]:
     """Token ids of ``prompt`` exactly as generation will see them.
 
     Conversations go through ``tokenizer.apply_chat_template(prompt, add_generation_prompt=True,
-    tokenize=True)`` (the BatchEncoding of transformers 5 and the list of transformers 4 both become a
+    tokenize=True, **chat_template_kwargs)`` (TRL's ``chat_template_kwargs``) (the BatchEncoding of transformers 5 and the list of transformers 4 both become a
     plain ``list[int]``); strings through ``tokenizer(prompt, add_special_tokens=True)``.
     """
     if isinstance(prompt, str):
@@ -73,11 +73,13 @@ def encode_prompt(tokenizer: Any, prompt: str | list[dict]) -> list[int]:
             f"prompt must be a string or a list of {{'role', 'content'}} messages, got {type(prompt).__name__}"
         )
     _require_chat_template(tokenizer)
-    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
+                                        **(chat_template_kwargs or {}))
     return _as_int_list(ids)
 
 
-def encode_prompts(tokenizer: Any, prompts: Sequence, chunk_size: int = 512) -> list[list[int]]:
+def encode_prompts(tokenizer: Any, prompts: Sequence, chunk_size: int = 512,
+                   chat_template_kwargs: dict | None = None) -> list[list[int]]:
     """``[encode_prompt(tokenizer, p) for p in prompts]``, batched per chunk when all prompts are one kind.
 
     Batching gives the same ids (the tokenizer call is the same) and is ~2-3x faster on real tokenizers.
@@ -85,14 +87,15 @@ def encode_prompts(tokenizer: Any, prompts: Sequence, chunk_size: int = 512) -> 
     prompts = list(prompts)
     chat = [is_conversational(p) for p in prompts]
     if not prompts or not (all(chat) or all(isinstance(p, str) for p in prompts)):
-        return [encode_prompt(tokenizer, p) for p in prompts]
+        return [encode_prompt(tokenizer, p, chat_template_kwargs) for p in prompts]
     if all(chat):
         _require_chat_template(tokenizer)
     out: list[list[int]] = []
     for start in range(0, len(prompts), chunk_size):
         chunk = prompts[start : start + chunk_size]
         if all(chat):
-            batch = tokenizer.apply_chat_template(chunk, add_generation_prompt=True, tokenize=True)
+            batch = tokenizer.apply_chat_template(chunk, add_generation_prompt=True, tokenize=True,
+                                                  **(chat_template_kwargs or {}))
         else:
             batch = tokenizer(chunk, add_special_tokens=True)
         if isinstance(batch, Mapping):

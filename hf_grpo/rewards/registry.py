@@ -31,7 +31,8 @@ _DOTTED_HELP = ("A custom reward function is given by its dotted import path, e.
 
 def load_reward_function(spec: str | Callable, config=None) -> Callable:
     """A callable is returned as is; a string is a built-in name (see ``BUILTIN_REWARDS``), ``model:<path or id>``
-    (a :class:`~.model.RewardModel`) or a dotted import path.
+    or (as in TRL) any string with a ``/``, a hub id or folder (a :class:`~.model.RewardModel`), or a dotted import
+    path.
 
     With a ``config`` (a ``GRPOConfig``), ``"code"`` gives a new ``CodeReward`` set up by its ``code_*`` fields.
     Raises ValueError for an unknown name (with the closest built-in), ImportError when the module or attribute of
@@ -52,6 +53,10 @@ def load_reward_function(spec: str | Callable, config=None) -> Callable:
             raise ValueError(f"reward function {spec!r}: expected model:<local path or hub id> of a sequence-"
                              f"classification model")
         return RewardModel(spec[len(MODEL_PREFIX):])
+    if "/" in spec:      # TRL passes reward models as a hub id ("org/name") or a local folder
+        from .model import RewardModel
+
+        return RewardModel(spec)
     if "." not in spec:
         close = difflib.get_close_matches(spec, BUILTIN_REWARDS, n=1, cutoff=0.5)
         hint = f" Did you mean '{close[0]}'?" if close else ""
