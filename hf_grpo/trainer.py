@@ -24,17 +24,17 @@ from transformers import PreTrainedModel, Trainer
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import rotate_checkpoints
 
-from .algorithms import (batch_whitened_advantages, group_advantages, logp_difference, masked_mean,
-                         policy_loss, scheduled_temperature, truncated_importance_weights, whitening_mean_std,
-                         whitening_sums)
+from .algorithms import importance_sampling_weights, logp_difference, masked_mean, policy_loss, scheduled_temperature
 from .batching import build_samples, collate_microbatches, split_microbatches
 from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
+from .completions_table import print_completions
 from .config import GRPOConfig
 from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_reference_model, warn_if_fsdp_falls_back,
                           zero3_init_disabled)
 from .evaluation import evaluate_rows
 from .generation import SamplingParams, build_generator
+from .global_stats import rollout_advantages, top_entropy_mask
 from .logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
                        packed_completion_logprobs)
 from .metrics import MetricsBuffer
@@ -45,6 +45,7 @@ from .ptx import PTXBatches, ptx_nll_sum
 from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward_function
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
+from .trl_compat import check_trainer_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -54,14 +55,19 @@ class DistributedGRPOTrainer(Trainer):
 
     def __init__(self, model: str | PreTrainedModel, reward_funcs=None, args: GRPOConfig | None = None,
                  train_dataset=None, eval_dataset=None, processing_class=None, reward_processing_classes=None,
-                 callbacks=None, optimizers=(None, None), peft_config=None):
+                 callbacks=None, optimizers=(None, None), peft_config=None, quantization_config=None, tools=None,
+                 rollout_func=None, environment_factory=None):
         if args is None:
             args = GRPOConfig()
+        check_trainer_arguments(quantization_config, tools, rollout_func, environment_factory,
+                                model_is_loaded=not isinstance(model, str))
+        init_kwargs = {**args.model_init_kwargs, **({"quantization_config": quantization_config}
+                                                    if quantization_config is not None else {})}
         model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)
         dtype = args.policy_dtype(peft_config is not None or args.use_peft)
         self._model_id = model_id
         if isinstance(model, str):
-            model = load_model(model, dtype, args.attn_implementation)
+            model = load_model(model, dtype, args.attn_implementation, **init_kwargs)
         if processing_class is None:
             processing_class = load_tokenizer(model_id)
         if processing_class.pad_token is None:
@@ -103,7 +109,7 @@ class DistributedGRPOTrainer(Trainer):
         if args.beta > 0 and peft_config is None:
             self.ref_model = prepare_reference_model(
                 self.accelerator, self.model,
-                lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation))
+                lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation, **init_kwargs))
         self._reference_checked = self.ref_model is None
         self._chunked_logprobs: bool | None = None     # decided at the first log-prob pass (_choose_logprob_path)
         self._logit_transform = LogitTransform.from_config(self.accelerator.unwrap_model(self.model).config)
@@ -147,7 +153,7 @@ class DistributedGRPOTrainer(Trainer):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
         return RepeatPromptSampler(len(dataset), self.args.prompts_per_generation, self.accelerator.num_processes,
                                    repeats=self.args.steps_per_generation * self.args.num_iterations,
-                                   seed=self.args.seed)
+                                   seed=self.args.seed, shuffle=self.args.shuffle_dataset)
 
     def get_train_dataloader(self):
         if self.train_dataset is None:
@@ -206,7 +212,7 @@ class DistributedGRPOTrainer(Trainer):
                 raise error
             raise RewardFunctionError("a reward function failed on another process (its error is in that "
                                       "process's log)", function_name="<other process>")
-        advantages = self._advantages(batch)                                              # [P*G]
+        advantages = rollout_advantages(batch, args, self.accelerator)                    # [P*G]
         samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
                                 args.mask_truncated_completions, batch.sampling_logprobs)
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
@@ -229,11 +235,14 @@ class DistributedGRPOTrainer(Trainer):
         self._add_normalizers(micro, step_tokens, len(samples))
         self._record_rollout_metrics(batch, advantages, time.perf_counter() - start)
         step = self.state.global_step + 1
-        if args.log_completions_steps and step % args.log_completions_steps == 0:
-            records = batch.records(advantages, G, self.reward_runner.names, step=step,
-                                    process=self.accelerator.process_index,
-                                    weight_version=self.generator.weight_version)
-            write_rollout_log(args.output_dir, step, gather_object(records), self.accelerator.is_main_process)
+        rollout_log = args.log_completions_steps and step % args.log_completions_steps == 0
+        if rollout_log or args.log_completions:
+            records = gather_object(batch.records(advantages, G, self.reward_runner.names, step=step,
+                                                  process=self.accelerator.process_index,
+                                                  weight_version=self.generator.weight_version))
+            if rollout_log:
+                write_rollout_log(args.output_dir, step, records, self.accelerator.is_main_process)
+            print_completions(records, step, args, self.accelerator.is_main_process)
         return micro
 
     def _sync_generator(self) -> None:
@@ -255,24 +264,6 @@ class DistributedGRPOTrainer(Trainer):
             logger.error("a reward function failed at step %d; saving checkpoint-%d before stopping",
                          self.state.global_step + 1, self.state.global_step)
             self._save_checkpoint(self.model, trial=None)
-
-    def _advantages(self, batch: RolloutBatch) -> torch.Tensor:
-        """``[P*G]`` advantages; completions no reward function scored get 0 and stay out of the statistics."""
-        args, scored = self.args, batch.scored                                           # [P*G] bool
-        if args.advantage_estimator != "reinforce_pp":
-            return group_advantages(batch.rewards, args.num_generations, args.advantage_estimator,
-                                    args.advantage_eps, valid=scored)
-        # REINFORCE++: whiten with the mean/std of the whole step's batch over all processes, per sequence or per
-        # loss token (a completion masked out of the loss has no tokens there).
-        weights = scored.double()                                                        # [P*G]
-        if args.reinforce_pp_whitening == "token":
-            weights = weights * torch.tensor([len(c) if done or not args.mask_truncated_completions else 0
-                                              for c, done in zip(batch.completion_ids, batch.finished)])
-        sums = whitening_sums(batch.rewards, weights)                                     # [3]
-        if self.accelerator.num_processes > 1:
-            sums = self.accelerator.reduce(sums.to(self.accelerator.device), reduction="sum").cpu()
-        mean, std = whitening_mean_std(sums)
-        return batch_whitened_advantages(batch.rewards, mean, std, args.advantage_eps, valid=scored)
 
     @torch.no_grad()
     def _add_logprob_inputs(self, micro: list[dict]) -> None:
@@ -408,9 +399,10 @@ class DistributedGRPOTrainer(Trainer):
             self._metrics.add("sampling/logp_difference/mean", diff_mean)
             self._metrics.add("sampling/logp_difference/max", diff_max)
             if args.vllm_importance_sampling_correction:
-                is_weights = truncated_importance_weights(old_logp, sampling_logp, mask,
-                                                          args.vllm_importance_sampling_level,
-                                                          args.vllm_importance_sampling_cap)      # [B, C]
+                is_weights = importance_sampling_weights(old_logp, sampling_logp, mask,
+                                                         args.vllm_importance_sampling_mode,
+                                                         args.vllm_importance_sampling_cap,
+                                                         args.vllm_importance_sampling_clip_min)  # [B, C]
                 self._metrics.add("sampling/importance_sampling_ratio/mean", masked_mean(is_weights, mask))
         out = policy_loss(logp, old_logp, inputs["advantages"].to(device), mask, epsilon_low=args.epsilon,
                           epsilon_high=args.epsilon_high, loss_type=args.loss_type,
@@ -419,7 +411,9 @@ class DistributedGRPOTrainer(Trainer):
                           token_normalizer=inputs["token_normalizer"], num_sequences=inputs["num_sequences"],
                           num_tokens=inputs["num_tokens"], is_weights=is_weights,
                           use_bias_correction_kl=args.use_bias_correction_kl,
-                          ratio_skip_threshold=args.ratio_skip_threshold)
+                          ratio_skip_threshold=args.ratio_skip_threshold, delta=args.delta,
+                          entropy_mask=None if args.top_entropy_quantile == 1.0 else
+                          top_entropy_mask(self.accelerator, entropy, mask, args.top_entropy_quantile))
         m = self._metrics
         m.add("entropy", masked_mean(entropy, mask))
         m.add("clip_ratio/low_mean", masked_mean(out.low_clipped.float(), mask))
