@@ -45,7 +45,7 @@ from .ptx import PTXBatches, ptx_nll_sum
 from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward_function
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
-from .trl_compat import check_trainer_arguments
+from .trl_compat import check_trainer_arguments, resolve_model_init_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,8 @@ class DistributedGRPOTrainer(Trainer):
             args = GRPOConfig()
         check_trainer_arguments(quantization_config, tools, rollout_func, environment_factory,
                                 model_is_loaded=not isinstance(model, str))
+        # Again here: TRL's scripts assign model_init_kwargs after the config is built.
+        args.model_init_kwargs = resolve_model_init_kwargs(args)
         init_kwargs = {**args.model_init_kwargs, **({"quantization_config": quantization_config}
                                                     if quantization_config is not None else {})}
         model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)

@@ -108,14 +108,14 @@ def resolve_trl_fields(config) -> None:
     if config.pad_to_multiple_of not in (None, "auto"):
         raise ValueError(f"GRPOConfig: TRL's pad_to_multiple_of={config.pad_to_multiple_of!r} is not supported "
                          f"(micro-batches are padded to their own longest sequence); leave it at 'auto'")
-    config.model_init_kwargs = _model_init_kwargs(config)
+    config.model_init_kwargs = resolve_model_init_kwargs(config)
     config.chat_template_kwargs = _as_dict(config, "chat_template_kwargs")
     _generation(config)
     _vllm(config)
     _algorithm(config)
 
 
-def _model_init_kwargs(config) -> dict:
+def resolve_model_init_kwargs(config) -> dict:
     """TRL's model_init_kwargs as from_pretrained keywords; dtype and attn_implementation go to the config fields
     of those names (which also set vLLM's dtype), trust_remote_code is added."""
     kwargs = dict(_as_dict(config, "model_init_kwargs") or {})
