@@ -69,7 +69,7 @@ def main() -> None:
         from tests.conftest import make_tiny_llama
         model = make_tiny_llama(49152)
     else:
-        model = load_model(resolve_model_path(opts.model), torch.float32, "sdpa")
+        model = load_model(resolve_model_path(opts.model), "float32", "sdpa")
     model.config._attn_implementation = "sdpa"
     model.eval()                                         # no dropout: both paths compute the same function
     head = model.get_output_embeddings()
