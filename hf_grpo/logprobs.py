@@ -130,7 +130,7 @@ def _chunked(fn, *args, inputs: torch.Tensor, targets: torch.Tensor, chunk_size:
     """Apply ``fn(*args, inputs_chunk, targets_chunk, ...)`` over ``chunk_size`` rows at a time, checkpointing each
     chunk under autograd so its ``[chunk, V]`` logits are recomputed in the backward instead of kept."""
     logps, entropies = [], []
-    for start in range(0, inputs.shape[0], chunk_size):
+    for start in range(0, max(inputs.shape[0], 1), chunk_size):     # once even for no rows: [0]-shaped results
         x = inputs[start:start + chunk_size]                           # [c, H] or [c, V]
         t = targets[start:start + chunk_size]                          # [c]
         if torch.is_grad_enabled():

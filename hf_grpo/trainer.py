@@ -6,8 +6,8 @@ micro-batches), `compute_loss`, `log`, `evaluate` and the model card. Generation
 live in their own modules.
 
 Departures from TRL's `GRPOTrainer`: groups never straddle processes (each process samples all ``G`` completions of
-its prompts in one request), so advantages need no gather; micro-batches are padded to their own length; the
-``dapo`` loss is normalised by the active tokens of the optimizer step over all processes.
+its prompts in one request), so advantages need no gather; micro-batches are padded to their own length (or packed,
+`hf_grpo.packing`); the ``dapo`` loss is normalised by the active tokens of the optimizer step over all processes.
 """
 
 from __future__ import annotations

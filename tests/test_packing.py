@@ -266,3 +266,12 @@ def test_two_processes_with_accumulation_packed_equals_padded(tiny_llama_path, t
             torch.testing.assert_close(packed[name], w, atol=2e-5, rtol=1e-4, msg=f"{runs[k]['loss_type']} {name}")
         logs = [r for r in results(tmp_path, run=k + 1)[0]["log"] if "loss" in r]
         assert logs and all(0 < r["packing/packed_ratio"] <= 1 for r in logs)
+
+
+def test_a_micro_batch_without_completion_tokens_still_has_a_graph(tiny):
+    """DDP and gradient accumulation expect every micro-batch to run a forward and a backward."""
+    packed = pack([[5, 6], [7]], [[], []], capacity=8, pad_id=0)
+    for head in (None, tiny.get_output_embeddings()):
+        logp, _ = packed_completion_logprobs(tiny, head, model_inputs(packed, "cpu", "sdpa", torch.float32))
+        assert logp.shape == (2, 1) and (logp == 0).all() and logp.requires_grad
+        logp.sum().backward()
