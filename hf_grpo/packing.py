@@ -134,8 +134,8 @@ def unpack(values: torch.Tensor, completion_index: torch.Tensor) -> torch.Tensor
 
 
 def first_sequence(inputs: dict) -> tuple[dict[str, torch.Tensor], int]:
-    """The first sample with completion tokens of packed ``inputs`` as an unpacked ``[1, P + C]`` batch and its completion length (for the
-    start-up check of the chunked log-prob path against the model's own logits)."""
+    """The first sample with completion tokens of packed ``inputs`` as an unpacked ``[1, P + C]`` batch, and its
+    completion length (for the start-up check of the chunked log-prob path against the model's own logits)."""
     lengths = (inputs["completion_index"] >= 0).sum(-1)                                  # [B]
     if not bool((lengths > 0).any()):
         raise ValueError("first_sequence: no packed sample has completion tokens to check")
