@@ -14,11 +14,22 @@ to spread machine noise. Prints seconds per step and trained tokens (prompt + co
 
     RESULT compare_trl speedup=<ours with vLLM, steps/s over TRL's> tokens_ratio=<same, tokens/s>
         hf_speedup=<ours with HF generate over TRL>
+
+On a GPU (``--cuda``, e.g. with the kit of ../shared/gpu: ``--model /tmp/models/s135m --reward hash``) both trainers
+also run with colocated vLLM (compiled, 0.3 of the GPU's memory), and TRL's vLLM row is the reference:
+
+    python3 bench/compare_trl.py --cuda --model /tmp/models/s135m --reward hash --prompts 16 --max_tokens 256 \
+        --dtype bfloat16
+    RESULT compare_trl speedup=<ours vLLM over TRL vLLM> hf_speedup=<ours HF generate over TRL HF generate>
+
+``--reward hash`` scores a completion by a hash of its text: random-init models never answer, and a reward with
+variance keeps every group trained (fixed work per step).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import statistics
@@ -43,6 +54,12 @@ REWARDS = [BUILTIN_REWARDS["boxed"], BUILTIN_REWARDS["boxed_format"]]
 WEIGHTS = [1.0, 0.5]
 
 
+def hash_reward(completions, **kwargs):
+    """A reward with variance for models that cannot answer: a stable hash of the completion text in [0, 1)."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [int(hashlib.sha1(t.encode()).hexdigest()[:8], 16) / 16**8 for t in texts]
+
+
 class StepTimer(TrainerCallback):
     def __init__(self):
         self.ends: list[float] = []
@@ -56,12 +73,17 @@ class StepTimer(TrainerCallback):
 
 
 def common(opts, out: str) -> dict:
+    rewards = opts.reward == "hash"
     return dict(output_dir=out, per_device_train_batch_size=opts.prompts * opts.generations,
                 num_generations=opts.generations, gradient_accumulation_steps=1,
-                max_completion_length=opts.max_tokens, learning_rate=2e-5, reward_weights=WEIGHTS,
-                max_steps=opts.warmup + opts.steps,
+                max_completion_length=opts.max_tokens, learning_rate=2e-5,
+                reward_weights=[1.0] if rewards else WEIGHTS, max_steps=opts.warmup + opts.steps,
                 logging_steps=1, save_strategy="no", report_to="none", seed=0, temperature=1.0, beta=0.0,
-                loss_type="dapo", disable_tqdm=True, bf16=False, use_cpu=True)
+                loss_type="dapo", disable_tqdm=True, bf16=opts.cuda, use_cpu=not opts.cuda)
+
+
+def reward_funcs(opts) -> list:
+    return [hash_reward] if opts.reward == "hash" else REWARDS
 
 
 def timed(trainer, timer: StepTimer, warmup: int, cumulative_tokens: bool) -> tuple[float, float]:
@@ -82,11 +104,16 @@ def run_ours(opts, model_path, dataset, tokenizer, backend: str = "hf") -> tuple
     set_seed(0)
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(**common(opts, out), plot_metrics=False, generation_backend=backend,
-                          max_prompt_length=256, vllm_kv_cache_gib=1.0, vllm_enforce_eager=True)
-        trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=REWARDS, args=args, train_dataset=dataset,
-                                         processing_class=tokenizer, callbacks=[timer])
+        args = GRPOConfig(**common(opts, out), plot_metrics=False, generation_backend=backend, dtype=opts.dtype,
+                          max_prompt_length=256, vllm_kv_cache_gib=1.0, vllm_enforce_eager=not opts.cuda,
+                          vllm_gpu_memory_utilization=0.3)
+        trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=reward_funcs(opts), args=args,
+                                         train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
         result = timed(trainer, timer, opts.warmup, cumulative_tokens=False)
+        steps = [r for r in trainer.state.log_history if "timing/rollout_s" in r][opts.warmup:]
+        parts = {k.removeprefix("timing/"): statistics.mean(r[k] for r in steps) for k in steps[0]
+                 if k.startswith("timing/")} if steps else {}
+        print(f"  hf_grpo ({backend}) per step: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()), flush=True)
         trainer.generator.close()
         return result
 
@@ -95,16 +122,21 @@ def run_ours_vllm(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
     return run_ours(opts, model_path, dataset, tokenizer, backend="vllm")
 
 
-def run_trl(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
+def run_trl(opts, model_path, dataset, tokenizer, use_vllm: bool = False) -> tuple[float, float]:
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer
     set_seed(0)
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
-        args = TRLConfig(**common(opts, out), use_vllm=False)
-        trainer = GRPOTrainer(model=model_path, reward_funcs=REWARDS, args=args,
+        vllm = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3) if use_vllm else {}
+        args = TRLConfig(**common(opts, out), model_init_kwargs={"dtype": opts.dtype}, **(vllm or {"use_vllm": False}))
+        trainer = GRPOTrainer(model=model_path, reward_funcs=reward_funcs(opts), args=args,
                               train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
         return timed(trainer, timer, opts.warmup, cumulative_tokens=True)
+
+
+def run_trl_vllm(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
+    return run_trl(opts, model_path, dataset, tokenizer, use_vllm=True)
 
 
 def main() -> None:
@@ -115,16 +147,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=1, help="alternating runs of each")
+    parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
+    parser.add_argument("--dtype", default="float32", help="the policy's weights dtype (both trainers)")
+    parser.add_argument("--reward", default="boxed", choices=["boxed", "hash"])
+    parser.add_argument("--cuda", action="store_true", help="train on the GPU; adds TRL's colocated-vLLM row")
     opts = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(os.cpu_count() or 1)
-    model_path = resolve_model_path("smollm2-135m")
+    model_path = resolve_model_path(opts.model)
     tokenizer = load_tokenizer(model_path)
     dataset = load_prompt_dataset("arithmetic:500", system_prompt=SYSTEM)
-    results = {"ours": [], "trl": [], "ours_vllm": []}
+    results = {"ours": [], "trl": [], "ours_vllm": [], "trl_vllm": []}
     for r in range(opts.repeats):
         order = [("ours", run_ours), ("trl", run_trl), ("ours_vllm", run_ours_vllm)]
+        order += [("trl_vllm", run_trl_vllm)] if opts.cuda else []
         order = order if r % 2 == 0 else order[::-1]
         for name, fn in order:
             results[name].append(fn(opts, model_path, dataset, tokenizer))
@@ -141,6 +178,13 @@ def main() -> None:
     print(f"{'TRL (HF generate)':<26}{trl_s:>10.2f}{trl_t:>12.1f}")
     print(f"{'hf_grpo (HF generate)':<26}{ours_s:>10.2f}{ours_t:>12.1f}")
     print(f"{'hf_grpo (colocated vLLM)':<26}{vllm_s:>10.2f}{vllm_t:>12.1f}")
+    if opts.cuda:
+        trl_vllm_s = statistics.median(x[0] for x in results["trl_vllm"])
+        trl_vllm_t = statistics.median(x[1] for x in results["trl_vllm"])
+        print(f"{'TRL (colocated vLLM)':<26}{trl_vllm_s:>10.2f}{trl_vllm_t:>12.1f}")
+        print(f"RESULT compare_trl speedup={trl_vllm_s / vllm_s:.3f} tokens_ratio={vllm_t / trl_vllm_t:.3f} "
+              f"hf_speedup={trl_s / ours_s:.3f}")
+        return
     print(f"RESULT compare_trl speedup={trl_s / vllm_s:.3f} tokens_ratio={vllm_t / trl_t:.3f} "
           f"hf_speedup={trl_s / ours_s:.3f}")
 

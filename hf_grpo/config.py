@@ -118,8 +118,9 @@ class GRPOConfig(TRLFields):
                 "kept within each sequence (hf_grpo.packing); an optimizer step's samples are then split into its "
                 "gradient_accumulation_steps micro-batches by token count. Must be >= max_prompt_length + "
                 "max_completion_length (a longer sequence is an error, never truncated)."})
-    generation_chunk_size: int = field(default=64, metadata={
-        "help": "Most sequences per `generate` call (HF backend), to bound memory."})
+    generation_chunk_size: int | None = field(default=None, metadata={
+        "help": "Most sequences per `generate` call (HF backend), to bound KV-cache memory. None: all of a "
+                "process's sequences in one call, as TRL does (fastest: small-model decoding is launch-bound)."})
 
     # ---- vLLM ---------------------------------------------------------------------------------------
     vllm_mode: str = field(default="colocate", metadata={
@@ -295,6 +296,14 @@ class GRPOConfig(TRLFields):
                 "<output_dir>/rollouts/step_<N>.jsonl; 0 disables."})
     plot_metrics: bool = field(default=True, metadata={
         "help": "At the end of training write <output_dir>/training_curves.png (reward and length per step)."})
+    # -- demo output (issue 14): held-out accuracy before/after training, quiet vLLM logs --
+    heldout_eval_samples: int = field(default=0, metadata={
+        "help": "Greedy accuracy (final number right, any format) of the base and the trained policy on this many "
+                "held-out prompts the training set never draws, written to <output_dir>/heldout_accuracy.json and "
+                "the plot. Needs an 'arithmetic[:N]' dataset_name (its held-out fold); 0 disables."})
+    verbose: bool = field(default=False, metadata={
+        "help": "Show vLLM's start-up INFO logs and its per-sync 'Failed to load weights' warnings (harmless: "
+                "buffers the in-place reload does not refill). Off: only errors from vLLM."})
     recipe: str | None = field(default=None, metadata={
         "help": "The recipe file this config was read from (recorded in the model card)."})
 
@@ -451,6 +460,8 @@ class GRPOConfig(TRLFields):
               f"use_bias_correction_kl weights the KL by the importance ratio, which unbiases the gradients of k1 and "
               f"k3 but biases kl_estimator={self.kl_estimator!r}'s; set use_bias_correction_kl: false or use k3")
         check(self.logprob_chunk_size >= 1, "logprob_chunk_size must be >= 1")
+        check(self.generation_chunk_size is None or self.generation_chunk_size >= 1,
+              "generation_chunk_size must be None (one call) or >= 1")
         if self.max_tokens_per_microbatch is not None:
             longest = (self.max_prompt_length or 0) + self.max_completion_length
             check(self.max_tokens_per_microbatch >= longest,

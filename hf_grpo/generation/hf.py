@@ -1,7 +1,9 @@
 """Generation with transformers' ``generate`` on the training processes.
 
-It reads the live policy, so it never needs a weight sync. Prompts are left-padded and generated in chunks of at
-most ``chunk_size`` sequences (prompts x n) to bound KV-cache memory. Gradient checkpointing is switched off while
+It reads the live policy, so it never needs a weight sync. Prompts are left-padded and, as in TRL, all of a process's
+sequences (prompts x n) go through one ``generate`` call: decoding a small model is bound by kernel launches, not
+arithmetic, so two calls of 64 sequences take nearly twice as long as one of 128 (docs/benchmarks.md). ``chunk_size``
+caps the sequences per call when KV-cache memory requires it. Gradient checkpointing is switched off while
 generating (with it, ``generate`` cannot use its KV cache).
 
 Under DeepSpeed ZeRO-3 and FSDP every forward pass gathers parameters from the other ranks, so all ranks must run
@@ -22,7 +24,8 @@ from .base import GenerationResult, Generator, SamplingParams
 
 
 class HFGenerator(Generator):
-    def __init__(self, accelerator, model, tokenizer, chunk_size: int = 64, checkpointing_kwargs: dict | None = None):
+    def __init__(self, accelerator, model, tokenizer, chunk_size: int | None = None,
+                 checkpointing_kwargs: dict | None = None):
         self.accelerator = accelerator
         self.model = model            # the wrapped model the trainer holds; unwrapped per call
         self.tokenizer = tokenizer
@@ -51,7 +54,7 @@ class HFGenerator(Generator):
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
         unwrapped = self.accelerator.unwrap_model(self.model)
-        prompts_per_chunk = max(1, self.chunk_size // n)
+        prompts_per_chunk = max(1, self.chunk_size // n) if self.chunk_size else max(1, len(prompt_ids))
         chunks = [prompt_ids[i:i + prompts_per_chunk] for i in range(0, len(prompt_ids), prompts_per_chunk)]
         lockstep = forward_is_collective(self.accelerator, unwrapped)
         calls = max_over_ranks(self.accelerator, len(chunks)) if lockstep else len(chunks)

@@ -25,9 +25,11 @@ import contextlib
 import logging
 import os
 import time
+import warnings
 
 import torch
 
+from ..distributed import is_zero3
 from .base import GenerationResult, Generator, SamplingParams
 from .weights import iter_policy_weights, policy_weight_metadata
 
@@ -49,6 +51,42 @@ def parse_request_outputs(outputs) -> GenerationResult:
     return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs)
 
 
+# vLLM's level when ``verbose`` is off. WARNING would still print, at every step, the reload's "<Layer>: Failed to
+# load weights" (harmless: buffers the checkpoint format does not carry, which vLLM puts back) and the CPU worker's
+# "doesn't allow torch.set_num_threads"; a newcomer should see the progress bar and the metrics lines.
+QUIET_LEVEL = "ERROR"
+
+
+def quiet_vllm_logs(kwargs: dict) -> None:
+    """Lower vLLM's logging to ``QUIET_LEVEL`` for an engine about to be built with ``kwargs`` (in place).
+
+    Done here, when an engine is built, not at import: importing this package changes no global state, and with
+    ``verbose`` vLLM's own configuration is untouched. Two places because vLLM logs before and after it applies its
+    logging config: the ``vllm`` logger's level covers the lines logged while the engine arguments are parsed, and
+    the engine's ``log_level`` argument keeps it there when the engine re-applies its config (which resets that
+    level). No environment variable is set.
+    """
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    logging.getLogger("vllm").setLevel(QUIET_LEVEL)
+    kwargs.update(use_tqdm_on_load=False)
+    # vLLM < 0.30 (the GPU kit's 0.26) has no log_level argument and does not re-apply its logging config.
+    if "log_level" in {f.name for f in dataclasses.fields(EngineArgs)}:
+        kwargs.update(log_level=QUIET_LEVEL)
+
+
+@contextlib.contextmanager
+def _engine_start_warnings(verbose: bool):
+    """Without ``verbose``, hide the FutureWarnings vLLM's kernel scan triggers while an engine starts (it touches
+    deprecated torch attributes such as ``torch.distributed.reduce_op``); only for that call, not process-wide."""
+    with warnings.catch_warnings():
+        if not verbose:
+            warnings.simplefilter("ignore", FutureWarning)
+        yield
+
+
 @contextlib.contextmanager
 def _keep_torch_threads():
     threads = torch.get_num_threads()
@@ -63,6 +101,7 @@ class VLLMColocateGenerator(Generator):
     def __init__(self, args, accelerator, model_path: str):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # engine in this process: in-place weight reload
         from vllm import LLM
+
 
         self.accelerator = accelerator
         self.tp = args.vllm_tensor_parallel_size
@@ -84,6 +123,8 @@ class VLLMColocateGenerator(Generator):
                 kwargs.update(distributed_executor_backend="external_launcher")
         else:
             kwargs.update(kv_cache_memory_bytes=int(args.vllm_kv_cache_gib * (1 << 30)))
+        if not args.verbose:
+            quiet_vllm_logs(kwargs)
         self.sleep_mode = on_cuda and args.vllm_enable_sleep_mode
         # None: not decided yet (decided at the first sync); only CUDA engines are tried, see direct_copy.py.
         self.direct_copy: bool | None = None if on_cuda and args.vllm_direct_weight_copy else False
@@ -94,7 +135,7 @@ class VLLMColocateGenerator(Generator):
                       for g in range(world // self.tp)]
             self._tp_group = groups[accelerator.process_index // self.tp]
         start = time.perf_counter()
-        with _keep_torch_threads():
+        with _keep_torch_threads(), _engine_start_warnings(args.verbose):
             self.llm = LLM(**kwargs)
         logger.info("vLLM engine ready in %.1f s (%s, %s)", time.perf_counter() - start, model_path, kwargs["dtype"])
         if self.sleep_mode:
@@ -141,7 +182,10 @@ class VLLMColocateGenerator(Generator):
         with _keep_torch_threads():
             weights = iter_policy_weights(self.accelerator, model)
             if self.direct_copy:
-                self.llm.collective_rpc("copy_weights_direct", kwargs=dict(weights_iterator=weights))
+                # Fused copies in 1 GiB batches, except under ZeRO-3 (see DirectCopyPlan.copy).
+                batch_bytes = 0 if is_zero3(self.accelerator) else 1 << 30
+                self.llm.collective_rpc("copy_weights_direct", kwargs=dict(weights_iterator=weights,
+                                                                           batch_bytes=batch_bytes))
             else:
                 self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=weights,
                                                                       is_checkpoint_format=True))

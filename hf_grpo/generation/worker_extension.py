@@ -32,8 +32,8 @@ class HFGRPOWorkerExtension:
             self.hf_grpo_direct_copy = plan
         return reason
 
-    def copy_weights_direct(self, weights_iterator) -> int:
-        return self.hf_grpo_direct_copy.copy(weights_iterator)
+    def copy_weights_direct(self, weights_iterator, batch_bytes: int = 0) -> int:
+        return self.hf_grpo_direct_copy.copy(weights_iterator, batch_bytes)
 
     def refresh_packed_weights(self) -> int:
         from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod

