@@ -119,8 +119,11 @@ class TimeBudgetCallback(TrainerCallback):
             self.last_step_end = self.clock()
 
 
-def plot_training_curves(log_history: list[dict], path: str) -> bool:
-    """Reward and mean completion length per step from `state.log_history`; returns False if nothing to plot."""
+def plot_training_curves(log_history: list[dict], path: str, heldout=None) -> bool:
+    """Reward and mean completion length per step from `state.log_history`; returns False if nothing to plot.
+
+    With ``heldout`` (a :class:`~hf_grpo.heldout.HeldoutAccuracy`) a third panel shows the base and the trained
+    held-out accuracy with their 95% intervals: the headline, next to the reward that produced it."""
     rows = [r for r in log_history if "reward" in r and "step" in r]
     if not rows:
         return False
@@ -128,7 +131,8 @@ def plot_training_curves(log_history: list[dict], path: str) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     steps = [r["step"] for r in rows]
-    fig, (ax_r, ax_l) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 3 if heldout is not None else 2, figsize=(15 if heldout is not None else 10, 4))
+    ax_r, ax_l = axes[0], axes[1]
     ax_r.plot(steps, [r["reward"] for r in rows], marker="o", label="reward (mean)")
     evals = [r for r in log_history if any(k.endswith("_accuracy") for k in r)]
     for key in sorted({k for r in evals for k in r if k.endswith("_accuracy")}):
@@ -140,10 +144,26 @@ def plot_training_curves(log_history: list[dict], path: str) -> bool:
     ax_l.plot(steps, [r.get("completions/mean_length", float("nan")) for r in rows], marker="o", color="tab:orange")
     ax_l.set_xlabel("step")
     ax_l.set_title("mean completion length (tokens)")
+    if heldout is not None:
+        _plot_heldout(axes[2], heldout)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
+
+
+def _plot_heldout(ax, heldout) -> None:
+    values = [100 * heldout.base, 100 * heldout.trained]
+    intervals = [heldout.base_interval, heldout.trained_interval]
+    errors = [[v - 100 * lo for v, (lo, _) in zip(values, intervals)],
+              [100 * hi - v for v, (_, hi) in zip(values, intervals)]]
+    bars = ax.bar(["base", "trained"], values, yerr=errors, capsize=6, color=["tab:gray", "tab:green"])
+    for bar, value in zip(bars, values):
+        ax.annotate(f"{value:.1f}%", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom",
+                    xytext=(12, 2), textcoords="offset points")
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("% correct (95% Wilson interval)")
+    ax.set_title(f"held-out accuracy, any format (n={heldout.n})")
 
 
 class PlotCallback(TrainerCallback):

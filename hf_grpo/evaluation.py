@@ -4,8 +4,11 @@ Two accuracies per completion:
 
 * **strict**: the eval reward (default: the first training reward, e.g. ``boxed``) scores it >= 1, i.e. the answer is
   right *and* in the required format;
-* **lenient**: the last number in the text equals the row's ``gt_answer`` numerically (relative tolerance 1e-6),
-  whatever the format: the usual "last number" GSM8K score. Rows without a numeric ``gt_answer`` count as wrong.
+* **lenient**: the completion's final number (:func:`final_number`: the number in the last ``\\boxed{}`` if it holds
+  one, else the last number in the text) equals the row's ``gt_answer`` numerically (relative tolerance 1e-6),
+  whatever the format: the usual "last number" GSM8K score, except that a boxed answer followed by more text
+  ("\\boxed{12}. Check: 12 - 3 = 9") is read as the box. Learning to write a box gains nothing here; only the
+  number counts. Rows without a numeric ``gt_answer`` count as wrong.
 
 With ``k == 1`` decoding is greedy (pass@1). With ``k > 1`` it samples ``k`` completions per prompt and reports
 mean@k (the mean correctness over all samples) and pass@k (a prompt counts if any sample is correct). Intervals are
@@ -23,7 +26,7 @@ import torch
 
 from .data import encode_prompts
 from .generation import Generator, SamplingParams
-from .rewards.extract import extract_last_number
+from .rewards.extract import completion_text, extract_boxed, extract_last_number
 from .rollout import decode_completions, reward_columns
 
 
@@ -61,16 +64,35 @@ def mean_interval(total: float, total_sq: float, n: int, z: float = 1.96) -> tup
     return max(0.0, mean - half), min(1.0, mean + half)
 
 
+def final_number(text: str) -> str | None:
+    """The answer a reader takes from ``text``, as a plain numeric string: the last number inside the last complete
+    ``\\boxed{}`` when that box holds a number, else the last number anywhere in ``text``; None if there is none.
+    Numbers are read as :func:`~hf_grpo.rewards.extract.extract_last_number` reads them (``1,234`` -> ``1234``)."""
+    boxed = extract_boxed(text)
+    in_box = extract_last_number(boxed) if boxed is not None else None
+    return in_box if in_box is not None else extract_last_number(text)
+
+
 def lenient_correct(text: str, gold) -> bool:
-    """The last number in ``text`` equals ``gold`` (a number or numeric string) within 1e-6 relative."""
+    """The :func:`final_number` of ``text`` equals ``gold`` (a number or numeric string) within 1e-6 relative."""
     if gold is None:
         return False
-    predicted = extract_last_number(text)
+    predicted = final_number(text)
     try:
         a, b = float(predicted), float(str(gold).replace(",", ""))
     except (TypeError, ValueError):
         return False
     return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+
+
+def final_number_reward(completions: list, gt_answer: list | None = None, **kwargs) -> list[float | None]:
+    """Reward (TRL contract): 1.0 when the completion's :func:`final_number` equals ``gt_answer``, in any format;
+    None for rows without a ground truth. The training-side twin of the lenient accuracy, so that what the demo
+    rewards is what it reports. Use it as ``reward_funcs: [hf_grpo.evaluation.final_number_reward]``."""
+    if gt_answer is None:
+        raise ValueError("final_number_reward needs a 'gt_answer' dataset column (None in a row: not applicable)")
+    return [None if gold is None else float(lenient_correct(completion_text(c), gold))
+            for c, gold in zip(completions, gt_answer)]
 
 
 def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampling: SamplingParams, accelerator=None,

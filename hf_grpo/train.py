@@ -16,8 +16,10 @@ import datasets
 import transformers
 from transformers import set_seed
 
+from .callbacks import plot_training_curves
 from .checkpoints import checkpoint_step, resolve_resume
 from .data import filter_long_prompts, load_prompt_dataset
+from .heldout import HeldoutAccuracy, evaluate_heldout, heldout_dataset
 from .models import load_tokenizer
 from .recipes import parse_config
 from .trainer import DistributedGRPOTrainer
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> DistributedGRPOTrainer:
             dataset = load_prompt_dataset(source, prompt_column=args.prompt_column, system_prompt=args.system_prompt,
                                           max_rows=args.eval_max_samples, seed=args.seed)
             eval_datasets[name], _ = filter_long_prompts(dataset, tokenizer, args.max_prompt_length)
+    heldout = heldout_dataset(args, train_dataset, tokenizer) if args.heldout_eval_samples else None
 
     # 5. Trainer: policy, rewards, generation backend.
     trainer = DistributedGRPOTrainer(model=args.model_name_or_path, reward_funcs=args.reward_funcs, args=args,
@@ -68,6 +71,9 @@ def main(argv: list[str] | None = None) -> DistributedGRPOTrainer:
 
     # 6. Train, resuming when asked: `--resume_from_checkpoint latest` (the newest complete checkpoint in output_dir,
     #    or a fresh start if there is none: the same command restarts a killed job) or a path.
+    base = evaluate_heldout(trainer, heldout) if heldout is not None else None
+    if base is not None:
+        logger.info("held-out accuracy of the base model: %.1f%% (n=%d)", 100 * base.lenient_accuracy, base.count)
     checkpoint = resolve_resume(args.resume_from_checkpoint, args.output_dir)
     if args.resume_from_checkpoint:
         logger.info("resuming from %s", checkpoint or "scratch (no checkpoint found)")
@@ -89,7 +95,26 @@ def main(argv: list[str] | None = None) -> DistributedGRPOTrainer:
     if rewards and trainer.is_world_process_zero():
         logger.info("reward: first step %.3f -> last step %.3f; curves in %s", rewards[0], rewards[-1],
                     os.path.join(args.output_dir, "training_curves.png"))
+    if base is not None:
+        _report_heldout(trainer, heldout, base)
     return trainer
+
+
+def _report_heldout(trainer: DistributedGRPOTrainer, heldout, base) -> None:
+    """Evaluate the trained policy on the held-out prompts; on the main process write the JSON, redraw the curves
+    with both accuracies and print the comparison as the run's last line."""
+    trained = evaluate_heldout(trainer, heldout)
+    if not trainer.is_world_process_zero():
+        return
+    # Greedy pass@1: lenient_accuracy * count is an exact count of correct prompts.
+    report = HeldoutAccuracy.from_counts(base.count, round(base.lenient_accuracy * base.count),
+                                         round(trained.lenient_accuracy * trained.count))
+    path = report.write(trainer.args.output_dir)
+    if trainer.args.plot_metrics:
+        plot_training_curves(trainer.state.log_history, os.path.join(trainer.args.output_dir, "training_curves.png"),
+                             heldout=report)
+    logger.info("held-out accuracy written to %s", path)
+    print(report.line(), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ def test_quickstart_recipe_trains_the_embedded_model(tmp_path, smol_path, monkey
     trainer = main(["--recipe", "recipes/quickstart.yaml", "--output_dir", str(out), "--max_steps", "2",
                     "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "24",
                     "--save_strategy", "steps", "--save_steps", "2", "--dataset_name", "arithmetic:16",
+                    "--heldout_eval_samples", "8",          # the recipe's 200 held-out prompts cost minutes here
                     # A dotted-path reward with variance from the first step (the base model rarely boxes in 24 tokens).
                     "--reward_funcs", "boxed", "tests.helpers.rewards.even_token_reward", "--reward_weights", "1", "1"])
     before = load_file(str(Path(smol_path) / "model.safetensors"))
@@ -35,6 +36,7 @@ def test_quickstart_recipe_trains_the_embedded_model(tmp_path, smol_path, monkey
         assert math.isfinite(logs[-1][key]), key
     assert (out / "checkpoint-2" / "trainer_state.json").is_file()
     assert (out / "training_curves.png").is_file()
+    assert json.loads((out / "heldout_accuracy.json").read_text())["n"] == 8
     assert "recipes/quickstart.yaml" in (out / "README.md").read_text()
 
 

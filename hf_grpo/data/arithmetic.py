@@ -1,18 +1,25 @@
-"""The embedded default task: generated one-step and two-step arithmetic word problems.
+"""The embedded default task: generated one-step arithmetic word problems (addition, subtraction, multiplication).
 
-Sized for a ~135M-parameter instruct model: operands are mostly 2-20, products stay under 100 and every answer
-is a non-negative integer. Rows are ``{"prompt": [{"role": "user", "content": question}], "gt_answer": "<int>"}``;
-no system message is added here (pass ``ARITHMETIC_SYSTEM_PROMPT`` as ``system_prompt`` to
+Sized for what SmolLM2-135M-Instruct can learn in the demo's 30 GRPO steps: sums of 2-12 and 2-12, differences of
+at most 15, products of 2-9 and 2-9, every answer a non-negative integer under 100. Two-step problems
+("has a, gets b, gives away c") were dropped: measured on held-out prompts (greedy, final number in any format) the
+base model gets 10% of them and the trained one 0% after 30 steps, while one-step problems go from ~17-47% to
+~45-71%; the base model's failures on one-step problems are mostly its long, unfinished replies, which GRPO
+trains away (docs/benchmarks.md). Rows are ``{"prompt": [{"role": "user", "content": question}], "gt_answer":
+"<int>"}``; no system message is added here (pass ``ARITHMETIC_SYSTEM_PROMPT`` as ``system_prompt`` to
 ``load_prompt_dataset`` for one).
 
 Generation is deterministic for a seed, across Python versions (only ``random.Random.random`` is used, whose
 output Python guarantees), and prefix-stable: the first ``k`` rows of ``make_arithmetic_dataset(n, seed)`` equal
-``make_arithmetic_dataset(k, seed)``.
+``make_arithmetic_dataset(k, seed)``. A tenth of all problems (by numbers and answer, see :func:`is_heldout`) form
+a held-out fold that ``arithmetic_rows`` never returns; ``heldout_arithmetic_rows`` draws from it only.
 """
 
 from __future__ import annotations
 
 import random
+import re
+import zlib
 from collections.abc import Callable, Sequence
 
 from datasets import Dataset
@@ -31,6 +38,13 @@ OBJECTS = (
 )
 CONTAINERS = ("bags", "boxes", "jars", "baskets", "packs")
 
+# The dataset_name forms that mean this task (the loader's own parser gives the errors for malformed ones).
+ARITHMETIC_SOURCE = re.compile(r"\s*arithmetic(?::\s*\d+\s*)?")
+# Held-out fold: the problems whose numbers and answer (see is_heldout) have a CRC32 of 0 mod 10.
+# Training rows never come from it, so held-out accuracy measures arithmetic on number combinations never trained.
+HELDOUT_FOLDS = 10
+HELDOUT_SEED_OFFSET = 1_000_003      # the held-out rows' draw stream: seed + this
+
 
 class _Draw:
     """Integers and choices drawn from ``Random.random`` only, so sequences never change across versions."""
@@ -46,7 +60,7 @@ class _Draw:
 
 
 def _add(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
-    a, b = d.int(2, 20), d.int(2, 20)
+    a, b = d.int(2, 12), d.int(2, 12)
     if d.int(0, 1):
         text = f"{name} has {a} {obj} and buys {b} more. How many {obj} does {pron} have now?"
     else:
@@ -56,7 +70,7 @@ def _add(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
 
 
 def _sub(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
-    a = d.int(2, 20)
+    a = d.int(2, 15)
     b = d.int(1, a)
     if d.int(0, 1):
         text = f"{name} has {a} {obj} and gives {b} of them to a friend. How many {obj} does {pron} have left?"
@@ -75,33 +89,38 @@ def _mul(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
     return text, a * b
 
 
-def _two_step(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
-    a, b = d.int(2, 12), d.int(2, 12)
-    c = d.int(1, a + b)
-    if d.int(0, 1):
-        text = (f"{name} has {a} {obj}, gets {b} more, and then gives away {c}. "
-                f"How many {obj} does {pron} have now?")
-    else:
-        text = (f"{name} has {a} {obj}. {pron.capitalize()} finds {b} more and then loses {c}. "
-                f"How many {obj} does {pron} have left?")
-    return text, a + b - c
+_TEMPLATES: tuple[Callable[[_Draw, str, str, str], tuple[str, int]], ...] = (_add, _sub, _mul)
 
 
-_TEMPLATES: tuple[Callable[[_Draw, str, str, str], tuple[str, int]], ...] = (_add, _sub, _mul, _two_step)
+def is_heldout(question: str, answer: int | str) -> bool:
+    """Whether a generated problem falls in the held-out fold: decided by its numbers, in order, and its answer (so
+    by operands and operation; names and objects do not count)."""
+    key = ",".join(re.findall(r"[0-9]+", question)) + f"={answer}"
+    return zlib.crc32(key.encode()) % HELDOUT_FOLDS == 0
 
 
-def arithmetic_rows(n: int, seed: int = 0) -> list[dict]:
-    """``n`` canonical rows of the arithmetic task (plain Python dicts)."""
+def _rows(n: int, seed: int, heldout: bool) -> list[dict]:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"arithmetic dataset size must be a positive int, got {n!r}")
     draw = _Draw(seed)
     rows = []
-    for _ in range(n):
+    while len(rows) < n:
         template = draw.pick(_TEMPLATES)
         name, pron = draw.pick(NAMES)
         question, answer = template(draw, name, pron, draw.pick(OBJECTS))
-        rows.append({"prompt": [{"role": "user", "content": question}], "gt_answer": str(answer)})
+        if is_heldout(question, answer) == heldout:
+            rows.append({"prompt": [{"role": "user", "content": question}], "gt_answer": str(answer)})
     return rows
+
+
+def arithmetic_rows(n: int, seed: int = 0) -> list[dict]:
+    """``n`` canonical rows of the arithmetic task (plain Python dicts), none from the held-out fold."""
+    return _rows(n, seed, heldout=False)
+
+
+def heldout_arithmetic_rows(n: int, seed: int = 0) -> list[dict]:
+    """``n`` rows of the held-out fold (disjoint from every ``arithmetic_rows`` set), drawn from their own stream."""
+    return _rows(n, seed + HELDOUT_SEED_OFFSET, heldout=True)
 
 
 def make_arithmetic_dataset(n: int, seed: int = 0) -> Dataset:

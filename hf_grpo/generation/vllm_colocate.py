@@ -102,7 +102,6 @@ class VLLMColocateGenerator(Generator):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # engine in this process: in-place weight reload
         from vllm import LLM
 
-
         self.accelerator = accelerator
         self.tp = args.vllm_tensor_parallel_size
         on_cuda = accelerator.device.type == "cuda"
