@@ -77,20 +77,24 @@ def test_heldout_accuracy_line_and_intervals():
 VLLM_INFO = re.compile(r"^\(\w+ pid=\d+\) INFO |^INFO \d\d-\d\d ", re.MULTILINE)
 
 
-def test_short_run_writes_heldout_accuracy_and_hides_vllm_info(vllm_tiny_path, tmp_path, capfd):
-    out = tmp_path / "demo"
-    trainer = main(["--model_name_or_path", vllm_tiny_path, "--dataset_name", "arithmetic:32", "--output_dir",
+def _short_run(model, out, *extra):
+    return main(["--model_name_or_path", model, "--dataset_name", "arithmetic:32", "--output_dir",
                     str(out), "--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4",
                     "--max_completion_length", "8", "--reward_funcs", "hf_grpo.evaluation.final_number_reward",
                     "tests.helpers.rewards.even_token_reward", "--heldout_eval_samples", "6", "--save_strategy", "no",
                     "--report_to", "none", "--use_cpu", "true", "--generation_backend", "vllm",
-                    "--vllm_enforce_eager", "true", "--vllm_kv_cache_gib", "0.25", "--max_prompt_length", "128"])
+                    "--vllm_enforce_eager", "true", "--vllm_kv_cache_gib", "0.25", "--max_prompt_length", "128", *extra])
+
+
+def test_short_run_writes_heldout_accuracy_and_hides_vllm_info(vllm_tiny_path, tmp_path, capfd):
+    out = tmp_path / "demo"
+    trainer = _short_run(vllm_tiny_path, out)
     captured = capfd.readouterr()
     record = json.loads((out / "heldout_accuracy.json").read_text())
     assert {"n", "base", "trained"} <= set(record) and record["n"] == 6
     assert all(0.0 <= record[k] <= 1.0 for k in ("base", "trained"))
     lines = captured.out.strip().splitlines()
-    assert lines[-1].startswith(f"held-out accuracy (n=6, ") and "-> trained" in lines[-1]
+    assert lines[-1].startswith("held-out accuracy (n=6, ") and "-> trained" in lines[-1]
     # vLLM logged its start-up at INFO (engine config, KV cache size) and warned at every weight reload; neither shows.
     assert trainer.generator.weight_version == 1
     both = captured.out + captured.err
@@ -98,3 +102,10 @@ def test_short_run_writes_heldout_accuracy_and_hides_vllm_info(vllm_tiny_path, t
     assert "Failed to load weights" not in both
     assert logging.getLogger("vllm").getEffectiveLevel() == logging.ERROR
     assert (out / "training_curves.png").is_file()
+
+
+@pytest.mark.slow
+def test_verbose_brings_vllm_info_back(vllm_tiny_path, tmp_path, capfd):
+    _short_run(vllm_tiny_path, tmp_path / "verbose", "--verbose", "true", "--heldout_eval_samples", "0")
+    captured = capfd.readouterr()
+    assert VLLM_INFO.search(captured.out + captured.err)      # the pattern the default test checks is real
