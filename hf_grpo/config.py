@@ -112,6 +112,11 @@ class GRPOConfig(TRLFields):
     steps_per_generation: int | None = field(default=None, metadata={
         "help": "Micro-batches served by one generation round; defaults to gradient_accumulation_steps "
                 "(one round per optimizer step)."})
+    max_staleness: int | None = field(default=None, metadata={
+        "help": "Asynchronous generation (hf_grpo.pipeline): None trains synchronously (generate, then train). A "
+                "number N runs a producer thread per process that generates and scores the next rounds while the "
+                "trainer trains; a round is trained at most N optimizer steps after the weights that sampled it "
+                "(0: the pipeline with the synchronous schedule, same results). Needs the vLLM backend."})
     max_tokens_per_microbatch: int | None = field(default=None, metadata={
         "help": "Sequence packing (padding-free training): None keeps padded [B, P+C] micro-batches. A number packs "
                 "each micro-batch's prompt + completion sequences into rows of at most this many tokens, attention "
@@ -242,6 +247,11 @@ class GRPOConfig(TRLFields):
         "help": "A completion counts as a success when its total reward is at least this."})
     dynamic_sampling_max_rounds: int = field(default=3, metadata={
         "help": "Extra generation rounds per step before topping up with rejected groups."})
+    dynamic_sampling_criterion: str = field(default="success_rate", metadata={
+        "help": "Which groups dynamic sampling keeps. `success_rate` (DAPO): success rate within "
+                "dynamic_sampling_filter_range. `reward_std`: any group whose total rewards differ, so a group with "
+                "format variance but no correct answer is kept (it has gradient); only groups with zero advantage "
+                "everywhere are dropped."})
     skip_zero_advantage: bool = field(default=True, metadata={
         "help": "Skip the forward/backward of completions whose advantage is exactly 0 (e.g. groups that all succeed "
                 "or all fail): with beta == 0 their gradient is exactly 0. Loss normalisers still count them."})
@@ -476,6 +486,15 @@ class GRPOConfig(TRLFields):
               f"dynamic_sampling_filter_range must be [low, high] with 0 <= low <= high <= 1, "
               f"got {self.dynamic_sampling_filter_range}")
         check(self.dynamic_sampling_max_rounds >= 0, "dynamic_sampling_max_rounds must be >= 0")
+        one_of("dynamic_sampling_criterion", ("success_rate", "reward_std"))
+        if self.max_staleness is not None:
+            check(self.max_staleness >= 0, f"max_staleness must be None or >= 0, got {self.max_staleness}")
+            check(self.generation_backend == "vllm",
+                  "max_staleness needs generation_backend=vllm: the HF backend generates with the policy being "
+                  "trained, so generation cannot overlap training")
+            check(self.vllm_tensor_parallel_size == 1 and not self.vllm_enable_sleep_mode,
+                  "max_staleness: a tensor-parallel colocated engine (its generate is a collective) and sleep mode "
+                  "(the engine sleeps while training) cannot overlap generation with training")
         if self.reward_weights is not None and self.reward_funcs is not None:
             check(len(self.reward_weights) == len(self.reward_funcs),
                   f"reward_weights has {len(self.reward_weights)} entries but reward_funcs has "

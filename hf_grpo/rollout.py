@@ -9,6 +9,7 @@ sampling rounds in lock-step (backends such as ZeRO-3 generation are collective,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .algorithms import dynamic_sampling_keep, group_std, overlong_penalty
+from .algorithms import dynamic_sampling_keep, group_std, groups_with_spread, overlong_penalty
 from .data import encode_prompts, is_conversational
 from .generation import Generator, SamplingParams
 
@@ -37,6 +38,7 @@ class RolloutBatch:
     sampling_logprobs: list[list[float]] | None = None
     details: list[dict] = field(default_factory=list)   # [P*G] reward functions' per-completion notes
     timings: dict[str, float] = field(default_factory=dict)
+    reward_log: dict[str, float] = field(default_factory=dict)   # the reward runner's statistics for this batch
 
     @property
     def scored(self) -> torch.Tensor:
@@ -126,15 +128,29 @@ class RolloutCollector:
         self.reward_runner = reward_runner
         self.args = args
         self.sampling = SamplingParams.from_config(args)
-        self.dynamic_sampling_stats = {"rounds": 0, "rejected_groups": 0, "topped_up_groups": 0}
+        self.engine_lock = contextlib.nullcontext()    # the pipeline's lock when generation runs on its threads
+        self.dynamic_sampling_stats = {"rounds": 0, "rejected_groups": 0, "topped_up_groups": 0,
+                                       "real_batch_size_ratio": 1.0}
 
     def collect(self, rows: list[dict], trainer_state=None) -> RolloutBatch:
         """Generate ``G`` completions for each row and score them."""
-        G = self.args.num_generations
+        return self.score(rows, *self.generate(rows), trainer_state=trainer_state)
+
+    def generate(self, rows: list[dict], sampling: SamplingParams | None = None) -> tuple:
+        """``(prompt_ids, GenerationResult, seconds)`` for ``G`` completions of each row (``sampling`` overrides
+        the collector's own, e.g. a pipeline round's scheduled temperature)."""
         prompt_ids = encode_prompts(self.tokenizer, [r["prompt"] for r in rows],
                                     chat_template_kwargs=self.args.chat_template_kwargs)
-        t0 = time.perf_counter()
-        result = self.generator.generate(prompt_ids, G, self.sampling)
+        with self.engine_lock:
+            t0 = time.perf_counter()
+            result = self.generator.generate(prompt_ids, self.args.num_generations, sampling or self.sampling)
+            return prompt_ids, result, time.perf_counter() - t0
+
+    def score(self, rows: list[dict], prompt_ids: list[list[int]], result, generation_s: float,
+              trainer_state=None) -> RolloutBatch:
+        """Decode and score generated completions (any thread: the reward runner's per-call statistics are copied
+        into the batch, so a pipeline scoring the next round cannot overwrite what the trainer logs)."""
+        G = self.args.num_generations
         t1 = time.perf_counter()
         _, completions = decode_completions(self.tokenizer, rows, result.completion_ids)
         columns = reward_columns(rows, G)
@@ -163,25 +179,31 @@ class RolloutCollector:
         return RolloutBatch(rows=list(rows), prompt_ids=prompt_ids, completion_ids=result.completion_ids,
                             finished=result.finished, completions=completions, rewards_per_func=per_func,
                             rewards=total + overlong, overlong=overlong, sampling_logprobs=result.logprobs,
-                            details=details,
-                            timings={"generation": t1 - t0, "rewards": t2 - t1})
+                            details=details, reward_log=self.reward_runner.log_entries() if rows else {},
+                            timings={"generation": generation_s, "rewards": t2 - t1})
 
     def collect_dynamic(self, rows: list[dict], refill: Callable[[int], list[dict]],
-                        any_rank: Callable[[bool], bool], trainer_state=None) -> RolloutBatch:
+                        any_rank: Callable[[bool], bool], trainer_state=None,
+                        first: RolloutBatch | None = None) -> RolloutBatch:
         """DAPO dynamic sampling: keep only informative groups, generating more prompts until ``len(rows)`` are kept.
 
         After ``dynamic_sampling_max_rounds`` extra rounds the batch is topped up with rejected groups (which carry
         ~zero advantage) so the step keeps its shape; how many were used is counted in ``dynamic_sampling_stats``.
+        ``first``: the rows' batch when already generated and scored (the pipeline's scorer thread).
         """
         G, target = self.args.num_generations, len(rows)
         kept: list[RolloutBatch] = []
         rejected: list[RolloutBatch] = []
-        n_kept = 0
-        batch = self.collect(rows, trainer_state)
-        timings = dict(batch.timings)
+        n_kept = generated = 0
+        batch = first if first is not None else self.collect(rows, trainer_state)
+        timings, reward_log = dict(batch.timings), batch.reward_log
         for round_ in range(self.args.dynamic_sampling_max_rounds + 1):
-            keep = dynamic_sampling_keep(batch.rewards, G, tuple(self.args.dynamic_sampling_filter_range),
-                                         self.args.dynamic_sampling_success_threshold)   # [P] bool
+            if self.args.dynamic_sampling_criterion == "reward_std":
+                keep = groups_with_spread(batch.rewards, G)                                  # [P] bool
+            else:
+                keep = dynamic_sampling_keep(batch.rewards, G, tuple(self.args.dynamic_sampling_filter_range),
+                                             self.args.dynamic_sampling_success_threshold)   # [P] bool
+            generated += len(keep)
             keep_idx = [i for i, k in enumerate(keep.tolist()) if k][:target - n_kept]
             drop_idx = [i for i, k in enumerate(keep.tolist()) if not k]
             if keep_idx:
@@ -197,6 +219,9 @@ class RolloutCollector:
             batch = self.collect(refill(need) if need > 0 else [], trainer_state)
             for k, v in batch.timings.items():
                 timings[k] += v
+            reward_log = batch.reward_log or reward_log
+        # open-instruct's real_batch_size_ratio: informative groups per group generated, this round.
+        self.dynamic_sampling_stats["real_batch_size_ratio"] = n_kept / max(generated, 1)
         if n_kept < target:
             pool = RolloutBatch.concat(rejected)
             # Prefer rejected groups with the largest reward spread: they still carry some signal.
@@ -207,5 +232,5 @@ class RolloutCollector:
             logger.info("dynamic sampling: topped up %d of %d groups with rejected ones after %d extra rounds",
                         len(fill), target, self.args.dynamic_sampling_max_rounds)
         result = RolloutBatch.concat(kept)
-        result.timings = timings
+        result.timings, result.reward_log = timings, reward_log
         return result

@@ -22,6 +22,7 @@ class RepeatPromptSampler(Sampler[int]):
                  shuffle: bool = True):
         self.num_rows = num_rows
         self.chunk = prompts_per_process * num_processes     # distinct prompts per generation round, all processes
+        self.num_processes = num_processes
         self.repeats = repeats
         self.seed = seed
         self.shuffle = shuffle
@@ -33,12 +34,24 @@ class RepeatPromptSampler(Sampler[int]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def __iter__(self) -> Iterator[int]:
+    def order(self, epoch: int) -> list[int]:
+        """The row order of ``epoch`` (also read by `hf_grpo.pipeline.PromptStream`, which must see the same)."""
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.num_rows, generator=generator).tolist()
-        else:
-            order = list(range(self.num_rows))
+            generator = torch.Generator().manual_seed(self.seed + epoch)
+            return torch.randperm(self.num_rows, generator=generator).tolist()
+        return list(range(self.num_rows))
+
+    def round_rows(self, round_index: int, process_index: int) -> list[int]:
+        """Dataset indices of generation round ``round_index`` on process ``process_index``: accelerate deals a
+        round's ``num_processes`` consecutive batches out one per process, in rank order."""
+        per_epoch = self.num_rows // self.chunk
+        epoch, r = divmod(round_index, per_epoch)
+        per_process = self.chunk // self.num_processes
+        start = r * self.chunk + process_index * per_process
+        return self.order(epoch)[start:start + per_process]
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.order(self.epoch)
         for start in range(0, len(order) - self.chunk + 1, self.chunk):
             block = order[start:start + self.chunk]
             for _ in range(self.repeats):

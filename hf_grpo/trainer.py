@@ -43,6 +43,7 @@ from .models import disable_dropout, load_model, load_tokenizer, resolve_model_p
 from .packing import first_sequence, model_inputs, single_row
 from .ptx import PTXBatches, ptx_nll_sum
 from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward_function
+from .pipeline import build_pipeline, pipelined_round
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
 from .trl_compat import check_trainer_arguments, resolve_model_init_kwargs
@@ -132,6 +133,7 @@ class DistributedGRPOTrainer(Trainer):
         self.generator = build_generator(args, self.accelerator, self.model_wrapped, processing_class,
                                          resolve_model_path(model_id))
         self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args)
+        self.pipeline = None if args.max_staleness is None else build_pipeline(self)
         self.ptx = PTXBatches(args, processing_class) if args.ptx_dataset else None
         self._metrics = MetricsBuffer()
         self._buffer: list[dict] = []
@@ -190,23 +192,34 @@ class DistributedGRPOTrainer(Trainer):
         t = torch.tensor([float(flag)], device=self.accelerator.device)
         return bool(self.accelerator.reduce(t, reduction="sum").item() > 0)
 
+    def _temperature(self, step: int) -> float:
+        """The round's temperature (annealed by step): it samples the round and scores it, so every ratio compares
+        one distribution."""
+        args = self.args
+        return scheduled_temperature(step, args.temperature_anneal_steps or self.state.max_steps, args.temperature,
+                                     args.temperature_end, args.temperature_schedule)
+
     def _generate_and_score(self, rows: list[dict]) -> list[dict]:
         args, G = self.args, self.args.num_generations
-        self._sync_generator()
-        start = time.perf_counter()
-        # The round's temperature (annealed by step) samples it and scores it: every ratio compares one distribution.
-        temperature = scheduled_temperature(self.state.global_step,
-                                            args.temperature_anneal_steps or self.state.max_steps, args.temperature,
-                                            args.temperature_end, args.temperature_schedule)
-        self.collector.sampling = dataclasses.replace(self.collector.sampling, temperature=temperature)
         error = None
-        try:
-            if args.dynamic_sampling:
-                batch = self.collector.collect_dynamic(rows, self._refill, self._any_rank, self.state)
-            else:
-                batch = self.collector.collect(rows, self.state)
-        except RewardFunctionError as e:      # reward_error: raise (zero/skip are handled inside the runner)
-            error = e
+        if self.pipeline is not None:
+            start = time.perf_counter()
+            round_ = pipelined_round(self, rows)
+            batch, error, version, temperature = round_.batch, round_.error, round_.version, round_.temperature
+            if error is not None and not isinstance(error, RewardFunctionError):
+                raise error
+        else:
+            self._sync_generator()
+            start, version = time.perf_counter(), self.generator.weight_version
+            temperature = self._temperature(self.state.global_step)
+            self.collector.sampling = dataclasses.replace(self.collector.sampling, temperature=temperature)
+            try:
+                if args.dynamic_sampling:
+                    batch = self.collector.collect_dynamic(rows, self._refill, self._any_rank, self.state)
+                else:
+                    batch = self.collector.collect(rows, self.state)
+            except RewardFunctionError as e:      # reward_error: raise (zero/skip are handled inside the runner)
+                error = e
         # Every process learns whether any failed, so all can take part in the (collective) save, then stop.
         if self._any_rank(error is not None):
             self._save_after_user_code_crash()
@@ -235,13 +248,13 @@ class DistributedGRPOTrainer(Trainer):
         self._metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
         self._add_logprob_inputs(micro)
         self._add_normalizers(micro, step_tokens, len(samples))
-        self._record_rollout_metrics(batch, advantages, time.perf_counter() - start)
+        self._record_rollout_metrics(batch, advantages, time.perf_counter() - start, version)
         step = self.state.global_step + 1
         rollout_log = args.log_completions_steps and step % args.log_completions_steps == 0
         if rollout_log or args.log_completions:
             records = gather_object(batch.records(advantages, G, self.reward_runner.names, step=step,
                                                   process=self.accelerator.process_index,
-                                                  weight_version=self.generator.weight_version))
+                                                  weight_version=version))
             if rollout_log:
                 write_rollout_log(args.output_dir, step, records, self.accelerator.is_main_process)
             print_completions(records, step, args, self.accelerator.is_main_process)
@@ -272,6 +285,8 @@ class DistributedGRPOTrainer(Trainer):
         """Old-policy log-probs (needed once a batch is reused) and reference log-probs (when beta > 0)."""
         args = self.args
         need_old = args.num_iterations > 1 or args.steps_per_generation > args.gradient_accumulation_steps
+        # Asynchronous rounds were sampled by older weights: the proximal policy is recomputed (hf_grpo.pipeline).
+        need_old = need_old or bool(args.max_staleness)
         if need_old and args.old_logprobs_from_sampler:
             # The sampler's log-probs become the old policy's; popping them means compute_loss applies no second
             # (mismatch) ratio on top of the clipped one.
@@ -444,23 +459,18 @@ class DistributedGRPOTrainer(Trainer):
         return nll / inputs["ptx_normalizer"]
 
     # ---- logging ------------------------------------------------------------------------------------------------
-    def _record_rollout_metrics(self, batch: RolloutBatch, advantages: torch.Tensor, seconds: float) -> None:
+    def _record_rollout_metrics(self, batch: RolloutBatch, advantages: torch.Tensor, seconds: float,
+                                version: int) -> None:
         m = self._metrics
         for key, value in batch.metrics(advantages, self.args.num_generations, self.reward_runner.names).items():
             m.add(key, value)
         self._round_tokens = m.last("num_tokens")
         if self.args.overlong_buffer_length:
             m.add("overlong_penalty/mean", batch.overlong.mean())
-        m.add("weight_version", float(self.generator.weight_version))
+        m.add("weight_version", float(version))        # of the weights that sampled the round
         m.add("timing/rollout_s", seconds)
-        for name, seconds_fn in self.reward_runner.last_timings.items():
-            m.add(f"rewards/{name}/seconds", seconds_fn)
-        # Failures handled by reward_error (zero/skip) are counted, never silent; so are a verifier's own counts.
-        for name, count in self.reward_runner.last_error_counts.items():
-            m.add(f"rewards/{name}/errors", count)
-        for name, stats in self.reward_runner.last_function_stats.items():
-            for key, value in stats.items():
-                m.add(f"rewards/{name}/{key}", value)
+        for key, value in batch.reward_log.items():     # per function: seconds, errors (counted), own stats
+            m.add(key, value)
         if self.args.dynamic_sampling:
             for k, v in self.collector.dynamic_sampling_stats.items():
                 m.add(f"dynamic_sampling/{k}", v)
@@ -485,11 +495,16 @@ class DistributedGRPOTrainer(Trainer):
         if not isinstance(sets, dict):
             sets = {"eval": sets}
         sampling = SamplingParams.from_config(self.args, greedy=True)
-        self._sync_generator()
         metrics: dict[str, float] = {}
-        for name, dataset in sets.items():
-            result = evaluate_rows(self.generator, self.processing_class, dataset, self.eval_reward_runner, sampling,
-                                   self.accelerator, max_rows=self.args.eval_max_samples)
+        # With the pipeline running, the engine is taken for the whole evaluation (its generate calls wait).
+        with self.pipeline.lock if self.pipeline is not None else contextlib.nullcontext():
+            self._sync_generator()
+            results = {name: evaluate_rows(self.generator, self.processing_class, dataset, self.eval_reward_runner,
+                                           sampling, self.accelerator, max_rows=self.args.eval_max_samples)
+                       for name, dataset in sets.items()}
+        if self.pipeline is not None:
+            self.pipeline.publish(self.generator.weight_version)
+        for name, result in results.items():
             metrics[f"{metric_key_prefix}_{name}_accuracy"] = result.accuracy
             metrics[f"{metric_key_prefix}_{name}_lenient_accuracy"] = result.lenient_accuracy
             metrics[f"{metric_key_prefix}_{name}_mean_length"] = result.mean_length
@@ -506,8 +521,12 @@ class DistributedGRPOTrainer(Trainer):
         if 0 < self.args.max_steps <= done:
             raise ValueError(f"{resume_from_checkpoint} is at step {done}, max_steps={self.args.max_steps}: the run is "
                              f"complete and its weights are in that checkpoint. Raise max_steps to train further.")
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
-                             ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        try:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                                 ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        finally:
+            if self.pipeline is not None:
+                self.pipeline.close()
 
     def _get_output_dir(self, trial) -> str:
         run_dir = super()._get_output_dir(trial)
@@ -538,7 +557,10 @@ class DistributedGRPOTrainer(Trainer):
         mid_round = self._micro_step is not None and self._micro_step % cycle != 0
         return {"refill_generator": self._refill_generator.get_state(),
                 "buffer": self._buffer if mid_round else [], "round_tokens": self._round_tokens,
-                "weight_version": self.generator.weight_version, "train_seconds": self.clock.elapsed()}
+                "weight_version": self.generator.weight_version, "train_seconds": self.clock.elapsed(),
+                # The prompt stream's position and the rounds in flight (generated again after a restart).
+                "pipeline": None if self.pipeline is None else {"next_round": self.pipeline.next_round,
+                                                                "in_flight": self.pipeline.in_flight()}}
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)

@@ -7,12 +7,12 @@ from .losses import (IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, Poli
                      masked_mean, policy_loss)
 from .mismatch import IMPORTANCE_SAMPLING_MODES, importance_sampling_weights, logp_difference, truncated_importance_weights
 from .schedules import TEMPERATURE_SCHEDULES, scheduled_temperature
-from .shaping import dynamic_sampling_keep, group_success_rate, overlong_penalty, truncated_completion_mask
+from .shaping import dynamic_sampling_keep, group_success_rate, groups_with_spread, overlong_penalty, truncated_completion_mask
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS", "IMPORTANCE_SAMPLING_LEVELS", "IMPORTANCE_SAMPLING_MODES", "batch_std_group_advantages",
     "entropy_threshold", "high_entropy_mask", "importance_sampling_weights", "unbiased_std", "KL_ESTIMATORS", "LOSS_TYPES", "PolicyLossOutput",
-    "TEMPERATURE_SCHEDULES", "WHITENING_LEVELS", "aggregate", "batch_whitened_advantages", "dynamic_sampling_keep",
+    "TEMPERATURE_SCHEDULES", "WHITENING_LEVELS", "aggregate", "batch_whitened_advantages", "dynamic_sampling_keep", "groups_with_spread",
     "group_advantages", "group_std", "group_success_rate", "kl_penalty", "logp_difference", "masked_mean",
     "overlong_penalty", "policy_loss", "scheduled_temperature", "truncated_completion_mask",
     "truncated_importance_weights", "whitening_mean_std", "whitening_sums",

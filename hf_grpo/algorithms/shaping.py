@@ -43,6 +43,13 @@ def group_success_rate(rewards: torch.Tensor, num_generations: int, success_thre
     return (rewards.view(-1, num_generations) >= success_threshold).float().mean(dim=1)
 
 
+def groups_with_spread(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """``[N]`` bool: groups whose total rewards are not all equal, i.e. that have a non-zero advantage somewhere
+    (a group with format variance but no correct answer still has gradient)."""
+    grouped = rewards.view(-1, num_generations)                                   # [N, G]
+    return grouped.amax(dim=1) > grouped.amin(dim=1)                              # [N]
+
+
 def dynamic_sampling_keep(rewards: torch.Tensor, num_generations: int, filter_range: tuple[float, float],
                           success_threshold: float = 1.0) -> torch.Tensor:
     """``[N]`` bool: which groups DAPO's dynamic sampling keeps (success rate within ``filter_range``)."""

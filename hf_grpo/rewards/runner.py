@@ -257,6 +257,15 @@ class RewardRunner:
                            _preview(completions[row]))
         return per_func
 
+    def log_entries(self) -> dict[str, float]:
+        """The last call's statistics as step-log entries: ``rewards/<name>/seconds``, ``.../errors`` (failures handled
+        by ``reward_error`` are counted, never silent) and each function's own ``last_stats``."""
+        entries = {f"rewards/{name}/seconds": seconds for name, seconds in self.last_timings.items()}
+        entries.update({f"rewards/{name}/errors": count for name, count in self.last_error_counts.items()})
+        for name, stats in self.last_function_stats.items():
+            entries.update({f"rewards/{name}/{key}": value for key, value in stats.items()})
+        return entries
+
     def total(self, per_func: torch.Tensor) -> torch.Tensor:
         """Weighted sum over functions, ignoring NaN (TRL semantics): ``[N, F] -> [N]``; all-NaN rows give 0. Gated
         functions count only where the gate function's value is > 0 (None, i.e. NaN, is not)."""

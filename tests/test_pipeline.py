@@ -1,0 +1,190 @@
+"""Asynchronous generation (`hf_grpo.pipeline`) on a real colocated vLLM engine (tiny Llama): the synchronous schedule
+through the pipeline, bounded staleness read from the rollout log's recorded weight versions, rewards running while
+the trainer trains, dynamic sampling in the stream, and a `kill -9` in the middle of a pipelined run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+
+from hf_grpo import GRPOConfig, checkpoints
+from hf_grpo.algorithms import groups_with_spread
+from hf_grpo.data import load_prompt_dataset
+from hf_grpo.sampler import RepeatPromptSampler
+from tests.helpers.rewards import even_token_reward
+from tests.test_trainer import make_trainer, params
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VLLM = dict(generation_backend="vllm", vllm_enforce_eager=True, vllm_kv_cache_gib=0.25, max_prompt_length=256,
+            per_device_train_batch_size=8, num_generations=4)
+
+
+def rollout_log(out, step: int) -> list[dict]:
+    path = out / "rollouts" / f"step_{step:06d}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_groups_with_spread_keep_format_variance_without_a_correct_answer():
+    rewards = torch.tensor([0.0, 0.0, 0.0, 0.0,       # nothing: no gradient
+                            0.0, 0.5, 0.0, 0.5,       # no correct answer, but format varies: gradient
+                            1.0, 1.0, 1.0, 1.0,       # all correct: no gradient
+                            1.5, 0.0, 0.5, 1.0])
+    assert groups_with_spread(rewards, 4).tolist() == [False, True, False, True]
+
+
+def test_max_staleness_needs_a_backend_that_can_overlap(tmp_path):
+    with pytest.raises(ValueError, match="max_staleness needs generation_backend=vllm"):
+        GRPOConfig(output_dir=str(tmp_path), max_staleness=1, generation_backend="hf", use_cpu=True)
+    with pytest.raises(ValueError, match="max_staleness must be None or >= 0"):
+        GRPOConfig(output_dir=str(tmp_path), max_staleness=-1, generation_backend="vllm", use_cpu=True)
+
+
+@pytest.mark.slow
+def test_staleness_zero_through_the_pipeline_trains_the_synchronous_weights(vllm_tiny_path, tmp_path):
+    """Same engine seed, same prompts, same order of generate calls and updates: bit-identical weights (SGD at lr 1,
+    so any difference in a sample or a log-prob would show)."""
+    weights = {}
+    for staleness in (None, 0):
+        trainer = make_trainer(vllm_tiny_path, tmp_path / str(staleness), max_steps=3, optim="sgd", learning_rate=1.0,
+                               skip_zero_advantage=False, max_staleness=staleness, **VLLM)
+        trainer.train()
+        trainer.generator.close()
+        weights[staleness] = params(trainer.model)
+        if staleness == 0:
+            assert [r["async/staleness"] for r in trainer.state.log_history if "loss" in r] == [0.0, 0.0, 0.0]
+    assert all(torch.equal(weights[None][n], weights[0][n]) for n in weights[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("staleness", [1, 2])
+def test_no_round_is_trained_more_than_max_staleness_updates_after_it_was_sampled(vllm_tiny_path, tmp_path, staleness):
+    trainer = make_trainer(vllm_tiny_path, tmp_path, max_steps=5, max_staleness=staleness, log_completions_steps=1,
+                           **VLLM)
+    trainer.train()
+    trainer.generator.close()
+    behind = []
+    for step in range(1, 6):
+        versions = {r["weight_version"] for r in rollout_log(tmp_path / "out", step)}
+        assert len(versions) == 1, f"step {step}: one round, one weight version ({versions})"
+        behind.append(step - 1 - versions.pop())          # trained after step - 1 updates
+    assert max(behind) <= staleness and min(behind) >= 0, behind
+    assert max(behind) >= 1, f"generation never ran ahead of training: {behind}"
+    logged = [r["async/staleness"] for r in trainer.state.log_history if "loss" in r]
+    assert logged == [float(b) for b in behind]
+    assert all(r["async/stale_rounds_regenerated"] == 0 for r in trainer.state.log_history if "loss" in r)
+
+
+@pytest.mark.slow
+def test_a_slow_reward_runs_while_the_trainer_trains(vllm_tiny_path, tmp_path):
+    """The reward sleeps 0.6 s per round. Synchronously every step waits for it; with the pipeline the next round's
+    reward runs on another thread while the trainer computes the current step's loss."""
+    calls = []
+
+    def slow_reward(completion_ids, **kwargs):
+        start = time.perf_counter()
+        time.sleep(0.6)
+        calls.append((threading.current_thread() is threading.main_thread(), start, time.perf_counter()))
+        return even_token_reward(completion_ids)
+
+    trainer = make_trainer(vllm_tiny_path, tmp_path, reward_funcs=(slow_reward,), max_steps=4, max_staleness=1,
+                           **VLLM)
+    losses = []
+    compute_loss = trainer.compute_loss
+
+    def timed_loss(*args, **kwargs):
+        start = time.perf_counter()
+        out = compute_loss(*args, **kwargs)
+        losses.append((start, time.perf_counter()))
+        return out
+
+    trainer.compute_loss = timed_loss
+    trainer.train()
+    trainer.generator.close()
+    assert calls and not any(on_main for on_main, _, _ in calls), "a reward function ran on the trainer's thread"
+    overlapping = [(a, b) for _, a, b in calls for s, e in losses if s < b and e > a]
+    assert overlapping, "no loss computation ran while a reward was being computed"
+    waits = [r["async/wait_s"] for r in trainer.state.log_history if "loss" in r][1:]
+    assert sum(waits) < 0.6 * len(waits), f"the trainer waited for the reward every step: {waits}"
+
+
+def half_constant_reward(prompts, completion_ids, **kwargs):
+    """Constant for prompts with an even-length text (a group without spread), token parity otherwise."""
+    return [0.5 if len(str(p)) % 2 == 0 else float(ids[0] % 2) if ids else 0.0
+            for p, ids in zip(prompts, completion_ids)]
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_in_the_stream_trains_only_groups_with_spread(vllm_tiny_path, tmp_path):
+    trainer = make_trainer(vllm_tiny_path, tmp_path, reward_funcs=(half_constant_reward,), max_steps=3,
+                           max_staleness=1, dynamic_sampling=True, dynamic_sampling_criterion="reward_std",
+                           dynamic_sampling_max_rounds=8, log_completions_steps=1, **VLLM)
+    trainer.train()
+    trainer.generator.close()
+    for step in range(1, 4):
+        rewards = [r["reward"] for r in rollout_log(tmp_path / "out", step)]      # group-major, 4 per group
+        groups = [rewards[i:i + 4] for i in range(0, len(rewards), 4)]
+        assert len(groups) == 2 and all(max(g) > min(g) for g in groups), groups
+    ratios = [r["dynamic_sampling/real_batch_size_ratio"] for r in trainer.state.log_history if "loss" in r]
+    assert all(0 < x <= 1 for x in ratios) and min(ratios) < 1, ratios
+
+
+# ---- kill -9 with the pipeline running ------------------------------------------------------------------------------
+STEPS = 6
+SPEC = {"config": {**VLLM, "max_steps": STEPS, "save_strategy": "steps", "save_steps": 1, "max_staleness": 2,
+                   "use_cpu": True}, "resume": True}
+
+
+def start(model_path: str, out) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, os.path.join(ROOT, "tests/scripts/train_worker.py"), model_path, str(out), json.dumps(SPEC)]
+    log = open(out / "train.log", "ab")
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def kill9(proc: subprocess.Popen) -> None:
+    tree = [proc.pid] + [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+@pytest.mark.slow
+def test_kill_9_with_rounds_in_flight_loses_no_prompt_and_trains_none_twice(vllm_tiny_path, tmp_path):
+    run = tmp_path / "run0"
+    proc = start(vllm_tiny_path, tmp_path)
+    deadline = time.monotonic() + 300
+    while not (run / "checkpoint-2").exists():
+        assert proc.poll() is None, (tmp_path / "train.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "timed out waiting for checkpoint-2"
+        time.sleep(0.05)
+    kill9(proc)
+    assert not (run / f"checkpoint-{STEPS}").exists()
+    latest = checkpoints.resolve_resume("latest", str(run))
+    state = checkpoints.load_rank_state(latest, 0)["pipeline"]
+    done = checkpoints.checkpoint_step(latest)
+    assert state["next_round"] == done and state["in_flight"], f"no round in flight at the checkpoint: {state}"
+
+    proc = start(vllm_tiny_path, tmp_path)
+    assert proc.wait(timeout=300) == 0, (tmp_path / "train.log").read_text()[-3000:]
+    # Every step trained exactly the prompts of its round in the sampler's order: none lost, none repeated.
+    dataset = load_prompt_dataset("arithmetic:64")
+    sampler = RepeatPromptSampler(len(dataset), 2, 1, repeats=1, seed=0)
+    seen = []
+    for step in range(1, STEPS + 1):
+        trained = sorted({json.dumps(r["prompt"]) for r in rollout_log(run, step)})
+        expected = sorted(json.dumps(dataset[i]["prompt"]) for i in sampler.round_rows(step - 1, 0))
+        assert trained == expected, f"step {step}"
+        seen += trained
+    assert len(seen) == len(set(seen)) == 2 * STEPS
+    log = (tmp_path / "train.log").read_text()
+    assert log.count("Traceback") == 0, log[-3000:]
