@@ -169,3 +169,18 @@ def test_two_process_training_in_server_mode(backend, servers, vllm_tiny_path, t
     tolerance = 1e-3 if backend == "ddp" else 0.02          # bf16 compute in the trainer, bf16 weights sent
     assert all(r["sampling/logp_difference/mean"] < tolerance for r in logs)    # servers held the trainer's weights
     assert all(s.weight_version() == "1" for s in servers)
+
+
+def test_two_process_asynchronous_training_in_server_mode(servers, vllm_tiny_path, tmp_path):
+    """max_staleness 1 against the servers, 2 processes: the producers' generate calls and the trainer's weight pushes
+    (collective on the trainer's thread) interleave without a hang; rounds are at most one update old and the
+    replicas stay identical."""
+    spec = {"config": {"generation_backend": "vllm", "vllm_mode": "server", "max_prompt_length": 256,
+                       "vllm_server_urls": [s.url for s in servers], "max_staleness": 1, "max_steps": 4}}
+    launch("ddp", vllm_tiny_path, tmp_path, spec)
+    r0, r1 = results(tmp_path)
+    assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
+    for logs in (step_logs(r0), step_logs(r1)):
+        behind = [r["async/staleness"] for r in logs]
+        assert len(behind) == 4 and all(0 <= b <= 1 for b in behind), behind
+        assert [step - r["weight_version"] for step, r in enumerate(logs)] == behind
