@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,18 +28,7 @@ from transformers import GenerationConfig  # noqa: E402
 from hf_grpo.data import encode_prompts, load_prompt_dataset  # noqa: E402
 from hf_grpo.generation import HFGenerator, SamplingParams  # noqa: E402
 from hf_grpo.models import load_model, load_tokenizer, resolve_model_path  # noqa: E402
-
-
-def median_seconds(fn, repeats: int) -> float:
-    def timed():
-        start = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
-
-    timed()
-    return statistics.median(timed() for _ in range(repeats))
+from timing import median_seconds  # noqa: E402  (bench/ is on sys.path when a script here runs)
 
 
 def main() -> None:

@@ -18,23 +18,10 @@ Ends with ``RESULT weight_sync vs_copy=<sync seconds / copy seconds> path=<reloa
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 
 import torch
-
-
-def median_seconds(fn, repeats: int) -> float:
-    def timed():
-        start = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
-
-    timed()                                            # warm-up
-    return statistics.median(timed() for _ in range(repeats))
+from timing import median_seconds  # bench/ is on sys.path when a script here runs
 
 
 def main() -> None:

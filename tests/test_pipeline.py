@@ -4,13 +4,11 @@ the trainer trains, dynamic sampling in the stream, and a `kill -9` in the middl
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 
-import psutil
 import pytest
 import torch
 
@@ -18,6 +16,7 @@ from hf_grpo import GRPOConfig, checkpoints
 from hf_grpo.algorithms import groups_with_spread
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.sampler import RepeatPromptSampler
+from tests.helpers.processes import kill9, wait_for
 from tests.helpers.rewards import even_token_reward
 from tests.test_trainer import make_trainer, params
 
@@ -148,25 +147,11 @@ def start(model_path: str, out) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def kill9(proc: subprocess.Popen) -> None:
-    tree = [proc.pid] + [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-    for pid in tree:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-
-
 @pytest.mark.slow
 def test_kill_9_with_rounds_in_flight_loses_no_prompt_and_trains_none_twice(vllm_tiny_path, tmp_path):
     run = tmp_path / "run0"
     proc = start(vllm_tiny_path, tmp_path)
-    deadline = time.monotonic() + 300
-    while not (run / "checkpoint-2").exists():
-        assert proc.poll() is None, (tmp_path / "train.log").read_text()[-3000:]
-        assert time.monotonic() < deadline, "timed out waiting for checkpoint-2"
-        time.sleep(0.05)
+    wait_for(lambda: (run / "checkpoint-2").exists(), proc, timeout=300)
     kill9(proc)
     assert not (run / f"checkpoint-{STEPS}").exists()
     latest = checkpoints.resolve_resume("latest", str(run))

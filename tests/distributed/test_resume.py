@@ -10,17 +10,16 @@ round that feeds two optimizer steps (a checkpoint can fall in its middle), and 
 import json
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 import torch
 
 from tests.distributed.launch import ROOT, results
+from tests.helpers.processes import kill9, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -44,33 +43,6 @@ def start(model_path: str, out, spec: dict) -> subprocess.Popen:
            str(ROOT / "tests/scripts/train_worker.py"), model_path, str(out), json.dumps(spec)]
     log = open(out / "launch.log", "ab")
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def wait_for(predicate, proc: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert proc.poll() is None, "the run ended before the moment the test wanted to kill it"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def kill9(proc: subprocess.Popen) -> None:
-    """SIGKILL the launcher and every process under it (torchrun starts its workers in sessions of their own)."""
-    tree = [proc.pid] + [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-    for pid in tree:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-    psutil.wait_procs([p for p in map(_process, tree) if p is not None], timeout=30)
-
-
-def _process(pid: int):
-    try:
-        return psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return None
 
 
 def rollouts(out) -> dict[int, list]:
