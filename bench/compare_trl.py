@@ -24,6 +24,14 @@ also run with colocated vLLM (compiled, 0.3 of the GPU's memory), and TRL's vLLM
 
 ``--reward hash`` scores a completion by a hash of its text: random-init models never answer, and a reward with
 variance keeps every group trained (fixed work per step).
+
+``--all`` (CPU) compares TRL at its fastest working setting here (HF generate, torch on both cores) with ours
+synchronous and ours asynchronous (``max_staleness: 1``), both of ours disaggregated as users run them: one
+`hf-grpo serve` pinned to core 0 and the trainer pinned to core 1 (`bench/async_pipeline.py` runs them; its rows turn
+``skip_zero_advantage`` off, so they train every completion, as TRL does):
+
+    python bench/compare_trl.py --all --prompts 1 --generations 4 --max_tokens 96 --steps 6 --warmup 2
+    RESULT compare_trl speedup=<ours synchronous steps/s over TRL's> async_speedup=<ours asynchronous over TRL>
 """
 
 from __future__ import annotations
@@ -151,7 +159,14 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", help="the policy's weights dtype (both trainers)")
     parser.add_argument("--reward", default="boxed", choices=["boxed", "hash"])
     parser.add_argument("--cuda", action="store_true", help="train on the GPU; adds TRL's colocated-vLLM row")
+    parser.add_argument("--all", action="store_true",
+                        help="CPU: TRL vs ours synchronous vs ours asynchronous (pinned `hf-grpo serve` + trainer)")
     opts = parser.parse_args()
+    if opts.all:
+        if opts.cuda or opts.reward != "boxed" or opts.dtype != "float32":
+            parser.error("--all runs on CPU with --reward boxed and --dtype float32 (its pinned rows use those)")
+        compare_all(opts)
+        return
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(os.cpu_count() or 1)
@@ -187,6 +202,41 @@ def main() -> None:
         return
     print(f"RESULT compare_trl speedup={trl_s / vllm_s:.3f} tokens_ratio={vllm_t / trl_t:.3f} "
           f"hf_speedup={trl_s / ours_s:.3f}")
+
+
+def compare_all(opts) -> None:
+    """TRL (HF generate, both cores) vs ours synchronous vs ours asynchronous (server on core 0, trainer on core 1)."""
+    from async_pipeline import PinnedServer, run_pinned_trainer
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(os.cpu_count() or 1)
+    load = os.getloadavg()[0]
+    model_path = resolve_model_path(opts.model)
+    tokenizer = load_tokenizer(model_path)
+    dataset = load_prompt_dataset("arithmetic:500", system_prompt=SYSTEM)
+    trl_s, trl_t = run_trl(opts, model_path, dataset, tokenizer)
+    print(f"TRL (HF generate): {trl_s:.2f} s/step, {trl_t:.1f} tokens/s", flush=True)
+    opts.reward_sleep = 0.0
+    with tempfile.NamedTemporaryFile(prefix="compare_trl-server-", suffix=".log", delete=False) as f:
+        log_path = f.name
+    server = PinnedServer(model_path, log_path)
+    try:
+        server.wait()
+        rows = {}
+        for name, staleness in (("sync", None), ("async", 1)):
+            r = run_pinned_trainer(opts, server.url, staleness)
+            rows[name] = (r["s_per_step"], r["tokens_per_s"])
+            print(f"hf_grpo {name}: {r['s_per_step']:.2f} s/step, {r['tokens_per_s']:.1f} tokens/s", flush=True)
+    finally:
+        server.stop()
+    os.remove(log_path)
+    print(f"\nshape: {opts.prompts} prompts x {opts.generations} completions, max {opts.max_tokens} tokens, "
+          f"{opts.steps} timed steps after {opts.warmup} warmup; load average at start {load:.2f}")
+    print(f"{'trainer':<44}{'s/step':>10}{'tokens/s':>12}")
+    print(f"{'TRL (HF generate, 2 cores)':<44}{trl_s:>10.2f}{trl_t:>12.1f}")
+    print(f"{'hf_grpo synchronous (serve core 0, trainer 1)':<44}{rows['sync'][0]:>10.2f}{rows['sync'][1]:>12.1f}")
+    print(f"{'hf_grpo max_staleness=1 (same)':<44}{rows['async'][0]:>10.2f}{rows['async'][1]:>12.1f}")
+    print(f"RESULT compare_trl speedup={trl_s / rows['sync'][0]:.3f} async_speedup={trl_s / rows['async'][0]:.3f}")
 
 
 if __name__ == "__main__":
