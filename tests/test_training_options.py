@@ -149,7 +149,7 @@ def test_gated_reward_names_reach_the_runner_and_are_checked(tiny_llama_path, tm
 def test_samples_past_the_ratio_threshold_are_skipped_and_counted(tiny_llama_path, tmp_path):
     """num_iterations=2: the first pass over a batch is on-policy (ratio 1, nothing skipped); after one large update
     the second pass has ratios far from 1 and the threshold drops samples."""
-    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=2, num_iterations=2, learning_rate=0.05,
+    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=2, num_iterations=2, learning_rate=0.3,
                            ratio_skip_threshold=1.01, skip_zero_advantage=False)
     trainer.train()
     logs = [r for r in trainer.state.log_history if "loss" in r]

@@ -25,10 +25,11 @@ def failing_after_first_step(completion_ids, trainer_state=None, **kwargs):
     return even_token_reward(completion_ids)
 
 
-def half_constant_reward(completion_ids, gt_answer, **kwargs):
-    """Constant 1.0 for prompts with an even answer (zero-std groups, advantage 0), even-token fraction otherwise."""
-    return [1.0 if int(g) % 2 == 0 else sum(t % 2 == 0 for t in ids) / max(len(ids), 1)
-            for ids, g in zip(completion_ids, gt_answer)]
+def half_constant_reward(prompts, completion_ids, **kwargs):
+    """Constant 1.0 for the completions of the call's first prompt (a zero-std group, advantage 0), even-token
+    fraction for the others, whatever the dataset holds (a call scores one process's round: several prompts)."""
+    return [1.0 if p == prompts[0] else sum(t % 2 == 0 for t in ids) / max(len(ids), 1)
+            for p, ids in zip(prompts, completion_ids)]
 
 
 def rank1_fails_after_first_step(completion_ids, trainer_state=None, **kwargs):
