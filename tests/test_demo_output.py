@@ -78,12 +78,13 @@ VLLM_INFO = re.compile(r"^\(\w+ pid=\d+\) INFO |^INFO \d\d-\d\d ", re.MULTILINE)
 
 
 def _short_run(model, out, *extra):
-    return main(["--model_name_or_path", model, "--dataset_name", "arithmetic:32", "--output_dir",
-                    str(out), "--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4",
-                    "--max_completion_length", "8", "--reward_funcs", "hf_grpo.evaluation.final_number_reward",
-                    "tests.helpers.rewards.even_token_reward", "--heldout_eval_samples", "6", "--save_strategy", "no",
-                    "--report_to", "none", "--use_cpu", "true", "--generation_backend", "vllm",
-                    "--vllm_enforce_eager", "true", "--vllm_kv_cache_gib", "0.25", "--max_prompt_length", "128", *extra])
+    return main(["--model_name_or_path", model, "--dataset_name", "arithmetic:32", "--output_dir", str(out),
+                 "--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4",
+                 "--max_completion_length", "8", "--reward_funcs", "hf_grpo.evaluation.final_number_reward",
+                 "tests.helpers.rewards.even_token_reward", "--heldout_eval_samples", "6", "--save_strategy", "no",
+                 "--report_to", "none", "--use_cpu", "true", "--generation_backend", "vllm",
+                 "--vllm_enforce_eager", "true", "--vllm_kv_cache_gib", "0.25", "--max_prompt_length", "128",
+                 *extra])
 
 
 def test_short_run_writes_heldout_accuracy_and_hides_vllm_info(vllm_tiny_path, tmp_path, capfd):
