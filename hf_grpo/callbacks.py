@@ -158,9 +158,9 @@ def _plot_heldout(ax, heldout) -> None:
     errors = [[v - 100 * lo for v, (lo, _) in zip(values, intervals)],
               [100 * hi - v for v, (_, hi) in zip(values, intervals)]]
     bars = ax.bar(["base", "trained"], values, yerr=errors, capsize=6, color=["tab:gray", "tab:green"])
-    for bar, value in zip(bars, values):
-        ax.annotate(f"{value:.1f}%", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom",
-                    xytext=(12, 2), textcoords="offset points")
+    for bar, value, (lo, hi) in zip(bars, values, intervals):     # inside the bar, clear of the error bar
+        ax.text(bar.get_x() + bar.get_width() / 2, max(value / 2, 4), f"{value:.1f}%\n[{100 * lo:.1f}, {100 * hi:.1f}]",
+                ha="center", va="center", color="white", fontweight="bold")
     ax.set_ylim(0, 100)
     ax.set_ylabel("% correct (95% Wilson interval)")
     ax.set_title(f"held-out accuracy, any format (n={heldout.n})")
