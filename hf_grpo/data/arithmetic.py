@@ -1,13 +1,12 @@
-"""The embedded default task: generated one-step arithmetic word problems (addition, subtraction, multiplication).
+"""The embedded default task: generated one-step and two-step arithmetic word problems.
 
-Sized for what SmolLM2-135M-Instruct can learn in the demo's 30 GRPO steps: sums of 2-12 and 2-12, differences of
-at most 15, products of 2-9 and 2-9, every answer a non-negative integer under 100. Two-step problems
-("has a, gets b, gives away c") were dropped: measured on held-out prompts (greedy, final number in any format) the
-base model gets 10% of them and the trained one 0% after 30 steps, while one-step problems go from ~17-47% to
-~45-71%; the base model's failures on one-step problems are mostly its long, unfinished replies, which GRPO
-trains away (docs/benchmarks.md). Rows are ``{"prompt": [{"role": "user", "content": question}], "gt_answer":
-"<int>"}``; no system message is added here (pass ``ARITHMETIC_SYSTEM_PROMPT`` as ``system_prompt`` to
+Sized for a ~135M-parameter instruct model: operands are mostly 2-20, products stay under 100 and every answer
+is a non-negative integer. Rows are ``{"prompt": [{"role": "user", "content": question}], "gt_answer": "<int>"}``;
+no system message is added here (pass ``ARITHMETIC_SYSTEM_PROMPT`` as ``system_prompt`` to
 ``load_prompt_dataset`` for one).
+
+A one-step-only variant (sums of 2-12, differences within 15) was tried for the demo and dropped: with the demo's
+seed its GRPO run drifted to replies that all hit the 48-token limit and did not learn (docs/benchmarks.md).
 
 Generation is deterministic for a seed, across Python versions (only ``random.Random.random`` is used, whose
 output Python guarantees), and prefix-stable: the first ``k`` rows of ``make_arithmetic_dataset(n, seed)`` equal
@@ -60,7 +59,7 @@ class _Draw:
 
 
 def _add(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
-    a, b = d.int(2, 12), d.int(2, 12)
+    a, b = d.int(2, 20), d.int(2, 20)
     if d.int(0, 1):
         text = f"{name} has {a} {obj} and buys {b} more. How many {obj} does {pron} have now?"
     else:
@@ -70,7 +69,7 @@ def _add(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
 
 
 def _sub(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
-    a = d.int(2, 15)
+    a = d.int(2, 20)
     b = d.int(1, a)
     if d.int(0, 1):
         text = f"{name} has {a} {obj} and gives {b} of them to a friend. How many {obj} does {pron} have left?"
@@ -89,7 +88,19 @@ def _mul(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
     return text, a * b
 
 
-_TEMPLATES: tuple[Callable[[_Draw, str, str, str], tuple[str, int]], ...] = (_add, _sub, _mul)
+def _two_step(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
+    a, b = d.int(2, 12), d.int(2, 12)
+    c = d.int(1, a + b)
+    if d.int(0, 1):
+        text = (f"{name} has {a} {obj}, gets {b} more, and then gives away {c}. "
+                f"How many {obj} does {pron} have now?")
+    else:
+        text = (f"{name} has {a} {obj}. {pron.capitalize()} finds {b} more and then loses {c}. "
+                f"How many {obj} does {pron} have left?")
+    return text, a + b - c
+
+
+_TEMPLATES: tuple[Callable[[_Draw, str, str, str], tuple[str, int]], ...] = (_add, _sub, _mul, _two_step)
 
 
 def is_heldout(question: str, answer: int | str) -> bool:
