@@ -30,7 +30,7 @@ synchronous and ours asynchronous (``max_staleness: 1``), both of ours disaggreg
 `hf-grpo serve` pinned to core 0 and the trainer pinned to core 1 (`bench/async_pipeline.py` runs them; its rows turn
 ``skip_zero_advantage`` off, so they train every completion, as TRL does):
 
-    python bench/compare_trl.py --all --prompts 1 --generations 4 --max_tokens 96 --steps 6 --warmup 2
+    python bench/compare_trl.py --all --prompts 1 --generations 4 --max_tokens 96 --steps 5 --warmup 2
     RESULT compare_trl speedup=<ours synchronous steps/s over TRL's> async_speedup=<ours asynchronous over TRL>
 """
 
@@ -108,13 +108,13 @@ def timed(trainer, timer: StepTimer, warmup: int, cumulative_tokens: bool) -> tu
     return seconds / steps, trained / seconds
 
 
-def run_ours(opts, model_path, dataset, tokenizer, backend: str = "hf") -> tuple[float, float]:
+def run_ours(opts, model_path, dataset, tokenizer, backend: str = "hf", **extra) -> tuple[float, float]:
     set_seed(0)
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(**common(opts, out), plot_metrics=False, generation_backend=backend, dtype=opts.dtype,
                           max_prompt_length=256, vllm_kv_cache_gib=1.0, vllm_enforce_eager=not opts.cuda,
-                          vllm_gpu_memory_utilization=0.3)
+                          vllm_gpu_memory_utilization=0.3, **extra)
         trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=reward_funcs(opts), args=args,
                                          train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
         result = timed(trainer, timer, opts.warmup, cumulative_tokens=False)
@@ -128,6 +128,12 @@ def run_ours(opts, model_path, dataset, tokenizer, backend: str = "hf") -> tuple
 
 def run_ours_vllm(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
     return run_ours(opts, model_path, dataset, tokenizer, backend="vllm")
+
+
+def run_ours_async(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
+    """GPU: colocated vLLM with the pipeline (max_staleness 1) and sequence packing."""
+    return run_ours(opts, model_path, dataset, tokenizer, backend="vllm", max_staleness=1,
+                    max_tokens_per_microbatch=4096)
 
 
 def run_trl(opts, model_path, dataset, tokenizer, use_vllm: bool = False) -> tuple[float, float]:
@@ -158,7 +164,9 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--dtype", default="float32", help="the policy's weights dtype (both trainers)")
     parser.add_argument("--reward", default="boxed", choices=["boxed", "hash"])
-    parser.add_argument("--cuda", action="store_true", help="train on the GPU; adds TRL's colocated-vLLM row")
+    parser.add_argument("--cuda", action="store_true", help="train on the GPU; adds TRL's colocated-vLLM row and "
+                        "ours with max_staleness 1 and packing")
+    parser.add_argument("--vllm_only", action="store_true", help="skip the HF generate rows")
     parser.add_argument("--all", action="store_true",
                         help="CPU: TRL vs ours synchronous vs ours asynchronous (pinned `hf-grpo serve` + trainer)")
     opts = parser.parse_args()
@@ -173,35 +181,34 @@ def main() -> None:
     model_path = resolve_model_path(opts.model)
     tokenizer = load_tokenizer(model_path)
     dataset = load_prompt_dataset("arithmetic:500", system_prompt=SYSTEM)
-    results = {"ours": [], "trl": [], "ours_vllm": [], "trl_vllm": []}
+    results = {"ours": [], "trl": [], "ours_vllm": [], "trl_vllm": [], "ours_async": []}
     for r in range(opts.repeats):
-        order = [("ours", run_ours), ("trl", run_trl), ("ours_vllm", run_ours_vllm)]
-        order += [("trl_vllm", run_trl_vllm)] if opts.cuda else []
+        order = [] if opts.vllm_only else [("ours", run_ours), ("trl", run_trl)]
+        order += [("ours_vllm", run_ours_vllm)]
+        # TRL's engine is not released after its run: it goes last.
+        order += [("ours_async", run_ours_async), ("trl_vllm", run_trl_vllm)] if opts.cuda else []
         order = order if r % 2 == 0 else order[::-1]
         for name, fn in order:
             results[name].append(fn(opts, model_path, dataset, tokenizer))
             print(f"run {r} {name}: {results[name][-1][0]:.2f} s/step, {results[name][-1][1]:.1f} tokens/s", flush=True)
-    ours_s = statistics.median(x[0] for x in results["ours"])
-    trl_s = statistics.median(x[0] for x in results["trl"])
-    ours_t = statistics.median(x[1] for x in results["ours"])
-    trl_t = statistics.median(x[1] for x in results["trl"])
-    vllm_s = statistics.median(x[0] for x in results["ours_vllm"])
-    vllm_t = statistics.median(x[1] for x in results["ours_vllm"])
+    med = {name: (statistics.median(x[0] for x in runs), statistics.median(x[1] for x in runs))
+           for name, runs in results.items() if runs}
     print(f"\nshape: {opts.prompts} prompts x {opts.generations} completions, max {opts.max_tokens} tokens, "
           f"{opts.steps} timed steps after {opts.warmup} warmup, {opts.repeats} repeat(s)")
-    print(f"{'trainer':<26}{'s/step':>10}{'tokens/s':>12}")
-    print(f"{'TRL (HF generate)':<26}{trl_s:>10.2f}{trl_t:>12.1f}")
-    print(f"{'hf_grpo (HF generate)':<26}{ours_s:>10.2f}{ours_t:>12.1f}")
-    print(f"{'hf_grpo (colocated vLLM)':<26}{vllm_s:>10.2f}{vllm_t:>12.1f}")
+    print(f"{'trainer':<44}{'s/step':>10}{'tokens/s':>12}")
+    labels = {"trl": "TRL (HF generate)", "ours": "hf_grpo (HF generate)", "ours_vllm": "hf_grpo (colocated vLLM)",
+              "trl_vllm": "TRL (colocated vLLM)", "ours_async": "hf_grpo (colocated vLLM, max_staleness 1, packed)"}
+    for name, (sec, tok) in med.items():
+        print(f"{labels[name]:<44}{sec:>10.2f}{tok:>12.1f}")
+    hf = f" hf_speedup={med['trl'][0] / med['ours'][0]:.3f}" if "ours" in med else ""
     if opts.cuda:
-        trl_vllm_s = statistics.median(x[0] for x in results["trl_vllm"])
-        trl_vllm_t = statistics.median(x[1] for x in results["trl_vllm"])
-        print(f"{'TRL (colocated vLLM)':<26}{trl_vllm_s:>10.2f}{trl_vllm_t:>12.1f}")
-        print(f"RESULT compare_trl speedup={trl_vllm_s / vllm_s:.3f} tokens_ratio={vllm_t / trl_vllm_t:.3f} "
-              f"hf_speedup={trl_s / ours_s:.3f}")
+        trl_vllm_s, trl_vllm_t = med["trl_vllm"]
+        print(f"RESULT compare_trl speedup={trl_vllm_s / med['ours_vllm'][0]:.3f} "
+              f"tokens_ratio={med['ours_vllm'][1] / trl_vllm_t:.3f} "
+              f"async_speedup={trl_vllm_s / med['ours_async'][0]:.3f}{hf}")
         return
-    print(f"RESULT compare_trl speedup={trl_s / vllm_s:.3f} tokens_ratio={vllm_t / trl_t:.3f} "
-          f"hf_speedup={trl_s / ours_s:.3f}")
+    print(f"RESULT compare_trl speedup={med['trl'][0] / med['ours_vllm'][0]:.3f} "
+          f"tokens_ratio={med['ours_vllm'][1] / med['trl'][1]:.3f}{hf}")
 
 
 def compare_all(opts) -> None:

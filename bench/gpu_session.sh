@@ -17,5 +17,5 @@ if [ "$PART" = generate ] || [ "$PART" = all ]; then
 fi
 if [ "$PART" = compare ] || [ "$PART" = all ]; then
   timeout 540 python3 bench/compare_trl.py --cuda --model /tmp/models/s135m --reward hash --prompts 16 \
-    --max_tokens 256 --steps 3 --warmup 1 --dtype bfloat16 2>&1 | grep -E "^(run|  hf_grpo|shape|trainer|TRL|hf_grpo|RESULT)|Error|Traceback"
+    --max_tokens 256 --steps 3 --warmup 1 --dtype bfloat16 ${COMPARE_FLAGS:-} 2>&1 | grep -E "^(run|  hf_grpo|shape|trainer|TRL|hf_grpo|RESULT)|Error|Traceback"
 fi
