@@ -213,12 +213,16 @@ SYSTEM = ("You are a math assistant. Always end your reply with the final answer
 
 
 # ---- driver ---------------------------------------------------------------------------------------------------------
+TABLE = [("gen_s", "timing/generation_s"), ("fwd_bwd_s", "fwd_bwd_s"), ("logp_s", "logprobs_s"),
+         ("sync_s", "timing/weight_sync_s"), ("wait_s", "async/wait_s"), ("push_wait_s", "async/push_wait_s"),
+         ("staleness", "async/staleness"), ("in_flight", "async/in_flight")]
+
+
 def print_table(results: list[dict]) -> None:
-    keys = sorted({k for r in results for k in r["parts"]})
-    print(f"{'mode':<18}{'s/step':>8}{'tokens/s':>10}  " + "  ".join(k.split("/")[-1] for k in keys))
+    print(f"{'mode':<16}{'s/step':>7}{'tokens/s':>9}" + "".join(f"{name:>12}" for name, _ in TABLE))
     for r in results:
-        print(f"{r['mode']:<18}{r['s_per_step']:>8.2f}{r['tokens_per_s']:>10.1f}  "
-              + "  ".join(f"{r['parts'].get(k, float('nan')):>{len(k.split('/')[-1])}.2f}" for k in keys))
+        print(f"{r['mode']:<16}{r['s_per_step']:>7.2f}{r['tokens_per_s']:>9.1f}"
+              + "".join(f"{r['parts'][key]:>12.2f}" if key in r["parts"] else f"{'-':>12}" for _, key in TABLE))
 
 
 TRAINER_PARTS = [("generation", "timing/generation_s"), ("rewards", "timing/rewards_s"),
@@ -264,17 +268,18 @@ def plot(results: list[dict], path: str, title: str) -> None:
     ax.set_title(title, fontsize=9)
     handles, texts = ax.get_legend_handles_labels()
     ax.legend(handles, texts, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.text(0.01, 0.98, "hatched: server generation per round, overlapped", transform=ax.transAxes, fontsize=7,
-            va="top")
+    ax.set_xlabel("hatched: the server's generation time per round, overlapped with the trainer's step", fontsize=8)
+    ax.set_ylim(0, max(r["s_per_step"] for r in results) * 1.12)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
 def add_shape_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
-    parser.add_argument("--generations", type=int, default=8, help="completions per prompt")
-    parser.add_argument("--max_tokens", type=int, default=48)
-    parser.add_argument("--steps", type=int, default=6, help="timed steps per run")
+    # Default shape: generation about as long as the trainer's step (measured with the synchronous breakdown).
+    parser.add_argument("--prompts", type=int, default=1, help="prompts per step")
+    parser.add_argument("--generations", type=int, default=4, help="completions per prompt")
+    parser.add_argument("--max_tokens", type=int, default=96)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (the pipeline fills during these)")
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--reward_sleep", type=float, default=0.0, help="add a reward that sleeps this long")

@@ -30,7 +30,7 @@ synchronous and ours asynchronous (``max_staleness: 1``), both of ours disaggreg
 `hf-grpo serve` pinned to core 0 and the trainer pinned to core 1 (`bench/async_pipeline.py` runs them; its rows turn
 ``skip_zero_advantage`` off, so they train every completion, as TRL does):
 
-    python bench/compare_trl.py --all --prompts 1 --generations 4 --max_tokens 96 --steps 5 --warmup 2
+    python bench/compare_trl.py --all --prompts 1 --generations 4 --max_tokens 96 --steps 3 --warmup 1
     RESULT compare_trl speedup=<ours synchronous steps/s over TRL's> async_speedup=<ours asynchronous over TRL>
 """
 
