@@ -100,6 +100,8 @@ def run_pinned_trainer(opts, url: str, staleness: int | None, core: int = TRAINE
            "--out", out, "--prompts", str(opts.prompts), "--generations", str(opts.generations),
            "--max_tokens", str(opts.max_tokens), "--steps", str(opts.steps), "--warmup", str(opts.warmup),
            "--model", opts.model, "--reward_sleep", str(opts.reward_sleep)]
+    if opts.sampler_logprobs:
+        cmd.append("--sampler_logprobs")
     if staleness is not None:
         cmd += ["--staleness", str(staleness)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -172,7 +174,8 @@ def worker(opts) -> None:
     if opts.reward_sleep > 0:
         funcs.append(sleepy)
         weights.append(0.0)
-    async_args = {} if opts.staleness is None else {"max_staleness": opts.staleness}
+    async_args = {} if opts.staleness is None else {"max_staleness": opts.staleness,
+                                                    "old_logprobs_from_sampler": opts.sampler_logprobs}
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(output_dir=out, per_device_train_batch_size=opts.prompts * opts.generations,
@@ -283,6 +286,9 @@ def add_shape_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (the pipeline fills during these)")
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--reward_sleep", type=float, default=0.0, help="add a reward that sleeps this long")
+    parser.add_argument("--sampler_logprobs", action="store_true",
+                        help="asynchronous modes: old_logprobs_from_sampler (vLLM's log-probs as the proximal policy, "
+                             "no trainer log-prob pass)")
 
 
 def main() -> None:
@@ -333,8 +339,8 @@ def main() -> None:
     if "sync" in by_mode and len(by_mode) > 1:
         ratios = {m: by_mode["sync"] / s for m, s in by_mode.items() if m != "sync"}
         first, *rest = ratios.items()
-        print(f"RESULT async_pipeline speedup={first[1]:.3f} "
-              + " ".join(f"staleness{m.split('=')[1]}_speedup={v:.3f}" for m, v in rest))
+        print(" ".join([f"RESULT async_pipeline speedup={first[1]:.3f}"]
+                       + [f"staleness{m.split('=')[1]}_speedup={v:.3f}" for m, v in rest]))
 
 
 if __name__ == "__main__":

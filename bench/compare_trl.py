@@ -223,7 +223,7 @@ def compare_all(opts) -> None:
     dataset = load_prompt_dataset("arithmetic:500", system_prompt=SYSTEM)
     trl_s, trl_t = run_trl(opts, model_path, dataset, tokenizer)
     print(f"TRL (HF generate): {trl_s:.2f} s/step, {trl_t:.1f} tokens/s", flush=True)
-    opts.reward_sleep = 0.0
+    opts.reward_sleep, opts.sampler_logprobs = 0.0, False      # async_pipeline's worker options: its defaults
     with tempfile.NamedTemporaryFile(prefix="compare_trl-server-", suffix=".log", delete=False) as f:
         log_path = f.name
     server = PinnedServer(model_path, log_path)
