@@ -18,13 +18,16 @@ engine. A round that nevertheless arrives older than that is not trained on: it 
 round waits for the previous update, which is the synchronous schedule through this code path (same weights as
 ``max_staleness: None``, tested).
 
-The off-policy correction: with ``max_staleness >= 1`` the old-policy log-probs are always recomputed by the trainer
-at the start of the round (the *proximal* policy of AReaL's decoupled PPO objective), the clipped ratio is taken
-against them, and the behaviour policy's (vLLM's) log-probs enter through the truncated importance weight
+The off-policy correction is AReaL's decoupled PPO objective. The *proximal* policy is the trainer's policy when the
+round is trained: its log-probs are recomputed by the trainer, never taken from the sampler (they are the loss pass's
+own, detached, when the round feeds one optimizer step, and a separate pass at the start of the round when it is
+reused by ``num_iterations`` or ``steps_per_generation``). The clipped ratio is taken against them, and the behaviour
+policy's (vLLM's, ``max_staleness`` versions old at most) log-probs enter through the importance weight
 ``pi_prox / pi_behav`` of ``vllm_importance_sampling_correction``. Departures from AReaL: the importance weight is
 truncated (TIS, ``vllm_importance_sampling_cap``) rather than left unbounded, and staleness is bounded per round, not
-per token (a round sampled across a weight update is counted at its oldest version, which AReaL's interruptible
-generation allows and we avoid: the engine lock keeps every generate call on one version).
+per token (AReaL's interruptible generation lets a sequence span weight versions; here the engine lock keeps every
+generate call on one version). ``old_logprobs_from_sampler`` instead takes the behaviour policy as the old one (plain
+off-policy PPO: the clip bounds the whole gap, no importance weight).
 
 What overlaps where: with ``vllm serve`` servers the servers generate while the trainer computes (the natural case);
 with colocated vLLM the engine runs on the trainer's own device, so only its host-side work and the rewards overlap

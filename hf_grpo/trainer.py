@@ -284,9 +284,9 @@ class DistributedGRPOTrainer(Trainer):
     def _add_logprob_inputs(self, micro: list[dict]) -> None:
         """Old-policy log-probs (needed once a batch is reused) and reference log-probs (when beta > 0)."""
         args = self.args
+        # Also with the pipeline: a round used by one optimizer step is scored at the weights that train on it, so
+        # the proximal policy of the decoupled objective is the loss pass's own log-probs (hf_grpo.pipeline).
         need_old = args.num_iterations > 1 or args.steps_per_generation > args.gradient_accumulation_steps
-        # Asynchronous rounds were sampled by older weights: the proximal policy is recomputed (hf_grpo.pipeline).
-        need_old = need_old or bool(args.max_staleness)
         if need_old and args.old_logprobs_from_sampler:
             # The sampler's log-probs become the old policy's; popping them means compute_loss applies no second
             # (mismatch) ratio on top of the clipped one.
