@@ -19,8 +19,8 @@ completion) tokens per second and where the trainer's time went, then
 Run: ``.venv/bin/python bench/async_pipeline.py`` (about 5 minutes on 2 idle cores; other jobs on the machine take
 the core the synchronous schedule leaves idle and make the asynchronous modes look slower: see docs/benchmarks.md).
 ``--json PATH`` writes the per-mode numbers, ``--plot PATH`` the stacked bars of docs/async_breakdown.png.
-``--sampler_logprobs`` runs the asynchronous modes with ``old_logprobs_from_sampler: true`` (no trainer log-prob
-pass; with ``--prompts 2`` that measured 1.66x, the default settings 1.48x).
+``--sampler_logprobs`` runs the asynchronous modes with ``old_logprobs_from_sampler: true`` (vLLM's log-probs as the
+proximal policy). Measured: docs/benchmarks.md, "Asynchronous generation".
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -123,6 +124,7 @@ def worker(opts) -> None:
 
     from hf_grpo import DistributedGRPOTrainer, GRPOConfig
     from hf_grpo.data import load_prompt_dataset
+    from hf_grpo.generation.vllm_server import default_sync_dir
     from hf_grpo.models import load_tokenizer, resolve_model_path
     from hf_grpo.rewards import BUILTIN_REWARDS
 
@@ -195,6 +197,8 @@ def worker(opts) -> None:
         start = time.perf_counter()
         trainer.train()
         trainer.generator.close()
+        # The disk weight transfer's file (the policy, in RAM under /dev/shm) outlives the run: remove it.
+        shutil.rmtree(default_sync_dir(out), ignore_errors=True)
     logs = [r for r in trainer.state.log_history if "num_tokens" in r]      # one per optimizer step
     ends = [start] + timer.ends
     step_s = [b - a for a, b in zip(ends, ends[1:])]
@@ -281,8 +285,8 @@ def plot(results: list[dict], path: str, title: str) -> None:
 
 
 def add_shape_args(parser: argparse.ArgumentParser) -> None:
-    # Default shape: generation about as long as the trainer's step (measured with the synchronous breakdown).
-    parser.add_argument("--prompts", type=int, default=1, help="prompts per step")
+    # Default shape: generation about as long as the trainer's forward/backward (the synchronous breakdown).
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
     parser.add_argument("--generations", type=int, default=4, help="completions per prompt")
     parser.add_argument("--max_tokens", type=int, default=96)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per run")
