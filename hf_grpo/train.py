@@ -41,10 +41,11 @@ def main(argv: list[str] | None = None) -> DistributedGRPOTrainer:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=level)
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(logging.WARNING)
-    if not args.verbose:
-        # vLLM logs at INFO while it is imported, through the root handler above, before it configures its own
-        # logger; the generation backend keeps it at ERROR from engine start on (see quiet_vllm_logs).
-        logging.getLogger("vllm").setLevel(logging.ERROR)
+    # vLLM logs at INFO while it is imported, through the root handler above, before it configures its own logger;
+    # the generation backend keeps it at ERROR from engine start on (see vllm_log_level). With verbose, vLLM's own
+    # level (VLLM_LOGGING_LEVEL, read, never set) also undoes a quiet run earlier in the same process.
+    logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper() if args.verbose
+                                       else logging.ERROR)
     logger.info("config: model=%s dataset=%s rewards=%s estimator=%s loss=%s", args.model_name_or_path,
                 args.dataset_name, args.reward_funcs, args.advantage_estimator, args.loss_type)
     set_seed(args.seed)

@@ -57,24 +57,27 @@ def parse_request_outputs(outputs) -> GenerationResult:
 QUIET_LEVEL = "ERROR"
 
 
-def quiet_vllm_logs(kwargs: dict) -> None:
-    """Lower vLLM's logging to ``QUIET_LEVEL`` for an engine about to be built with ``kwargs`` (in place).
+def vllm_log_level(kwargs: dict, verbose: bool) -> None:
+    """Set vLLM's logging for an engine about to be built with ``kwargs`` (in place): ``QUIET_LEVEL``, or with
+    ``verbose`` vLLM's own level (``VLLM_LOGGING_LEVEL``, read, never set).
 
-    Done here, when an engine is built, not at import: importing this package changes no global state, and with
-    ``verbose`` vLLM's own configuration is untouched. Two places because vLLM logs before and after it applies its
-    logging config: the ``vllm`` logger's level covers the lines logged while the engine arguments are parsed, and
-    the engine's ``log_level`` argument keeps it there when the engine re-applies its config (which resets that
-    level). No environment variable is set.
+    Done here, when an engine is built, not at import: importing this package changes no global state. Two places
+    because vLLM logs before and after it applies its logging config: the ``vllm`` logger's level covers the lines
+    logged while the engine arguments are parsed, and the engine's ``log_level`` argument is what the engine re-applies
+    to its logger and handler. Passing it with ``verbose`` too matters: a quiet engine built earlier in the same
+    process leaves that configuration at ``QUIET_LEVEL`` otherwise.
     """
     import dataclasses
 
     from vllm.engine.arg_utils import EngineArgs
 
-    logging.getLogger("vllm").setLevel(QUIET_LEVEL)
-    kwargs.update(use_tqdm_on_load=False)
+    level = os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper() if verbose else QUIET_LEVEL
+    logging.getLogger("vllm").setLevel(level)
+    if not verbose:
+        kwargs.update(use_tqdm_on_load=False)
     # vLLM < 0.30 (the GPU kit's 0.26) has no log_level argument and does not re-apply its logging config.
     if "log_level" in {f.name for f in dataclasses.fields(EngineArgs)}:
-        kwargs.update(log_level=QUIET_LEVEL)
+        kwargs.update(log_level=level)
 
 
 @contextlib.contextmanager
@@ -122,8 +125,7 @@ class VLLMColocateGenerator(Generator):
                 kwargs.update(distributed_executor_backend="external_launcher")
         else:
             kwargs.update(kv_cache_memory_bytes=int(args.vllm_kv_cache_gib * (1 << 30)))
-        if not args.verbose:
-            quiet_vllm_logs(kwargs)
+        vllm_log_level(kwargs, args.verbose)
         self.sleep_mode = on_cuda and args.vllm_enable_sleep_mode
         # None: not decided yet (decided at the first sync); only CUDA engines are tried, see direct_copy.py.
         self.direct_copy: bool | None = None if on_cuda and args.vllm_direct_weight_copy else False

@@ -22,8 +22,10 @@ Design:
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -133,9 +135,14 @@ class VLLMServerGenerator(Generator):
             self.transfer = "nccl" if accelerator.device.type == "cuda" else "disk"
         self.weights_dtype = args.engine_dtype
         self.sync_dir = None
+        # The default directory is ours (RAM under /dev/shm, one policy's size): removed by close().
+        self._owned_sync_dir = self.transfer == "disk" and args.vllm_weight_sync_dir is None \
+            and accelerator.is_main_process
         if self.transfer == "disk":
             self.sync_dir = checked_sync_dir(args.vllm_weight_sync_dir, args.output_dir, args.vllm_server_urls,
                                              accelerator.is_main_process)
+            if self._owned_sync_dir:      # also when the trainer is never closed (a script's end)
+                atexit.register(shutil.rmtree, self.sync_dir, True)
         list(self.pool.map(lambda c: c.wait_healthy(), self.clients))
         if accelerator.is_main_process:
             for c in self.clients:
@@ -205,6 +212,8 @@ class VLLMServerGenerator(Generator):
         self.pool.shutdown(wait=False)
         if self._nccl is not None:
             self._nccl.close()
+        if self._owned_sync_dir:
+            shutil.rmtree(self.sync_dir, ignore_errors=True)
 
 
 def checked_sync_dir(configured: str | None, output_dir: str, urls: list[str], is_main: bool) -> str:

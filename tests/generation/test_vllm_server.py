@@ -99,6 +99,8 @@ def setup(servers, vllm_tiny_path, tmp_path_factory):
     model = load_model(vllm_tiny_path).eval()
     yield generator, model
     generator.close()
+    # The default transfer directory is RAM (/dev/shm) holding a whole policy: it goes with the generator.
+    assert generator.sync_dir.startswith("/dev/shm/") and not os.path.exists(generator.sync_dir)
 
 
 PROMPTS = [[1, 200 + i, 300 + i, 400 + i] for i in range(5)]
