@@ -84,6 +84,7 @@ class RolloutPipeline:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._generated: set[int] = set()      # rounds generated or being scored, not yet handed to the trainer
+        self._generated_lock = threading.Lock()   # the trainer's thread reads the set while the generator adds to it
         self.next_round = 0
         collector.engine_lock = self.lock
 
@@ -111,13 +112,15 @@ class RolloutPipeline:
         if item.index != index:
             raise RuntimeError(f"pipeline out of step: the trainer expects round {index}, the producer made round "
                                f"{item.index}")
-        self._generated.discard(index)
+        with self._generated_lock:
+            self._generated.discard(index)
         self.next_round = index + 1
         return item
 
     def in_flight(self) -> list[int]:
         """Rounds generated (or being generated and scored) but not yet trained: regenerated after a restart."""
-        return sorted(self._generated)
+        with self._generated_lock:
+            return sorted(self._generated)
 
     def close(self) -> None:
         self._stop.set()
@@ -136,7 +139,8 @@ class RolloutPipeline:
             if self._stop.is_set():
                 return
             rows, sampling = self.stream(k), self.sampling(k)
-            self._generated.add(k)
+            with self._generated_lock:
+                self._generated.add(k)
             try:
                 with self.lock:
                     version = self.collector.generator.weight_version
