@@ -3,7 +3,10 @@ fold never meets training, a short run writes heldout_accuracy.json, and vLLM's 
 
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -77,14 +80,17 @@ def test_heldout_accuracy_line_and_intervals():
 VLLM_INFO = re.compile(r"^\(\w+ pid=\d+\) INFO |^INFO \d\d-\d\d ", re.MULTILINE)
 
 
+def _short_args(model, out, *extra) -> list[str]:
+    return ["--model_name_or_path", model, "--dataset_name", "arithmetic:32", "--output_dir", str(out),
+            "--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4",
+            "--max_completion_length", "8", "--reward_funcs", "hf_grpo.evaluation.final_number_reward",
+            "tests.helpers.rewards.even_token_reward", "--heldout_eval_samples", "6", "--save_strategy", "no",
+            "--report_to", "none", "--use_cpu", "true", "--generation_backend", "vllm",
+            "--vllm_enforce_eager", "true", "--vllm_kv_cache_gib", "0.25", "--max_prompt_length", "128", *extra]
+
+
 def _short_run(model, out, *extra):
-    return main(["--model_name_or_path", model, "--dataset_name", "arithmetic:32", "--output_dir", str(out),
-                 "--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4",
-                 "--max_completion_length", "8", "--reward_funcs", "hf_grpo.evaluation.final_number_reward",
-                 "tests.helpers.rewards.even_token_reward", "--heldout_eval_samples", "6", "--save_strategy", "no",
-                 "--report_to", "none", "--use_cpu", "true", "--generation_backend", "vllm",
-                 "--vllm_enforce_eager", "true", "--vllm_kv_cache_gib", "0.25", "--max_prompt_length", "128",
-                 *extra])
+    return main(_short_args(model, out, *extra))
 
 
 def test_short_run_writes_heldout_accuracy_and_hides_vllm_info(vllm_tiny_path, tmp_path, capfd):
@@ -106,7 +112,12 @@ def test_short_run_writes_heldout_accuracy_and_hides_vllm_info(vllm_tiny_path, t
 
 
 @pytest.mark.slow
-def test_verbose_brings_vllm_info_back(vllm_tiny_path, tmp_path, capfd):
-    _short_run(vllm_tiny_path, tmp_path / "verbose", "--verbose", "true", "--heldout_eval_samples", "0")
-    captured = capfd.readouterr()
-    assert VLLM_INFO.search(captured.out + captured.err)      # the pattern the default test checks is real
+def test_verbose_brings_vllm_info_back(vllm_tiny_path, tmp_path):
+    """In a fresh process, as a user runs it: vLLM configures its logging once per process, and engines built by
+    earlier tests in this one (quiet by default) leave that configuration behind."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args = _short_args(vllm_tiny_path, tmp_path / "verbose", "--verbose", "true", "--heldout_eval_samples", "0")
+    run = subprocess.run([sys.executable, "-c", f"from hf_grpo.train import main; main({args!r})"], cwd=root,
+                         env={**os.environ, "PYTHONPATH": root}, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert VLLM_INFO.search(run.stdout + run.stderr)      # the pattern the default test checks is real
