@@ -1,12 +1,14 @@
-"""The embedded default task: generated one-step and two-step arithmetic word problems.
+"""The embedded default task: generated one-step arithmetic word problems (add, subtract, multiply).
 
 Sized for a ~135M-parameter instruct model: operands are mostly 2-20, products stay under 100 and every answer
 is a non-negative integer. Rows are ``{"prompt": [{"role": "user", "content": question}], "gt_answer": "<int>"}``;
 no system message is added here (pass ``ARITHMETIC_SYSTEM_PROMPT`` as ``system_prompt`` to
 ``load_prompt_dataset`` for one).
 
-A one-step-only variant (sums of 2-12, differences within 15) was tried for the demo and dropped: with the demo's
-seed its GRPO run drifted to replies that all hit the 48-token limit and did not learn (docs/benchmarks.md).
+Why one step only: the base model fails these problems mostly by rambling past the answer or past the demo's
+48-token limit, which GRPO can fix in a few minutes; a two-step template (add, then subtract) was dropped because
+the short replies GRPO trains solve none of them (10% -> 0% held out, docs/benchmarks.md), so it only diluted the
+measure of what is learned.
 
 Generation is deterministic for a seed, across Python versions (only ``random.Random.random`` is used, whose
 output Python guarantees), and prefix-stable: the first ``k`` rows of ``make_arithmetic_dataset(n, seed)`` equal
@@ -88,19 +90,7 @@ def _mul(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
     return text, a * b
 
 
-def _two_step(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
-    a, b = d.int(2, 12), d.int(2, 12)
-    c = d.int(1, a + b)
-    if d.int(0, 1):
-        text = (f"{name} has {a} {obj}, gets {b} more, and then gives away {c}. "
-                f"How many {obj} does {pron} have now?")
-    else:
-        text = (f"{name} has {a} {obj}. {pron.capitalize()} finds {b} more and then loses {c}. "
-                f"How many {obj} does {pron} have left?")
-    return text, a + b - c
-
-
-_TEMPLATES: tuple[Callable[[_Draw, str, str, str], tuple[str, int]], ...] = (_add, _sub, _mul, _two_step)
+_TEMPLATES: tuple[Callable[[_Draw, str, str, str], tuple[str, int]], ...] = (_add, _sub, _mul)
 
 
 def is_heldout(question: str, answer: int | str) -> bool:

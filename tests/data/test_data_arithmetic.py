@@ -13,9 +13,8 @@ def questions_and_answers(ds):
 
 def test_hand_checked_rows_for_seed_0():
     rows = questions_and_answers(make_arithmetic_dataset(10, seed=0))
-    assert rows[0] == ("Leo has 4 books, gets 7 more, and then gives away 5. How many books does he have now?", "6")
-    assert rows[5] == ("There are 2 shells on a table. Leo takes 2 of them. How many shells are left on the table?",
-                       "0")
+    assert rows[0] == ("Leo has 4 jars with 6 books in each. How many books does he have in total?", "24")
+    assert rows[4] == ("Ben has 20 crayons and gives 10 of them to a friend. How many crayons does he have left?", "10")
     assert rows[9] == ("Lena has 6 baskets with 9 stamps in each. How many stamps does she have in total?", "54")
 
 
@@ -37,9 +36,7 @@ def test_deterministic_per_seed_and_prefix_stable():
 
 def _expected(question):
     nums = [int(x) for x in re.findall(r"\d+", question)]
-    if "gives away" in question or "loses" in question:
-        a, b, c = nums
-        return a + b - c
+    assert len(nums) == 2, question     # one-step problems only (see the module docstring)
     if "in each" in question or "each of" in question:
         return nums[0] * nums[1]
     if "takes" in question or "gives" in question:
