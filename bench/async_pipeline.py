@@ -29,7 +29,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import statistics
@@ -124,7 +123,6 @@ def worker(opts) -> None:
 
     from hf_grpo import DistributedGRPOTrainer, GRPOConfig
     from hf_grpo.data import load_prompt_dataset
-    from hf_grpo.generation.vllm_server import default_sync_dir
     from hf_grpo.models import load_tokenizer, resolve_model_path
     from hf_grpo.rewards import BUILTIN_REWARDS
 
@@ -197,8 +195,6 @@ def worker(opts) -> None:
         start = time.perf_counter()
         trainer.train()
         trainer.generator.close()
-        # The disk weight transfer's file (the policy, in RAM under /dev/shm) outlives the run: remove it.
-        shutil.rmtree(default_sync_dir(out), ignore_errors=True)
     logs = [r for r in trainer.state.log_history if "num_tokens" in r]      # one per optimizer step
     ends = [start] + timer.ends
     step_s = [b - a for a, b in zip(ends, ends[1:])]

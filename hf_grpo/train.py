@@ -19,6 +19,7 @@ from transformers import set_seed
 from .callbacks import plot_training_curves
 from .checkpoints import checkpoint_step, resolve_resume
 from .data import filter_long_prompts, load_prompt_dataset
+from .generation.vllm_colocate import vllm_logging_level
 from .heldout import HeldoutAccuracy, evaluate_heldout, heldout_dataset
 from .models import load_tokenizer
 from .recipes import parse_config
@@ -44,8 +45,7 @@ def main(argv: list[str] | None = None) -> DistributedGRPOTrainer:
     # vLLM logs at INFO while it is imported, through the root handler above, before it configures its own logger;
     # the generation backend keeps it at ERROR from engine start on (see vllm_log_level). With verbose, vLLM's own
     # level (VLLM_LOGGING_LEVEL, read, never set) also undoes a quiet run earlier in the same process.
-    logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper() if args.verbose
-                                       else logging.ERROR)
+    logging.getLogger("vllm").setLevel(vllm_logging_level(args.verbose))
     logger.info("config: model=%s dataset=%s rewards=%s estimator=%s loss=%s", args.model_name_or_path,
                 args.dataset_name, args.reward_funcs, args.advantage_estimator, args.loss_type)
     set_seed(args.seed)

@@ -57,6 +57,12 @@ def parse_request_outputs(outputs) -> GenerationResult:
 QUIET_LEVEL = "ERROR"
 
 
+def vllm_logging_level(verbose: bool) -> str:
+    """vLLM's logging level for a run: ``QUIET_LEVEL``, or with ``verbose`` vLLM's own (``VLLM_LOGGING_LEVEL``, read,
+    never set)."""
+    return os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper() if verbose else QUIET_LEVEL
+
+
 def vllm_log_level(kwargs: dict, verbose: bool) -> None:
     """Set vLLM's logging for an engine about to be built with ``kwargs`` (in place): ``QUIET_LEVEL``, or with
     ``verbose`` vLLM's own level (``VLLM_LOGGING_LEVEL``, read, never set).
@@ -71,7 +77,7 @@ def vllm_log_level(kwargs: dict, verbose: bool) -> None:
 
     from vllm.engine.arg_utils import EngineArgs
 
-    level = os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper() if verbose else QUIET_LEVEL
+    level = vllm_logging_level(verbose)
     logging.getLogger("vllm").setLevel(level)
     if not verbose:
         kwargs.update(use_tqdm_on_load=False)
