@@ -27,7 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hf_grpo.rewards.code import CodeReward, LocalExecutor  # noqa: E402
+from hf_grpo.rewards.code import CodeReward  # noqa: E402
+from hf_grpo.rewards.code.reward import HARNESS_PRELOAD  # noqa: E402
+from hf_grpo.sandbox import LocalExecutor  # noqa: E402
 from tests.helpers.reward_hacks import HACKS, HUMANEVAL_TEST, same_process_scores  # noqa: E402
 from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret  # noqa: E402
 
@@ -41,7 +43,8 @@ def main() -> None:
     secret = new_secret()
     os.environ["HF_TOKEN"] = secret  # set before the sandbox starts, as a trainer's token would be
     reward = CodeReward(timeout_s=TIMEOUT_S, memory_mb=256, max_processes=16, workers=1)
-    reward.executor = LocalExecutor(reward.limits, workers=1, namespaces=not args.no_namespaces)
+    reward.executor = LocalExecutor(reward.limits, workers=1, namespaces=not args.no_namespaces,
+                                    preload=HARNESS_PRELOAD)
     reward(["```python\npass\n```"], test_cases=[{"inputs": [""], "outputs": [""]}])  # start the zygote
     (sandbox,) = reward.executor.sandboxes
     rows, contained = [], 0

@@ -11,7 +11,7 @@ suspected.
 
 from __future__ import annotations
 
-from hf_grpo.rewards.code.sandbox import Job, make_nonce
+from hf_grpo.sandbox import Job, make_nonce
 
 WRONG = "def add(a, b):\n    return a - b\n"
 

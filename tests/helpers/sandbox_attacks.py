@@ -1,4 +1,4 @@
-"""Hostile programs for the code sandbox, shared by tests/rewards/test_sandbox.py and bench/sandbox_table.py.
+"""Hostile programs for the code sandbox, shared by tests/sandbox/test_sandbox.py and bench/sandbox_table.py.
 
 Each attack is a program that prints ``ESCAPED`` only if it got through, so the ``code`` reward with expected
 output ``ESCAPED`` must score it 0; ``breach`` looks for host-side evidence (a file written, a connection accepted,

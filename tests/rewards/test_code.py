@@ -14,9 +14,9 @@ import pytest
 
 from hf_grpo.data import DataFormatError
 from hf_grpo.rewards import BUILTIN_REWARDS, RewardRunner, load_reward_function, reward_name
-from hf_grpo.rewards.code import (CodeExecutorError, CodeReward, Job, Limits, RemoteExecutor, extract_code,
-                                  outputs_match)
+from hf_grpo.rewards.code import CodeReward, extract_code, outputs_match
 from hf_grpo.rewards.code.server import SandboxServer
+from hf_grpo.sandbox import CodeExecutorError, Job, Limits, RemoteExecutor
 
 DOUBLE = "n = int(input())\nprint(n * 2)\n"
 

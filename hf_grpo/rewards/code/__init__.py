@@ -1,19 +1,17 @@
-"""Code rewards: run completions' programs against test cases in a kernel sandbox.
+"""Code rewards: run completions' programs against test cases in the kernel sandbox of :mod:`hf_grpo.sandbox`.
 
 * :mod:`.extract` -- the program in a completion (last fenced python block) and output comparison.
-* :mod:`.sandbox` -- ``Sandbox``: one confined zygote process forking one confined child per run (``_zygote.py``,
-  ``_confine.py`` hold the code that runs inside it).
-* :mod:`.executor` -- ``LocalExecutor`` (a pool of sandboxes, reused across steps) and ``RemoteExecutor`` (HTTP).
 * :mod:`.reward` -- ``CodeReward``, the ``code`` reward function object.
-* :mod:`.server` -- ``python -m hf_grpo.rewards.code.server``: the HTTP service behind ``RemoteExecutor``.
+* ``_harness.py`` -- the assert-style test harness, preloaded into every zygote of the reward's pools.
+* :mod:`.server` -- ``python -m hf_grpo.rewards.code.server``: the HTTP service behind
+  :class:`hf_grpo.sandbox.RemoteExecutor`.
 
-Importing starts nothing: sandboxes start on the first run. What is and is not contained: docs/sandbox.md.
+The sandbox itself (``Sandbox``, ``Job``, ``Limits``, ``LocalExecutor``, ``RemoteExecutor``) is
+:mod:`hf_grpo.sandbox`. Importing starts nothing: sandboxes start on the first run. What is and is not contained:
+docs/sandbox.md.
 """
 
-from .executor import CodeExecutorError, LocalExecutor, RemoteExecutor
 from .extract import extract_code, outputs_match
 from .reward import CodeReward
-from .sandbox import Job, Limits, RunResult, Sandbox, SandboxError
 
-__all__ = ["CodeExecutorError", "CodeReward", "Job", "Limits", "LocalExecutor", "RemoteExecutor", "RunResult",
-           "Sandbox", "SandboxError", "extract_code", "outputs_match"]
+__all__ = ["CodeReward", "extract_code", "outputs_match"]

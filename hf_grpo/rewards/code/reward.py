@@ -32,15 +32,19 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ...data.schema import DataFormatError, validate_test_cases
+from ...sandbox import Job, Limits, LocalExecutor, RemoteExecutor, RunResult, make_nonce
 from ..extract import completion_text
-from .executor import LocalExecutor, RemoteExecutor
 from .extract import extract_code, outputs_match
-from .sandbox import Job, Limits, RunResult, make_nonce
 
 logger = logging.getLogger(__name__)
+
+# The assert-style harness, loaded once by every zygote of this reward's pools (local, or the server's) before it
+# confines itself; an assert-style run's source is then two lines (see ``__call__``).
+HARNESS_PRELOAD = {"_hf_grpo_harness": str(Path(__file__).with_name("_harness.py"))}
 
 # ``last_stats`` keys, the same after every call (zeros after a failed one) so every process logs the same metrics.
 STAT_KEYS = ("runs", "tests_passed", "crashed", "timeouts", "output_limit", "sandbox_errors", "no_code",
@@ -69,7 +73,7 @@ class CodeReward:
         if executor_url:
             self.executor = RemoteExecutor(executor_url, self.limits, request_timeout_s, retries)
         else:
-            self.executor = LocalExecutor(self.limits, workers)
+            self.executor = LocalExecutor(self.limits, workers, preload=HARNESS_PRELOAD)
         self.last_stats = dict.fromkeys(STAT_KEYS, 0)
         self.last_details: list[dict] = []
 

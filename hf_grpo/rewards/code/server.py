@@ -1,12 +1,14 @@
-"""A small HTTP sandbox service for :class:`~.executor.RemoteExecutor`: standard library only.
+"""A small HTTP sandbox service for :class:`hf_grpo.sandbox.RemoteExecutor`: standard library only.
 
     python -m hf_grpo.rewards.code.server --host 0.0.0.0 --port 8000 --workers 16
 
-``POST /run`` runs ``{"limits": {...}, "jobs": [...]}`` on a :class:`~.executor.LocalExecutor` and answers
+``POST /run`` runs ``{"limits": {...}, "jobs": [...]}`` on a :class:`hf_grpo.sandbox.LocalExecutor` and answers
 ``{"results": [...]}``; ``GET /health`` answers the isolation in use. The client's limits are clamped to the
 server's own (``--timeout_s``, ``--memory_mb``, ...): a client can ask for less, never for more. One executor (pool)
 per distinct clamped limits, created on first use. Once listening it prints ``listening on http://HOST:PORT``
-(with the real port when ``--port 0``) and flushes, so a parent process can wait for that line.
+(with the real port when ``--port 0``) and flushes, so a parent process can wait for that line. It lives with the
+``code`` reward because its zygotes preload that reward's assert-style harness (``HARNESS_PRELOAD``); any other job
+runs on it as well.
 
 Not an authenticated service: bind it to a private interface. Departure from ColossalChat's verifier (a service
 that judges answers): it only runs programs; comparisons stay in the trainer, so one service serves every test
@@ -24,8 +26,8 @@ import threading
 from dataclasses import asdict, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .executor import LocalExecutor
-from .sandbox import Job, Limits
+from ...sandbox import Job, Limits, LocalExecutor
+from .reward import HARNESS_PRELOAD
 
 logger = logging.getLogger(__name__)
 _MAX_BODY = 64 << 20
@@ -49,7 +51,7 @@ class SandboxServer(ThreadingHTTPServer):
         limits = Limits(**{k: min(v, requested.get(k, v)) for k, v in ours.items()})
         with self._lock:
             if limits not in self._executors:
-                self._executors[limits] = LocalExecutor(limits, self.workers)
+                self._executors[limits] = LocalExecutor(limits, self.workers, preload=HARNESS_PRELOAD)
             return self._executors[limits]
 
     def server_close(self) -> None:

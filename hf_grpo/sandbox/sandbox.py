@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -107,14 +108,22 @@ def python_dirs() -> list[str]:
 class Sandbox:
     """One zygote process; runs one program at a time (a pool runs several sandboxes).
 
+    Not thread-safe: one thread at a time may call :meth:`run` (a :class:`~.executor.LocalExecutor` gives each of
+    its threads a sandbox of its own).
+
+    ``preload`` maps module names to trusted ``.py`` files (host paths) that the zygote executes once at start, before
+    it confines itself, and keeps in ``sys.modules``: every program can ``import`` them without the file being
+    visible in the sandbox (the ``code`` reward's assert-style harness comes in this way).
+
     Attributes after :meth:`start`: ``isolation`` (``namespaces`` or ``rlimits``), ``seccomp`` (bool),
     ``warnings`` (why isolation is weaker than it could be), ``zygote_pid``.
     """
 
     def __init__(self, limits: Limits = Limits(), namespaces: bool = True, processes_per_uid: int = 1,
-                 startup_timeout_s: float = 30.0):
+                 startup_timeout_s: float = 30.0, preload: Mapping[str, str] | None = None):
         self.limits = limits
         self.namespaces = namespaces
+        self.preload = {name: os.path.realpath(path) for name, path in (preload or {}).items()}
         # In rlimits mode as root, the process limit counts every run of the shared sandbox uid, so it scales.
         self.processes_per_uid = processes_per_uid
         self.startup_timeout_s = startup_timeout_s
@@ -135,7 +144,7 @@ class Sandbox:
         host_end, zygote_end = socket.socketpair()
         config = {"control_fd": zygote_end.fileno(), "namespaces": self.namespaces, "uid": SANDBOX_UID,
                   "root": os.path.join(self._dir, "root"), "base": os.path.join(self._dir, "runs"),
-                  "python_dirs": python_dirs()}
+                  "python_dirs": python_dirs(), "preload": self.preload}
         try:
             self._proc = subprocess.Popen(
                 [os.path.realpath(sys.executable), "-I", "-S", str(_ZYGOTE), json.dumps(config)],

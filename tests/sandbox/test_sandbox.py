@@ -7,10 +7,12 @@ import os
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from hf_grpo.rewards.code import CodeReward, Job, Limits, LocalExecutor
+from hf_grpo.rewards.code import CodeReward
+from hf_grpo.sandbox import Job, Limits, LocalExecutor
 from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret
 
 TIMEOUT_S = 1.0
@@ -109,3 +111,20 @@ def test_a_dead_zygote_is_replaced_and_the_job_still_runs():
     executor.close()
     assert (result.status, result.stdout) == ("ok", "alive\n")
     assert executor.restarts == 1
+
+
+def test_runs_from_several_threads_and_a_concurrent_close_keep_their_own_results():
+    # The agents' python tool calls run() from a thread pool: every job must get its own output, and a close()
+    # meanwhile must wait for the runs it owns, not break them; the executor then restarts on the next run.
+    executor = LocalExecutor(Limits(timeout_s=5.0), workers=2)
+    jobs = [[Job(f"import time\ntime.sleep(0.05)\nprint({t} * 100 + {j})") for j in range(3)] for t in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(executor.run, batch) for batch in jobs]
+        time.sleep(0.1)
+        executor.close()
+        results = [future.result() for future in futures]
+    for t, batch in enumerate(results):
+        assert [(r.status, r.stdout) for r in batch] == [("ok", f"{t * 100 + j}\n") for j in range(3)]
+    (again,) = executor.run([Job("print('again')")])
+    executor.close()
+    assert (again.status, again.stdout) == ("ok", "again\n")

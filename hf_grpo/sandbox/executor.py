@@ -8,6 +8,11 @@ interpreter start. A zygote that dies or breaks protocol is replaced and its job
 ``sandbox_error`` (the job's result, not an exception: one broken run must not fail the batch); a zygote that
 cannot start at all raises.
 
+Threads: :meth:`LocalExecutor.run` may be called from several threads at once (the agent loop runs tools in a
+thread pool while the reward scores a batch). Every job goes through the one pool, and a sandbox is checked out of
+an idle queue by one pool thread at a time, so no two runs ever share a zygote's control socket; callers beyond
+``workers`` wait for a free sandbox.
+
 Remote protocol (ColossalChat-like "verifier URL", but running programs rather than judging them, so comparison
 rules stay on the trainer side): ``POST <url>`` with ``{"limits": {...}, "jobs": [{"source", "stdin", "nonce"}]}``
 answers ``{"results": [{"status", "exit_code", "stdout", "stderr", "seconds"}]}``. Connection errors, timeouts and
@@ -25,6 +30,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
@@ -42,10 +48,13 @@ def default_workers() -> int:
 
 
 class LocalExecutor:
-    """A reusable pool of ``workers`` sandboxes (default: the CPUs this process may use)."""
+    """A reusable pool of ``workers`` sandboxes (default: the CPUs this process may use). ``preload``: modules every
+    zygote loads before it confines itself (see :class:`~.sandbox.Sandbox`)."""
 
-    def __init__(self, limits: Limits = Limits(), workers: int | None = None, namespaces: bool = True):
+    def __init__(self, limits: Limits = Limits(), workers: int | None = None, namespaces: bool = True,
+                 preload: Mapping[str, str] | None = None):
         self.limits = limits
+        self.preload = dict(preload or {})
         self.workers = workers or default_workers()
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
@@ -68,28 +77,35 @@ class LocalExecutor:
     def run(self, jobs: list[Job]) -> list[RunResult]:
         if not jobs:
             return []
+        # Submitted under the lock, so a concurrent close() either waits for these jobs (they are in its pool) or
+        # comes first (they go to a new pool); the idle queue and sandbox list travel with the jobs for the same
+        # reason: a sandbox of a closed pool never serves a job of the next one.
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
                 if not self._atexit:  # zygotes exit with us anyway (their socket closes); this removes temp dirs
                     atexit.register(self.close)
                     self._atexit = True
-            pool = self._pool
-        return list(pool.map(self._run_one, jobs))
-
-    def _checkout(self) -> Sandbox:
+            futures = [self._pool.submit(self._run_one, job, self._idle, self._sandboxes) for job in jobs]
         try:
-            return self._idle.get_nowait()
+            return [future.result() for future in futures]
+        finally:  # as Executor.map: when one job raises, the ones not started yet are dropped
+            for future in futures:
+                future.cancel()
+
+    def _checkout(self, idle: queue.SimpleQueue, sandboxes: list[Sandbox]) -> Sandbox:
+        try:
+            return idle.get_nowait()
         except queue.Empty:
             pass
         # Fewer idle sandboxes than threads only before each thread's first job: start one for it.
-        sandbox = Sandbox(self.limits, self.namespaces, processes_per_uid=self.workers)
+        sandbox = Sandbox(self.limits, self.namespaces, processes_per_uid=self.workers, preload=self.preload)
         try:
             sandbox.start()
         except SandboxError as e:
             raise CodeExecutorError(f"the code sandbox could not start: {e}") from e
         with self._lock:
-            self._sandboxes.append(sandbox)
+            sandboxes.append(sandbox)
             if self.isolation is None:
                 self.isolation = sandbox.isolation
             if sandbox.warnings and not self._warned:
@@ -99,35 +115,37 @@ class LocalExecutor:
                                sandbox.isolation, sandbox.seccomp)
         return sandbox
 
-    def _run_one(self, job: Job) -> RunResult:
-        sandbox = self._checkout()
+    def _run_one(self, job: Job, idle: queue.SimpleQueue, sandboxes: list[Sandbox]) -> RunResult:
+        sandbox = self._checkout(idle, sandboxes)  # this thread's alone until put back
         try:
             for attempt in range(2):
                 try:
                     return sandbox.run(job)
                 except SandboxError as e:
-                    self.restarts += 1
+                    with self._lock:
+                        self.restarts += 1
                     logger.warning("code sandbox failed (%s); restarting it%s", e, "" if attempt else " and retrying")
                     sandbox.close()
                     error = str(e)
             return RunResult(status="sandbox_error", stderr=error)
         finally:
-            self._idle.put(sandbox)
+            idle.put(sandbox)
 
     def close(self) -> None:
         """Stop the pool and every zygote. The executor can be used again afterwards (it restarts lazily)."""
         with self._lock:
             pool, self._pool = self._pool, None
             sandboxes, self._sandboxes = self._sandboxes, []
+            self._idle = queue.SimpleQueue()
         if pool is not None:
             pool.shutdown(wait=True)
         for sandbox in sandboxes:
             sandbox.close()
-        self._idle = queue.SimpleQueue()
 
 
 class RemoteExecutor:
-    """Runs jobs on an HTTP sandbox service (see :mod:`.server`), with a per-request timeout and retries."""
+    """Runs jobs on an HTTP sandbox service (see :mod:`hf_grpo.rewards.code.server`), with a per-request timeout and
+    retries."""
 
     def __init__(self, url: str, limits: Limits = Limits(), request_timeout_s: float = 120.0, retries: int = 2,
                  backoff_s: float = 0.5, batch_size: int = 256):

@@ -1,6 +1,6 @@
 """Sandbox zygote: a confined, pre-warmed Python process that forks one confined child per program run.
 
-Run as a script by :class:`hf_grpo.rewards.code.sandbox.Sandbox` (``python -I -S _zygote.py CONFIG_JSON``), never
+Run as a script by :class:`hf_grpo.sandbox.sandbox.Sandbox` (``python -I -S _zygote.py CONFIG_JSON``), never
 imported by the package: it must start without ``hf_grpo``'s imports and must not re-run the parent's ``__main__``.
 
 Why a zygote: starting an interpreter costs ~20-50 ms, more than most test programs run. The zygote starts once,
@@ -24,25 +24,21 @@ so an exit code of 125 can be told apart from a confinement failure).
 The zygote exits when the control socket closes, killing a run in progress.
 
 Departure from "python main.py": the program runs in a forked interpreter, so ``atexit`` handlers do not run and
-non-daemon threads are not waited for; the modules preloaded below are already in ``sys.modules``, and so is the
-assert-style test harness (``_harness.py`` as ``_hf_grpo_harness``).
+non-daemon threads are not waited for; the modules preloaded below are already in ``sys.modules``, and so are the
+host's ``preload`` modules (for the ``code`` reward: its assert-style test harness, ``_harness.py`` as
+``_hf_grpo_harness``).
 """
 
 import os
 import sys
 
-if __name__ == "__main__":
-    import importlib.util
+import importlib.util
 
+if __name__ == "__main__":
     _spec = importlib.util.spec_from_file_location(
         "_confine", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_confine.py"))
     _confine = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_confine)
-    # The assert-style test harness, compiled once here; a harness run's source is then two lines (see reward.py).
-    _spec = importlib.util.spec_from_file_location(
-        "_hf_grpo_harness", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_harness.py"))
-    sys.modules["_hf_grpo_harness"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["_hf_grpo_harness"])
 
 import io  # noqa: E402
 import json  # noqa: E402
@@ -279,10 +275,21 @@ def _enter_namespaces(config: dict) -> None:
     _confine.drop_bounding_set()
 
 
+def load_preloads(preload: dict[str, str]) -> None:
+    """The host's trusted modules (name -> file), executed once here, before confinement hides the files; programs
+    forked later find them in ``sys.modules`` (the ``code`` reward's harness: a harness run's source is then two
+    lines, see rewards/code/reward.py)."""
+    for name, path in preload.items():
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
     sock = socket.socket(fileno=config["control_fd"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group; the host decides
+    load_preloads(config.get("preload", {}))
     for name in PRELOAD:
         __import__(name)
     warnings = []
