@@ -19,15 +19,28 @@ from .packing import pack, padding_metrics
 
 def build_samples(prompt_ids: list[list[int]], completion_ids: list[list[int]], finished: list[bool],
                   advantages: torch.Tensor, num_generations: int, mask_truncated: bool,
-                  sampling_logprobs: list[list[float]] | None = None) -> list[dict]:
+                  sampling_logprobs: list[list[float]] | None = None,
+                  completion_mask: list[list[int]] | None = None,
+                  completion_prompt_ids: list[list[int]] | None = None) -> list[dict]:
     """One dict per completion: its prompt ids, completion ids, loss mask, advantage and (from vLLM) the sampler's
-    log-probs of its tokens."""
+    log-probs of its tokens.
+
+    Multi-turn rollouts (`hf_grpo.agents`) pass ``completion_mask`` (0 on tool and environment tokens): it multiplies
+    the loss mask, so those tokens are out of the loss, the KL, the entropy, the token normalisers and the importance
+    ratios, all of which read the loss mask. ``completion_prompt_ids`` gives each completion its own prompt.
+    """
     samples = []
     for i, completion in enumerate(completion_ids):
         mask = torch.ones(len(completion))                                       # [C_i]
+        if completion_mask is not None:
+            if len(completion_mask[i]) != len(completion):
+                raise ValueError(f"completion {i}: a mask of {len(completion_mask[i])} entries for "
+                                 f"{len(completion)} tokens")
+            mask = torch.tensor(completion_mask[i], dtype=torch.float32)           # [C_i] 1 sampled, 0 tool
         if mask_truncated:
             mask = truncated_completion_mask(torch.tensor([finished[i]]), mask.unsqueeze(0))[0]
-        sample = {"prompt_ids": prompt_ids[i // num_generations], "completion_ids": completion,
+        prompt = completion_prompt_ids[i] if completion_prompt_ids is not None else prompt_ids[i // num_generations]
+        sample = {"prompt_ids": prompt, "completion_ids": completion,
                   "completion_mask": mask, "advantage": float(advantages[i]), "index": i}
         if sampling_logprobs is not None:
             if len(sampling_logprobs[i]) != len(completion):

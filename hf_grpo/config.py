@@ -292,6 +292,21 @@ class GRPOConfig(TRLFields):
         "help": "code reward: run tests on a remote sandbox service (python -m hf_grpo.rewards.code.server) at this "
                 "URL instead of locally."})
 
+    # ---- agents (multi-turn tool and environment rollouts, docs/agents.md) -----------------------------
+    tools: list[str] | None = field(default=None, metadata={
+        "help": "Tools the policy may call, by name (built-in: calculator, python) or module.function path. The "
+                "trainer's tools= argument (callables, as in TRL) takes precedence."})
+    tool_protocol: str = field(default="auto", metadata={
+        "help": "How tool calls are written: template (the model's chat template renders tools), fallback (hf_grpo "
+                "describes the tools in the system prompt; <tool_call> JSON in, <tool_response> back) or auto "
+                "(template when the chat template supports tools)."})
+    max_tool_output_tokens: int | None = field(default=256, metadata={
+        "help": "A tool result longer than this many tokens is cut, with a marker saying how much was cut."})
+    tool_timeout: float = field(default=30.0, metadata={
+        "help": "Seconds a tool call may take; after that the model gets a timeout error message."})
+    max_concurrent_tools: int = field(default=16, metadata={
+        "help": "Tool calls run concurrently per process, at most this many at once."})
+
     # ---- budget -------------------------------------------------------------------------------------
     max_train_minutes: float | None = field(default=None, metadata={
         "help": "Stop after the optimizer step that crosses this many minutes of training wall-clock (evaluation "
@@ -426,6 +441,13 @@ class GRPOConfig(TRLFields):
         one_of("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
         one_of("kl_estimator", KL_ESTIMATORS)
         one_of("reward_error", ("raise", "zero", "skip"))  # RewardRunner's ON_ERROR (config stays import-light)
+        one_of("tool_protocol", ("auto", "template", "fallback"))   # hf_grpo.agents.protocol.PROTOCOLS
+        check(self.max_tool_calling_iterations is None or self.max_tool_calling_iterations >= 0,
+              f"max_tool_calling_iterations must be >= 0 or None, got {self.max_tool_calling_iterations}")
+        check(self.max_tool_output_tokens is None or self.max_tool_output_tokens >= 1,
+              f"max_tool_output_tokens must be >= 1 or None, got {self.max_tool_output_tokens}")
+        check(self.tool_timeout > 0, f"tool_timeout must be > 0 seconds, got {self.tool_timeout}")
+        check(self.max_concurrent_tools >= 1, f"max_concurrent_tools must be >= 1, got {self.max_concurrent_tools}")
         check(self.remove_unused_columns is False, "remove_unused_columns must be False (rewards read dataset columns)")
         check(self.num_generations >= 1, f"num_generations must be >= 1, got {self.num_generations}")
         check(self.num_generations >= 2 or self.advantage_estimator == "reinforce_pp",

@@ -144,7 +144,7 @@ class RolloutPipeline:
             try:
                 with self.lock:
                     version = self.collector.generator.weight_version
-                    generated = self.collector.generate(rows, sampling)
+                    generated = self.collector.generate(rows, sampling, round_key=k)
             except BaseException as error:          # reported to the trainer when it asks for round k
                 self._to_score.put(Round(k, -1, sampling.temperature, rows, None, error))
                 return
@@ -174,7 +174,7 @@ class RolloutPipeline:
         with self.lock:
             version = self.collector.generator.weight_version
             batch = self.collector.score(round_.rows, *self.collector.generate(round_.rows, self.sampling(
-                round_.index)), trainer_state=self.trainer_state())
+                round_.index), round_key=round_.index), trainer_state=self.trainer_state())
         if self.dynamic is not None:
             batch = self.dynamic(batch, round_.rows)
         return Round(round_.index, version, round_.temperature, round_.rows, batch)

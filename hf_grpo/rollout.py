@@ -19,6 +19,7 @@ import torch
 
 from .algorithms import dynamic_sampling_keep, group_std, groups_with_spread, overlong_penalty
 from .data import encode_prompts, is_conversational
+from .agents.loop import AgentResult
 from .generation import Generator, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,11 @@ class RolloutBatch:
     overlong: torch.Tensor              # [P*G] overlong penalty included in ``rewards`` (0 if disabled)
     sampling_logprobs: list[list[float]] | None = None
     details: list[dict] = field(default_factory=list)   # [P*G] reward functions' per-completion notes
+    # Multi-turn rollouts (hf_grpo.agents): 1 on sampled tokens, 0 on tool/environment tokens; and each completion's
+    # own prompt ids (an environment's reset may extend a prompt).
+    completion_mask: list[list[int]] | None = None      # [P*G] ragged, aligned with completion_ids
+    completion_prompt_ids: list[list[int]] | None = None   # [P*G]
+    agent_metrics: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     reward_log: dict[str, float] = field(default_factory=dict)   # the reward runner's statistics for this batch
 
@@ -55,12 +61,21 @@ class RolloutBatch:
             rewards=self.rewards[pick], overlong=self.overlong[pick],
             sampling_logprobs=None if self.sampling_logprobs is None else [self.sampling_logprobs[i] for i in rows_idx],
             details=[self.details[i] for i in rows_idx],
+            completion_mask=None if self.completion_mask is None else [self.completion_mask[i] for i in rows_idx],
+            completion_prompt_ids=None if self.completion_prompt_ids is None else
+            [self.completion_prompt_ids[i] for i in rows_idx], agent_metrics=self.agent_metrics,
         )
+
+    def model_tokens(self) -> list[int]:
+        """Tokens each completion's policy sampled (tool/environment tokens excluded, as TRL counts lengths)."""
+        if self.completion_mask is None:
+            return [len(c) for c in self.completion_ids]
+        return [int(sum(m)) for m in self.completion_mask]
 
     def metrics(self, advantages: torch.Tensor, num_generations: int, reward_names: list[str]) -> dict[str, float]:
         """The round's statistics for the step log: rewards (unscored rows left out of the reward statistics, as in
         TRL, and counted), advantages, lengths, tokens and timings."""
-        lengths = torch.tensor([len(c) for c in self.completion_ids], dtype=torch.float32)   # [P*G]
+        lengths = torch.tensor(self.model_tokens(), dtype=torch.float32)                    # [P*G]
         finished = torch.tensor(self.finished, dtype=torch.bool)                             # [P*G]
         scored = self.rewards[self.scored]                                                   # [scored rows]
         out = {"reward": scored.mean() if scored.numel() else 0.0,
@@ -77,7 +92,12 @@ class RolloutBatch:
         out["completions/min_length"] = lengths.min()
         out["completions/max_length"] = lengths.max()
         out["completions/clipped_ratio"] = (~finished).float().mean()
-        out["num_tokens"] = sum(len(p) for p in self.prompt_ids) * num_generations + float(lengths.sum())
+        prompts = (sum(len(p) for p in self.completion_prompt_ids) if self.completion_prompt_ids is not None
+                   else sum(len(p) for p in self.prompt_ids) * num_generations)
+        out["num_tokens"] = prompts + sum(len(c) for c in self.completion_ids)
+        if self.completion_mask is not None:
+            out["completions/mean_total_length"] = sum(len(c) for c in self.completion_ids) / max(len(lengths), 1)
+        out.update(self.agent_metrics)
         out["timing/generation_s"] = self.timings["generation"]
         out["timing/rewards_s"] = self.timings["rewards"]
         out["throughput/generated_tokens_per_s"] = lengths.sum() / max(self.timings["generation"], 1e-9)
@@ -104,7 +124,10 @@ class RolloutBatch:
             rewards=torch.cat([p.rewards for p in parts]),
             overlong=torch.cat([p.overlong for p in parts]),
             sampling_logprobs=None if first.sampling_logprobs is None else
-            [x for p in parts for x in p.sampling_logprobs], details=[x for p in parts for x in p.details])
+            [x for p in parts for x in p.sampling_logprobs], details=[x for p in parts for x in p.details],
+            completion_mask=None if first.completion_mask is None else [x for p in parts for x in p.completion_mask],
+            completion_prompt_ids=None if first.completion_prompt_ids is None else
+            [x for p in parts for x in p.completion_prompt_ids], agent_metrics=first.agent_metrics)
 
 
 def decode_completions(tokenizer, rows: list[dict], completion_ids: list[list[int]]) -> tuple[list[str], list]:
@@ -122,7 +145,12 @@ def reward_columns(rows: list[dict], repeats: int) -> dict[str, list]:
 
 
 class RolloutCollector:
-    def __init__(self, generator: Generator, tokenizer, reward_runner, args):
+    """``multi_turn(rows, sampling, round_key)``, when set, replaces single-turn generation with agentic rollouts
+    (`hf_grpo.agents`: tools, environments or TRL's ``rollout_func``) returning an `AgentResult`."""
+
+    def __init__(self, generator: Generator, tokenizer, reward_runner, args,
+                 multi_turn: Callable[[list[dict], SamplingParams, int], AgentResult] | None = None):
+        self.multi_turn = multi_turn
         self.generator = generator
         self.tokenizer = tokenizer
         self.reward_runner = reward_runner
@@ -134,11 +162,18 @@ class RolloutCollector:
 
     def collect(self, rows: list[dict], trainer_state=None) -> RolloutBatch:
         """Generate ``G`` completions for each row and score them."""
-        return self.score(rows, *self.generate(rows), trainer_state=trainer_state)
+        round_key = trainer_state.global_step if trainer_state is not None else 0
+        return self.score(rows, *self.generate(rows, round_key=round_key), trainer_state=trainer_state)
 
-    def generate(self, rows: list[dict], sampling: SamplingParams | None = None) -> tuple:
+    def generate(self, rows: list[dict], sampling: SamplingParams | None = None, round_key: int = 0) -> tuple:
         """``(prompt_ids, GenerationResult, seconds)`` for ``G`` completions of each row (``sampling`` overrides
-        the collector's own, e.g. a pipeline round's scheduled temperature)."""
+        the collector's own, e.g. a pipeline round's scheduled temperature; ``round_key`` seeds environments)."""
+        if self.multi_turn is not None:
+            with self.engine_lock:
+                t0 = time.perf_counter()
+                result = self.multi_turn(rows, sampling or self.sampling, round_key)
+                G = self.args.num_generations
+                return [result.prompt_ids[p * G] for p in range(len(rows))], result, time.perf_counter() - t0
         prompt_ids = encode_prompts(self.tokenizer, [r["prompt"] for r in rows],
                                     chat_template_kwargs=self.args.chat_template_kwargs)
         with self.engine_lock:
@@ -152,8 +187,16 @@ class RolloutCollector:
         into the batch, so a pipeline scoring the next round cannot overwrite what the trainer logs)."""
         G = self.args.num_generations
         t1 = time.perf_counter()
-        _, completions = decode_completions(self.tokenizer, rows, result.completion_ids)
+        multi_turn = isinstance(result, AgentResult)
+        if multi_turn and result.completions is not None:
+            completions = result.completions           # messages: assistant turns with tool_calls, tool turns
+        else:
+            _, completions = decode_completions(self.tokenizer, rows, result.completion_ids)
         columns = reward_columns(rows, G)
+        if multi_turn:
+            columns.update(result.extras)
+            if result.environments is not None:
+                columns["environments"] = result.environments
         prompts = [r["prompt"] for r in rows for _ in range(G)]
         details: list[dict] = []
         if rows:
@@ -180,7 +223,10 @@ class RolloutCollector:
                             finished=result.finished, completions=completions, rewards_per_func=per_func,
                             rewards=total + overlong, overlong=overlong, sampling_logprobs=result.logprobs,
                             details=details, reward_log=self.reward_runner.log_entries() if rows else {},
-                            timings={"generation": generation_s, "rewards": t2 - t1})
+                            timings={"generation": generation_s, "rewards": t2 - t1},
+                            completion_mask=result.completion_mask if multi_turn else None,
+                            completion_prompt_ids=result.prompt_ids if multi_turn else None,
+                            agent_metrics=result.metrics if multi_turn else {})
 
     def collect_dynamic(self, rows: list[dict], refill: Callable[[int], list[dict]],
                         any_rank: Callable[[bool], bool], trainer_state=None,

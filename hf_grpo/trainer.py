@@ -24,6 +24,8 @@ from transformers import PreTrainedModel, Trainer
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import rotate_checkpoints
 
+from .agents import (USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi_turn_rollouts,
+                     with_environment_rewards)
 from .algorithms import importance_sampling_weights, logp_difference, masked_mean, policy_loss, scheduled_temperature
 from .batching import build_samples, collate_microbatches, split_microbatches
 from . import checkpoints
@@ -85,14 +87,19 @@ class DistributedGRPOTrainer(Trainer):
         if args.disable_dropout:     # old, current and reference log-probs: one deterministic function
             logger.info("disable_dropout: %d dropout probabilities set to 0", disable_dropout(model))
 
+        # Multi-turn rollouts (hf_grpo.agents): tools and environments, or TRL's rollout_func.
+        self.agent = None
+        if tools or args.tools or environment_factory is not None:
+            self.agent = AgentRollouts(processing_class, args, tools, environment_factory)
+        self.rollout_func = rollout_func
         funcs = reward_funcs if reward_funcs is not None else args.reward_funcs
-        if not funcs:
-            raise ValueError("DistributedGRPOTrainer needs reward_funcs (callables, built-in names or dotted paths)")
-        funcs = list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
+        funcs = [] if not funcs else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
         with zero3_init_disabled(args):      # reward models load whole on every rank, never partitioned
             funcs = [self._reward_function(f, args, reward_processing_classes, i) for i, f in enumerate(funcs)]
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
+        funcs = with_environment_rewards(funcs, self.agent, args)
+        train_dataset = environment_dataset(train_dataset, environment_factory, args)
         self.reward_runner = RewardRunner(funcs, args.reward_weights, on_error=args.reward_error,
                                           gated=args.gated_reward_funcs, gate=args.reward_gate)
         # Evaluation scores with eval_reward (default: the first training reward, reusing its object and any pool).
@@ -132,7 +139,8 @@ class DistributedGRPOTrainer(Trainer):
         self.add_callback(self.clock)
         self.generator = build_generator(args, self.accelerator, self.model_wrapped, processing_class,
                                          resolve_model_path(model_id))
-        self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args)
+        self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args,
+                                          multi_turn_rollouts(self))
         self.pipeline = None if args.max_staleness is None else build_pipeline(self)
         self.ptx = PTXBatches(args, processing_class) if args.ptx_dataset else None
         self._metrics = MetricsBuffer()
@@ -206,7 +214,7 @@ class DistributedGRPOTrainer(Trainer):
             start = time.perf_counter()
             round_ = pipelined_round(self, rows)
             batch, error, version, temperature = round_.batch, round_.error, round_.version, round_.temperature
-            if error is not None and not isinstance(error, RewardFunctionError):
+            if error is not None and not isinstance(error, USER_CODE_ERRORS):
                 raise error
         else:
             self._sync_generator()
@@ -218,7 +226,7 @@ class DistributedGRPOTrainer(Trainer):
                     batch = self.collector.collect_dynamic(rows, self._refill, self._any_rank, self.state)
                 else:
                     batch = self.collector.collect(rows, self.state)
-            except RewardFunctionError as e:      # reward_error: raise (zero/skip are handled inside the runner)
+            except USER_CODE_ERRORS as e:     # reward_error: raise (zero/skip handled in the runner); reset() failed
                 error = e
         # Every process learns whether any failed, so all can take part in the (collective) save, then stop.
         if self._any_rank(error is not None):
@@ -229,7 +237,8 @@ class DistributedGRPOTrainer(Trainer):
                                       "process's log)", function_name="<other process>")
         advantages = rollout_advantages(batch, args, self.accelerator)                    # [P*G]
         samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
-                                args.mask_truncated_completions, batch.sampling_logprobs)
+                                args.mask_truncated_completions, batch.sampling_logprobs, batch.completion_mask,
+                                batch.completion_prompt_ids)
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
         # Zero-advantage completions have exactly zero gradient unless a KL term pulls on them.
         skip = args.skip_zero_advantage and args.beta == 0
@@ -527,6 +536,8 @@ class DistributedGRPOTrainer(Trainer):
         finally:
             if self.pipeline is not None:
                 self.pipeline.close()
+            if self.agent is not None:
+                self.agent.close()
 
     def _get_output_dir(self, trial) -> str:
         run_dir = super()._get_output_dir(trial)

@@ -25,7 +25,6 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("use_transformers_continuous_batching", False, "use generation_backend: vllm (or hf for transformers generate)"),
     ("transformers_continuous_batching_config", None, "use generation_backend: vllm (or hf)"),
     ("use_transformers_paged", False, "use generation_backend: vllm (or hf)"),
-    ("max_tool_calling_iterations", None, "multi-turn tool-calling rollouts are not supported yet"),
     ("vllm_model_impl", "vllm", "vLLM's own model implementation is the only one used"),
     ("vllm_structured_outputs_regex", None, "constrained generation is not implemented"),
     ("vllm_group_port", 51216, "the NCCL weight-transfer group picks a free port itself (see vllm_weight_transfer)"),
@@ -208,12 +207,13 @@ def _algorithm(config) -> None:
 
 def check_trainer_arguments(quantization_config=None, tools=None, rollout_func=None, environment_factory=None,
                             model_is_loaded: bool = False) -> None:
-    """TRL's `GRPOTrainer` keywords that hf_grpo does not implement (yet) are errors, never silently dropped."""
-    for name, value in (("tools", tools), ("rollout_func", rollout_func),
-                        ("environment_factory", environment_factory)):
-        if value:
-            raise NotImplementedError(f"DistributedGRPOTrainer: TRL's `{name}` is not supported yet: multi-turn and "
-                                      f"custom rollouts are a later step. Train single-turn with reward_funcs.")
+    """TRL's `GRPOTrainer` keywords checked before the model loads: combinations TRL also refuses, and
+    quantization's requirements."""
+    if rollout_func is not None and (tools or environment_factory is not None):
+        raise ValueError("DistributedGRPOTrainer: rollout_func replaces generation, so it cannot be combined with tools "
+                         "or environment_factory (run tools inside rollout_func instead)")
+    if rollout_func is not None and not callable(rollout_func):
+        raise TypeError(f"DistributedGRPOTrainer: rollout_func must be callable, got {type(rollout_func).__name__}")
     if quantization_config is None:
         return
     if model_is_loaded:

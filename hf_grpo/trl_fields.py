@@ -67,7 +67,8 @@ class TRLFields(TrainingArguments):
     use_transformers_paged: bool = field(default=False, metadata={
         "help": f"TRL's deprecated name of use_transformers_continuous_batching. {_REFUSED}"})
     max_tool_calling_iterations: int | None = field(default=None, metadata={
-        "help": f"TRL's tool-calling turn limit; multi-turn rollouts are not supported yet. {_REFUSED}"})
+        "help": "TRL's: the most tool rounds per rollout (None: unlimited, bounded by max_completion_length). A turn "
+                "that calls tools after the limit ends the rollout (termination reason max_turns)."})
 
     # ---- vLLM -------------------------------------------------------------------------------------------------------
     use_vllm: bool | None = field(default=None, metadata={

@@ -156,6 +156,20 @@ class VLLMColocateGenerator(Generator):
         if self.sleep_mode:
             self.llm.sleep(level=1)
 
+    @contextlib.contextmanager
+    def engine_session(self):
+        """The engine awake and torch's thread count kept, for a multi-turn round that drives ``llm.llm_engine``
+        request by request (`hf_grpo.agents.backends.EngineTurns`)."""
+        if self._tp_group is not None:
+            raise ValueError("multi-turn rollouts drive one engine per process; vllm_tensor_parallel_size > 1 is not "
+                             "supported with tools or environments")
+        self._wake()
+        try:
+            with _keep_torch_threads():
+                yield self.llm.llm_engine
+        finally:
+            self._sleep()
+
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt

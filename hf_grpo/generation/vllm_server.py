@@ -166,6 +166,12 @@ class VLLMServerGenerator(Generator):
                                 finished=[x for p in parts for x in p.finished],
                                 logprobs=[x for p in parts for x in p.logprobs])
 
+    def complete_turn(self, prompt_ids: list[int], sampling: SamplingParams, route: int) -> GenerationResult:
+        """One completion of one prompt (a multi-turn rollout's next turn). ``route`` picks the server, so a rollout
+        keeps going to the server whose prefix cache holds its earlier turns."""
+        client = self.clients[(route + self.accelerator.process_index) % len(self.clients)]
+        return self._complete(client, [prompt_ids], 1, sampling)
+
     def _complete(self, client: VLLMServerClient, prompts, n: int, sampling: SamplingParams) -> GenerationResult:
         try:
             self._ensure_current(client)

@@ -1,0 +1,73 @@
+"""Agentic RL: multi-turn rollouts with tools and environments, and TRL's ``rollout_func`` (docs/agents.md).
+
+`trainer.py` calls three things from here: `AgentRollouts` (built from ``tools`` / ``environment_factory``),
+`environment_dataset` (the placeholder rows when an environment owns the data) and `multi_turn_rollouts` (the
+collector's generation hook). Everything else is internal: `tools` (schemas, validation, execution), `protocol`
+(call syntax and token-exact observations), `environments`, `backends` (turn-level generation) and `loop`.
+"""
+
+from __future__ import annotations
+
+from ..rewards import RewardFunctionError
+from .calculator import calculator
+from .environments import EnvironmentResetError
+from .loop import TERMINATIONS, AgentResult
+from .rollouts import BUILTIN_TOOLS, AgentRollouts, custom_rollouts, resolve_tool
+from .tools import ToolDefinitionError
+
+# Failures in user code during a round: the trainer saves the last completed step, then re-raises.
+USER_CODE_ERRORS = (RewardFunctionError, EnvironmentResetError)
+
+
+def with_environment_rewards(funcs: list, agent, args) -> list:
+    """``funcs`` plus one reward per environment class that defines ``get_reward`` (TRL: weight 1, named after the
+    class); at least one reward must exist."""
+    env_rewards = agent.reward_functions() if agent is not None else []
+    if not funcs and not env_rewards:
+        raise ValueError("DistributedGRPOTrainer needs reward_funcs (callables, built-in names or dotted paths), or an "
+                         "environment_factory whose environments define get_reward()")
+    if env_rewards and args.reward_weights is not None:
+        args.reward_weights = [*args.reward_weights, *[1.0] * len(env_rewards)]
+    return [*funcs, *env_rewards]
+
+
+def environment_dataset(train_dataset, environment_factory, args):
+    """``train_dataset``, or (TRL) when an environment owns the data and there is none, one round of empty user
+    prompts for ``reset()`` to fill in, cycled for ``max_steps`` steps."""
+    if train_dataset is not None or environment_factory is None:
+        return train_dataset
+    if isinstance(environment_factory, dict):
+        raise ValueError("a dict environment_factory routes rows by their `environment` column, so it needs a "
+                         "train_dataset with that column (or pass a single factory)")
+    if args.max_steps <= 0:
+        raise ValueError("without a train_dataset the environment supplies every prompt, so the run's length must "
+                         "come from max_steps: set max_steps > 0")
+    from datasets import Dataset
+
+    rows = args.per_device_train_batch_size * args.steps_per_generation // args.num_generations * args.world_size
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * rows})
+
+
+def multi_turn_rollouts(trainer):
+    """The collector's ``multi_turn`` hook for ``trainer``, or None for single-turn training."""
+    from ..distributed import forward_is_collective
+    from ..generation.hf import HFGenerator
+
+    G, process = trainer.args.num_generations, trainer.accelerator.process_index
+    if trainer.rollout_func is not None:
+        tokenizer = trainer.processing_class
+        eos = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
+        return lambda rows, sampling, round_key: custom_rollouts(trainer.rollout_func, [r["prompt"] for r in rows],
+                                                                 trainer, G, eos)
+    if trainer.agent is None:
+        return None
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    lockstep = (trainer._any_rank if isinstance(trainer.generator, HFGenerator)
+                and forward_is_collective(trainer.accelerator, unwrapped) else None)
+    return lambda rows, sampling, round_key: trainer.agent.generate(trainer.generator, rows, G, sampling, round_key,
+                                                                    process, lockstep)
+
+
+__all__ = ["AgentResult", "AgentRollouts", "BUILTIN_TOOLS", "EnvironmentResetError", "TERMINATIONS",
+           "ToolDefinitionError", "USER_CODE_ERRORS", "calculator", "custom_rollouts", "environment_dataset",
+           "multi_turn_rollouts", "resolve_tool", "with_environment_rewards"]

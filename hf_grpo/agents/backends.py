@@ -1,0 +1,166 @@
+"""Turn-level access to a generation backend: submit one rollout's next turn, collect turns as they finish.
+
+* `EngineTurns` (colocated vLLM): requests go straight into the in-process engine (``LLMEngine.add_request``) and the
+  loop calls ``step()``; a rollout whose turn finishes is handed back at once while the others keep decoding, and
+  its next turn joins the running batch as soon as its tools return. No batch-wide barrier between turns.
+* `ServerTurns` (``vllm serve``): one ``/v1/completions`` request per turn on a thread pool; a rollout always goes to
+  the same server (sticky routing: its earlier turns are in that server's prefix cache).
+* `BatchedTurns` (HF ``generate`` and any other `Generator`): the pending turns of all rollouts are generated together
+  in waves, since ``generate`` decodes a fixed batch. Each wave asks for the largest remaining budget and cuts every
+  turn to its own budget. Under ZeRO-3/FSDP, where each forward is a collective, every process must run the same
+  number of waves: the processes agree once per wave whether anyone still has turns to generate, and a process with
+  none joins with an empty wave (`hf_grpo.generation.hf`). This is the only cross-process step in a multi-turn round,
+  and only there; the vLLM backends have none.
+
+Every backend returns turns as ``(key, token_ids, finished, logprobs)``; ``finished`` is False when the turn hit its
+``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+from ..generation import GenerationResult, Generator, SamplingParams
+
+Turn = tuple  # (key, token_ids, finished, logprobs or None)
+
+
+class EngineTurns:
+    streaming = True
+
+    def __init__(self, generator):
+        self.generator = generator
+        self.engine = generator.llm.llm_engine
+        self._keys: dict[str, int] = {}
+        self._ids = itertools.count()
+
+    def session(self):
+        return self.generator.engine_session()
+
+    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams) -> None:
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = VLLMSamplingParams(**sampling.vllm_kwargs(1), output_kind=RequestOutputKind.FINAL_ONLY)
+        request_id = f"hf_grpo-turn-{next(self._ids)}"
+        self._keys[request_id] = key
+        self.engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(prompt_ids)), params)
+
+    def busy(self) -> bool:
+        return bool(self._keys)
+
+    def poll(self, timeout: float) -> list[Turn]:
+        """One engine step (``timeout`` is not needed: a step is the work itself)."""
+        if not self._keys:
+            return []
+        out = []
+        for request in self.engine.step():
+            if not request.finished:
+                continue
+            key = self._keys.pop(request.request_id)
+            sample = request.outputs[0]
+            ids = list(sample.token_ids)
+            logprobs = ([step[t].logprob for step, t in zip(sample.logprobs, ids)]
+                        if sample.logprobs is not None else None)
+            out.append((key, ids, sample.finish_reason == "stop", logprobs))
+        return out
+
+    def finish(self) -> None:
+        pass
+
+
+class ServerTurns:
+    streaming = True
+
+    def __init__(self, generator, max_in_flight: int = 64):
+        self.generator = generator
+        self.pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="hf_grpo-turn")
+        self._pending: dict[Future, int] = {}
+
+    def session(self):
+        return contextlib.nullcontext()
+
+    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams) -> None:
+        self._pending[self.pool.submit(self.generator.complete_turn, prompt_ids, sampling, key)] = key
+
+    def busy(self) -> bool:
+        return bool(self._pending)
+
+    def poll(self, timeout: float) -> list[Turn]:
+        if not self._pending:
+            return []
+        done, _ = wait(list(self._pending), timeout=timeout, return_when=FIRST_COMPLETED)
+        out = []
+        for future in done:
+            key = self._pending.pop(future)
+            result: GenerationResult = future.result()       # server errors propagate: they name the URL
+            out.append((key, result.completion_ids[0], result.finished[0],
+                        result.logprobs[0] if result.logprobs is not None else None))
+        return out
+
+    def finish(self) -> None:
+        self.pool.shutdown(wait=False)
+
+
+class BatchedTurns:
+    streaming = False
+
+    def __init__(self, generator: Generator, any_rank=None):
+        self.generator = generator
+        self.any_rank = any_rank        # set for lock-step backends (ZeRO-3/FSDP HF generate), else None
+        self._pending: list[tuple[int, list[int], SamplingParams]] = []
+
+    def session(self):
+        return contextlib.nullcontext()
+
+    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams) -> None:
+        self._pending.append((key, prompt_ids, sampling))
+
+    def busy(self) -> bool:
+        return bool(self._pending)
+
+    def more(self) -> bool:
+        """Is another wave needed? Lock-step: on any process (the one collective of a multi-turn round)."""
+        if self.any_rank is not None:
+            return self.any_rank(bool(self._pending))
+        return bool(self._pending)
+
+    def poll(self, timeout: float) -> list[Turn]:
+        """One wave: every pending turn in one ``generate`` call (lock-step: an empty call if this process has none).
+        """
+        pending, self._pending = self._pending, []
+        if not pending:
+            if self.any_rank is not None:
+                self.generator.generate([], 1, SamplingParams(max_tokens=1))
+            return []
+        budget = max(s.max_tokens for _, _, s in pending)
+        result = self.generator.generate([p for _, p, _ in pending], 1,
+                                         dataclasses.replace(pending[0][2], max_tokens=budget))
+        out = []
+        for i, (key, _, own) in enumerate(pending):
+            ids, done = result.completion_ids[i], result.finished[i]
+            logprobs = result.logprobs[i] if result.logprobs else None
+            if len(ids) > own.max_tokens:          # the wave's budget was larger than this turn's
+                ids, done = ids[:own.max_tokens], False
+                logprobs = logprobs[:own.max_tokens] if logprobs else logprobs
+            out.append((key, ids, done, logprobs))
+        return out
+
+    def finish(self) -> None:
+        pass
+
+
+def turn_backend(generator: Generator, lockstep_any_rank=None):
+    """The turn-level view of ``generator`` (see the module docstring)."""
+    from ..generation.vllm_colocate import VLLMColocateGenerator
+    from ..generation.vllm_server import VLLMServerGenerator
+
+    if isinstance(generator, VLLMColocateGenerator):
+        return EngineTurns(generator)
+    if isinstance(generator, VLLMServerGenerator):
+        return ServerTurns(generator)
+    return BatchedTurns(generator, lockstep_any_rank)

@@ -1,0 +1,216 @@
+"""Multi-turn rollouts: the model's turns, tool calls and observations, kept as one exact token ledger per rollout.
+
+A rollout alternates: sample an assistant turn (with ``max_tokens`` = what is left of ``max_completion_length``),
+parse its tool calls, run them concurrently (bounded, with a timeout each), append the observation tokens the chat
+template puts between turns, and sample the next turn. Its training row is ``prompt_ids`` + the ledger; the ledger's
+mask is 1 on sampled tokens and 0 on observation tokens, and its sampling log-probs are 0.0 (masked) on the latter.
+
+Termination reasons (``rollout/termination/<reason>`` fractions): ``eos`` (a turn without tool calls), ``max_turns``
+(``max_tool_calling_iterations`` tool rounds done, the last turn's calls not run), ``length`` (a turn hit its budget),
+``tool_output_overflow`` (the observation did not fit in the remaining budget), ``env_done`` (the environment set
+``done``), ``error`` (generation failed for this rollout). ``length`` and ``tool_output_overflow`` rollouts count as
+truncated (``finished`` False): ``completions/clipped_ratio`` and ``mask_truncated_completions`` see them, unlike
+TRL's loop, which rolls the observation back and leaves the row looking finished.
+
+Departures from TRL's ``_tool_call_loop``: every turn's budget is what remains (TRL asks for the full
+``max_completion_length`` each turn and cuts afterwards, discarding generation); tool output is capped in tokens
+with a visible marker; malformed calls are answered with an error and counted; rollouts advance independently
+(streaming backends) instead of in batch-wide iterations; no collective runs inside the loop (`backends`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, wait
+from dataclasses import dataclass, field
+
+from ..generation import GenerationResult, SamplingParams
+from .protocol import ToolProtocol
+from .tools import ERROR_KINDS, Tool, ToolExecutor, ToolResult, ToolStats
+
+logger = logging.getLogger(__name__)
+
+TERMINATIONS = ("eos", "max_turns", "length", "tool_output_overflow", "env_done", "error")
+
+
+@dataclass
+class Rollout:
+    index: int
+    prompt_ids: list[int]
+    tools: dict[str, Tool]
+    env: object | None = None
+    ids: list[int] = field(default_factory=list)          # the ledger: sampled + observation tokens
+    mask: list[int] = field(default_factory=list)         # 1 sampled, 0 observation
+    logprobs: list[float] | None = field(default_factory=list)
+    messages: list[dict] = field(default_factory=list)    # the completion as reward functions see it
+    turns: int = 0
+    tool_rounds: int = 0
+    termination: str | None = None
+    pending: list = field(default_factory=list)           # (call, future) of the tool round in flight
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.termination in ("eos", "max_turns", "env_done")
+
+
+@dataclass
+class AgentResult(GenerationResult):
+    """`GenerationResult` plus what multi-turn rollouts add (all ``[P*n]``, group-major)."""
+    completion_mask: list[list[int]] | None = None         # 1 sampled, 0 observation
+    prompt_ids: list[list[int]] | None = None              # per rollout (an environment may extend the prompt)
+    completions: list | None = None                        # messages, TRL's multi-turn completion format
+    environments: list | None = None
+    extras: dict[str, list] = field(default_factory=dict)     # rollout_func's extra keys, for the reward functions
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class AgentLoop:
+    def __init__(self, tokenizer, protocol: ToolProtocol, executor: ToolExecutor, max_completion_length: int,
+                 max_tool_rounds: int | None, max_tool_output_tokens: int | None):
+        self.tokenizer = tokenizer
+        self.protocol = protocol
+        self.executor = executor
+        self.budget = max_completion_length
+        self.max_tool_rounds = max_tool_rounds
+        self.max_tool_output_tokens = max_tool_output_tokens
+
+    def run(self, rollouts: list[Rollout], backend, sampling: SamplingParams) -> AgentResult:
+        stats = ToolStats()
+        start = time.perf_counter()
+        with backend.session():
+            for r in rollouts:
+                backend.submit(r.index, r.prompt_ids, self._turn_sampling(sampling, r))
+            if backend.streaming:
+                self._stream(rollouts, backend, sampling, stats)
+            else:
+                self._waves(rollouts, backend, sampling, stats)
+            backend.finish()
+        return self._result(rollouts, stats, time.perf_counter() - start)
+
+    # ---- scheduling ---------------------------------------------------------------------------------------------
+    def _stream(self, rollouts, backend, sampling, stats) -> None:
+        by_key = {r.index: r for r in rollouts}
+        active = len(rollouts)
+        while active:
+            waiting = [r for r in rollouts if r.pending]
+            for r in waiting:
+                if all(f.done() for _, f in r.pending):
+                    active -= self._after_tools(r, backend, sampling, stats)
+            waiting = [r for r in rollouts if r.pending]
+            if backend.busy():
+                for key, ids, done, logprobs in backend.poll(0.005 if waiting else 0.5):
+                    active -= self._after_turn(by_key[key], ids, done, logprobs)
+            elif waiting:
+                wait([f for r in waiting for _, f in r.pending], timeout=1.0, return_when=FIRST_COMPLETED)
+
+    def _waves(self, rollouts, backend, sampling, stats) -> None:
+        by_key = {r.index: r for r in rollouts}
+        while backend.more():
+            for key, ids, done, logprobs in backend.poll(0.0):
+                self._after_turn(by_key[key], ids, done, logprobs)
+            for r in rollouts:
+                if r.pending:
+                    wait([f for _, f in r.pending])
+                    self._after_tools(r, backend, sampling, stats)
+
+    def _turn_sampling(self, sampling: SamplingParams, r: Rollout) -> SamplingParams:
+        return dataclasses.replace(sampling, max_tokens=self.budget - len(r.ids))
+
+    # ---- one rollout's steps ------------------------------------------------------------------------------------
+    def _after_turn(self, r: Rollout, ids: list[int], done: bool, logprobs) -> int:
+        """Record a sampled turn; start its tool calls. Returns 1 if the rollout ended."""
+        r.turns += 1
+        r.ids += ids
+        r.mask += [1] * len(ids)
+        if r.logprobs is not None:
+            r.logprobs = r.logprobs + list(logprobs) if logprobs is not None else None
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        content, calls = self.protocol.parse(text)
+        message = {"role": "assistant", "content": content if calls else text}
+        if calls:
+            message["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                     for c in calls]
+        r.messages.append(message)
+        if not done:
+            return self._end(r, "length")
+        if not calls:
+            return self._end(r, "eos")
+        if self.max_tool_rounds is not None and r.tool_rounds >= self.max_tool_rounds:
+            return self._end(r, "max_turns")
+        r.pending = [(c, self.executor.submit(c, r.tools)) for c in calls]
+        return 0
+
+    def _after_tools(self, r: Rollout, backend, sampling, stats: ToolStats) -> int:
+        """Append the finished tool round's observation and submit the next turn. Returns 1 if the rollout ended."""
+        calls = [c for c, _ in r.pending]
+        results = [self._capped(f.result()) for _, f in r.pending]
+        r.pending = []
+        for result in results:
+            stats.add(result)
+        try:
+            obs = self.protocol.observation_ids(calls, results, r.ids[-1])
+        except ValueError as e:
+            r.error = str(e)
+            return self._end(r, "error")
+        if len(r.ids) + len(obs) >= self.budget:      # no room for the observation and at least one more token
+            return self._end(r, "tool_output_overflow")
+        r.messages += self.protocol.tool_messages(calls, results)
+        r.ids += obs
+        r.mask += [0] * len(obs)
+        if r.logprobs is not None:
+            r.logprobs = r.logprobs + [0.0] * len(obs)
+        r.tool_rounds += 1
+        if getattr(r.env, "done", False):
+            return self._end(r, "env_done")
+        backend.submit(r.index, r.prompt_ids + r.ids, self._turn_sampling(sampling, r))
+        return 0
+
+    def _capped(self, result: ToolResult) -> ToolResult:
+        """Tool output cut to ``max_tool_output_tokens``, with a marker saying how much was cut."""
+        if self.max_tool_output_tokens is None:
+            return result
+        ids = self.tokenizer(result.content, add_special_tokens=False)["input_ids"]
+        if len(ids) <= self.max_tool_output_tokens:
+            return result
+        kept = self.tokenizer.decode(ids[:self.max_tool_output_tokens])
+        cut = len(ids) - self.max_tool_output_tokens
+        return dataclasses.replace(result, content=f"{kept}\n...[tool output truncated: {cut} more tokens]")
+
+    @staticmethod
+    def _end(r: Rollout, reason: str) -> int:
+        r.termination = reason
+        return 1
+
+    # ---- result -------------------------------------------------------------------------------------------------
+    def _result(self, rollouts: list[Rollout], stats: ToolStats, seconds: float) -> AgentResult:
+        n = max(len(rollouts), 1)
+        reasons = Counter(r.termination for r in rollouts)
+        metrics = {
+            # TRL's definitions: calls per rollout, and failed calls per call.
+            "tools/call_frequency": stats.calls / n,
+            "tools/failure_frequency": stats.failures / stats.calls if stats.calls else 0.0,
+            "rollout/turns_mean": sum(r.turns for r in rollouts) / n,
+            "rollout/tool_rounds_mean": sum(r.tool_rounds for r in rollouts) / n,
+            "rollout/observation_tokens_mean": sum(len(r.mask) - sum(r.mask) for r in rollouts) / n,
+            "timing/agent_rollout_s": seconds,
+        }
+        metrics.update({f"rollout/termination/{k}": reasons.get(k, 0) / n for k in TERMINATIONS})
+        metrics.update({f"tools/errors/{k}": float(stats.errors.get(k, 0)) for k in ERROR_KINDS})
+        for name, calls in stats.per_tool_calls.items():
+            metrics[f"tools/{name}/calls"] = float(calls)
+            metrics[f"tools/{name}/failures"] = float(stats.per_tool_failures.get(name, 0))
+            metrics[f"tools/{name}/latency_s"] = stats.per_tool_seconds[name] / calls
+        for r in rollouts:
+            if r.error:
+                logger.warning("rollout %d ended with an error: %s", r.index, r.error)
+        logprobs = [r.logprobs for r in rollouts]
+        return AgentResult(completion_ids=[r.ids for r in rollouts], finished=[r.finished for r in rollouts],
+                           logprobs=None if any(lp is None for lp in logprobs) else logprobs,
+                           completion_mask=[r.mask for r in rollouts], prompt_ids=[r.prompt_ids for r in rollouts],
+                           completions=[r.messages for r in rollouts],
+                           environments=[r.env for r in rollouts] if any(r.env is not None for r in rollouts)
+                           else None, metrics=metrics)
