@@ -58,6 +58,7 @@ class Environments:
         self.factories = factory if self.multi else {None: factory}
         self.seed = seed
         self.reward_classes: list[type] = []
+        self.tool_names: set[str] = set()          # every environment's tools (for metric keys every process shares)
         for name, make in self.factories.items():
             if not callable(make):
                 raise TypeError(f"environment_factory{'' if name is None else f'[{name!r}]'} must be callable (a "
@@ -67,7 +68,8 @@ class Environments:
             if not callable(getattr(probe, "reset", None)):
                 raise ValueError(f"{where} has no callable `reset`; environment_factory must return objects with "
                                  f"reset(**row) (see TRL's GRPOTrainer docs)")
-            tools_from_callables(environment_methods(probe), where)     # schema errors now, with the method's name
+            # Schema errors now, naming the method, not at the first rollout.
+            self.tool_names |= set(tools_from_callables(environment_methods(probe), where))
             if callable(getattr(probe, "get_reward", None)) and type(probe) not in self.reward_classes:
                 self.reward_classes.append(type(probe))
 

@@ -70,13 +70,16 @@ class AgentResult(GenerationResult):
 
 class AgentLoop:
     def __init__(self, tokenizer, protocol: ToolProtocol, executor: ToolExecutor, max_completion_length: int,
-                 max_tool_rounds: int | None, max_tool_output_tokens: int | None):
+                 max_tool_rounds: int | None, max_tool_output_tokens: int | None, tool_names: list[str]):
         self.tokenizer = tokenizer
         self.protocol = protocol
         self.executor = executor
         self.budget = max_completion_length
         self.max_tool_rounds = max_tool_rounds
         self.max_tool_output_tokens = max_tool_output_tokens
+        # Per-tool metrics exist for every configured tool, called or not: every process must log the same keys
+        # (one collective reduces them), and a hallucinated name must not mint a new metric.
+        self.tool_names = tool_names
 
     def run(self, rollouts: list[Rollout], backend, sampling: SamplingParams) -> AgentResult:
         stats = ToolStats()
@@ -200,10 +203,11 @@ class AgentLoop:
         }
         metrics.update({f"rollout/termination/{k}": reasons.get(k, 0) / n for k in TERMINATIONS})
         metrics.update({f"tools/errors/{k}": float(stats.errors.get(k, 0)) for k in ERROR_KINDS})
-        for name, calls in stats.per_tool_calls.items():
+        for name in self.tool_names:
+            calls = stats.per_tool_calls.get(name, 0)
             metrics[f"tools/{name}/calls"] = float(calls)
             metrics[f"tools/{name}/failures"] = float(stats.per_tool_failures.get(name, 0))
-            metrics[f"tools/{name}/latency_s"] = stats.per_tool_seconds[name] / calls
+            metrics[f"tools/{name}/latency_s"] = stats.per_tool_seconds.get(name, 0.0) / max(calls, 1)
         for r in rollouts:
             if r.error:
                 logger.warning("rollout %d ended with an error: %s", r.index, r.error)

@@ -55,8 +55,9 @@ class AgentRollouts:
         self.envs = Environments(environment_factory, args.seed) if environment_factory is not None else None
         self.protocol = ToolProtocol.for_tokenizer(tokenizer, args.tool_protocol, args.chat_template_kwargs)
         self.executor = ToolExecutor(args.max_concurrent_tools, args.tool_timeout)
+        known = set(self.tools) | (self.envs.tool_names if self.envs else set())
         self.loop = AgentLoop(tokenizer, self.protocol, self.executor, args.max_completion_length,
-                              args.max_tool_calling_iterations, args.max_tool_output_tokens)
+                              args.max_tool_calling_iterations, args.max_tool_output_tokens, sorted(known))
         self.num_generations = args.num_generations
         logger.info("agentic rollouts: %d tool(s) %s, %s, tool protocol %s", len(self.tools), sorted(self.tools),
                     "environments" if self.envs else "no environment", self.protocol.mode)
