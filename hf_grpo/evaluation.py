@@ -96,7 +96,10 @@ def final_number_reward(completions: list, gt_answer: list | None = None, **kwar
 
 
 def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampling: SamplingParams, accelerator=None,
-                  max_rows: int | None = None, chunk: int = 64, k: int = 1) -> EvalResult:
+                  max_rows: int | None = None, chunk: int = 64, k: int = 1, multi_turn=None) -> EvalResult:
+    """``multi_turn``: the trainer's agentic rollout hook (`hf_grpo.agents.multi_turn_rollouts`), so that a policy
+    trained with tools is evaluated with the same tools; its completions are scored by their last assistant
+    message."""
     world = accelerator.num_processes if accelerator is not None else 1
     rank = accelerator.process_index if accelerator is not None else 0
     total = len(dataset) if max_rows is None else min(max_rows, len(dataset))
@@ -109,11 +112,18 @@ def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampl
     for r in range(rounds):
         indices = mine[r * chunk:(r + 1) * chunk]
         rows = [dataset[i] for i in indices]
-        result = generator.generate(encode_prompts(tokenizer, [row["prompt"] for row in rows]), k, sampling)
+        if multi_turn is not None:
+            result = multi_turn(rows, sampling, r, n=k)
+        else:
+            result = generator.generate(encode_prompts(tokenizer, [row["prompt"] for row in rows]), k, sampling)
         if not rows:
             continue
-        texts, completions = decode_completions(tokenizer, [row for row in rows for _ in range(k)],
-                                                result.completion_ids)
+        if multi_turn is not None:
+            completions = result.completions
+            texts = [completion_text(c) for c in completions]
+        else:
+            texts, completions = decode_completions(tokenizer, [row for row in rows for _ in range(k)],
+                                                    result.completion_ids)
         scores = reward_runner(prompts=[row["prompt"] for row in rows for _ in range(k)], completions=completions,
                                completion_ids=result.completion_ids, columns=reward_columns(rows, k))[:, 0]  # [n*k]
         for j, row in enumerate(rows):

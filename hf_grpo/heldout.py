@@ -7,7 +7,8 @@ counting a completion correct when its final number is right in any format
 
 Both evaluations use the trainer's own generation backend (no second engine): the base one runs before the first
 step, when the engine still holds the checkpoint's weights; the trained one syncs the final weights first.
-Intervals are 95% Wilson score intervals over the ``n`` held-out prompts.
+Intervals are 95% Wilson score intervals over the ``n`` held-out prompts. A policy trained with tools is evaluated
+with the same tools (multi-turn, greedy), scored by its last assistant message.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from datasets import Dataset
 
 from .data import filter_long_prompts
 from .data.arithmetic import ARITHMETIC_SOURCE, heldout_arithmetic_rows
+from .data.multiplication import MULTIPLICATION_SOURCE, heldout_multiplication_rows
 from .data.prompts import add_system_prompt
 from .evaluation import EvalResult, evaluate_rows, wilson_interval
 from .generation import SamplingParams
@@ -69,15 +71,20 @@ def heldout_dataset(args, train_dataset: Dataset, tokenizer) -> Dataset:
     n = args.heldout_eval_samples
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"heldout_eval_samples must be a positive int (0 disables), got {n!r}")
-    if not ARITHMETIC_SOURCE.fullmatch(str(args.dataset_name)):
-        raise ValueError(f"heldout_eval_samples needs dataset_name 'arithmetic' or 'arithmetic:N' (the generated task "
-                         f"has a held-out fold), got {args.dataset_name!r}; evaluate other data with `hf-grpo eval`")
-    rows = heldout_arithmetic_rows(n, seed=args.seed)
+    if ARITHMETIC_SOURCE.fullmatch(str(args.dataset_name)):
+        rows = heldout_arithmetic_rows(n, seed=args.seed)
+    elif MULTIPLICATION_SOURCE.fullmatch(str(args.dataset_name)):
+        rows = heldout_multiplication_rows(n, seed=args.seed)
+    else:
+        raise ValueError(f"heldout_eval_samples needs dataset_name arithmetic[:N] or multiplication[:N] (the generated "
+                         f"tasks have a held-out fold), got {args.dataset_name!r}; evaluate other data with "
+                         f"`hf-grpo eval`")
     if args.system_prompt:
         add_system_prompt(rows, args.system_prompt, where="held-out arithmetic")
     dataset, dropped = filter_long_prompts(Dataset.from_list(rows), tokenizer, args.max_prompt_length)
     if dropped:
         raise ValueError(f"{dropped} held-out prompts are longer than max_prompt_length={args.max_prompt_length}")
+    # The question is the last user message (the multiplication task's prompts share their demonstrations).
     seen = {_question(row) for row in train_dataset}
     overlap = [q for q in (_question(row) for row in dataset) if q in seen]
     if overlap:
@@ -96,4 +103,4 @@ def evaluate_heldout(trainer, dataset: Dataset) -> EvalResult:
         generator.update_weights(trainer.model_wrapped, trainer.state.global_step)
     sampling = SamplingParams.from_config(trainer.args, greedy=True)
     return evaluate_rows(generator, trainer.processing_class, dataset, trainer.eval_reward_runner, sampling,
-                         trainer.accelerator)
+                         trainer.accelerator, multi_turn=trainer.collector.multi_turn)

@@ -509,7 +509,8 @@ class DistributedGRPOTrainer(Trainer):
         with self.pipeline.lock if self.pipeline is not None else contextlib.nullcontext():
             self._sync_generator()
             results = {name: evaluate_rows(self.generator, self.processing_class, dataset, self.eval_reward_runner,
-                                           sampling, self.accelerator, max_rows=self.args.eval_max_samples)
+                                           sampling, self.accelerator, max_rows=self.args.eval_max_samples,
+                                           multi_turn=self.collector.multi_turn)
                        for name, dataset in sets.items()}
         if self.pipeline is not None:
             self.pipeline.publish(self.generator.weight_version)

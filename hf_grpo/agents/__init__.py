@@ -57,15 +57,15 @@ def multi_turn_rollouts(trainer):
     if trainer.rollout_func is not None:
         tokenizer = trainer.processing_class
         eos = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
-        return lambda rows, sampling, round_key: custom_rollouts(trainer.rollout_func, [r["prompt"] for r in rows],
-                                                                 trainer, G, eos)
+        return lambda rows, sampling, round_key, n=G: custom_rollouts(trainer.rollout_func,
+                                                                      [r["prompt"] for r in rows], trainer, n, eos)
     if trainer.agent is None:
         return None
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
     lockstep = (trainer._any_rank if isinstance(trainer.generator, HFGenerator)
                 and forward_is_collective(trainer.accelerator, unwrapped) else None)
-    return lambda rows, sampling, round_key: trainer.agent.generate(trainer.generator, rows, G, sampling, round_key,
-                                                                    process, lockstep)
+    return lambda rows, sampling, round_key, n=G: trainer.agent.generate(trainer.generator, rows, n, sampling,
+                                                                         round_key, process, lockstep)
 
 
 __all__ = ["AgentResult", "AgentRollouts", "BUILTIN_TOOLS", "EnvironmentResetError", "TERMINATIONS",

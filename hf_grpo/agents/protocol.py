@@ -117,16 +117,22 @@ class ToolProtocol:
                                       tools="\n".join(_describe(t) for t in tools.values()))
 
     def prompt_messages(self, messages: list[dict], tools: dict[str, Tool]) -> list[dict]:
-        """The conversation to render: unchanged in template mode; with the protocol in the system message in
-        fallback mode (prepended to the row's own system message if it has one)."""
+        """The conversation to render: unchanged in template mode. In fallback mode, earlier tool turns in the prompt
+        (few-shot demonstrations, a resumed episode) are written in the protocol's own syntax (assistant
+        ``tool_calls`` as ``<tool_call>`` text, ``tool`` messages as one ``user`` turn of ``<tool_response>``
+        blocks), and the protocol goes into the system message (before the row's own system message if it has one).
+        """
         if self.mode == "template" or not tools:
             return messages
+        messages = fallback_history(messages)
         text = self.system_text(tools)
         if messages and messages[0]["role"] == "system":
             return [{**messages[0], "content": f"{text}\n\n{messages[0]['content']}"}, *messages[1:]]
         return [{"role": "system", "content": text}, *messages]
 
     def encode_prompt(self, messages: list[dict], tools: dict[str, Tool]) -> list[int]:
+        # Rows from a datasets.Dataset carry every message key of every row (Arrow structs), set to None.
+        messages = [{k: v for k, v in m.items() if v is not None} for m in messages]
         kwargs = dict(self.chat_template_kwargs or {})
         if self.mode == "template" and tools:
             kwargs["tools"] = [t.schema for t in tools.values()]
@@ -192,6 +198,26 @@ class ToolProtocol:
         if hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return [int(t) for t in ids]
+
+
+def fallback_history(messages: list[dict]) -> list[dict]:
+    """TRL-format tool turns rewritten in the fallback protocol's syntax (see `ToolProtocol.prompt_messages`)."""
+    out: list[dict] = []
+    for m in messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            calls = "".join(f'<tool_call>{json.dumps({"name": c["function"]["name"], "arguments": c["function"].get("arguments", {})})}</tool_call>'
+                            for c in m["tool_calls"])
+            content = m.get("content") or ""
+            out.append({"role": "assistant", "content": f"{content}\n{calls}" if content else calls})
+        elif m["role"] == "tool":
+            block = f"<tool_response>\n{m['content']}\n</tool_response>"
+            if out and out[-1].get("_tool_turn"):
+                out[-1]["content"] += "\n" + block
+            else:
+                out.append({"role": "user", "content": block, "_tool_turn": True})
+        else:
+            out.append(m)
+    return [{k: v for k, v in m.items() if k != "_tool_turn"} for m in out]
 
 
 def _example_value(json_type: str | None):

@@ -1,6 +1,7 @@
 """``load_prompt_dataset``: one entry point from any supported prompt source to canonical rows.
 
-Sources: ``"arithmetic"`` / ``"arithmetic:N"`` (the generated task), a ``.jsonl`` file (parsed here, with
+Sources: ``"arithmetic"`` / ``"arithmetic:N"`` (the generated task), ``"multiplication[:N]"`` (the agent task,
+`hf_grpo.data.multiplication`), a ``.jsonl`` file (parsed here, with
 ``file:line`` errors), a ``.json`` or ``.parquet`` file or a ``save_to_disk`` folder (read with ``datasets``),
 an in-memory ``Dataset`` (or a single-split ``DatasetDict``), a dict of equal-length columns, or a list of row
 dicts. Every source goes through the same row validation (``schema.normalize_rows``), so the result always has
@@ -24,6 +25,7 @@ from typing import Any
 from datasets import Dataset, DatasetDict, load_from_disk
 
 from .arithmetic import arithmetic_rows
+from .multiplication import DEFAULT_ROWS as DEFAULT_MULTIPLICATION_ROWS, multiplication_rows
 from .jsonl import read_jsonl
 from .prompts import add_system_prompt
 from .schema import DataFormatError, normalize_rows
@@ -32,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ARITHMETIC_ROWS = 2000
 _ARITHMETIC = re.compile(r"arithmetic(?::(.*))?")
+_MULTIPLICATION = re.compile(r"multiplication(?::(.*))?")
 
 
 def _rows_from_records(records: list, desc: str, prompt_column: str) -> tuple[list[dict], str]:
@@ -106,6 +109,14 @@ def _load_rows(source: Any, prompt_column: str, seed: int) -> tuple[list[dict], 
                 raise ValueError(f"{source!r}: expected 'arithmetic' or 'arithmetic:N' with a positive integer N")
             n = DEFAULT_ARITHMETIC_ROWS if size is None else int(size)
             return arithmetic_rows(n, seed), "arithmetic", f"arithmetic (n={n}, seed={seed})"
+        match = _MULTIPLICATION.fullmatch(source.strip())
+        if match:
+            size = match.group(1)
+            if size is not None and not size.strip().isdigit():
+                raise ValueError(f"{source!r}: expected 'multiplication' or 'multiplication:N' with a positive "
+                                 f"integer N")
+            n = DEFAULT_MULTIPLICATION_ROWS if size is None else int(size)
+            return multiplication_rows(n, seed), "multiplication", f"multiplication (n={n}, seed={seed})"
     if isinstance(source, (str, os.PathLike)):
         path = Path(source).expanduser()
         return (*_load_path(path, prompt_column), str(path))

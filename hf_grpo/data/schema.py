@@ -1,8 +1,8 @@
 """Row formats: detection, validation and conversion to canonical prompt rows.
 
 A canonical row is ``{"prompt": <prompt>, **other_columns}`` where ``<prompt>`` is either a plain string or a
-conversation (a non-empty list of ``{"role", "content"}`` dicts with role ``system``/``user``/``assistant`` and
-string content). Every other column is passed through to the reward functions, except that ``gt_answer`` is
+conversation (a non-empty list of ``{"role", "content"}`` dicts with role ``system``/``user``/``assistant``/``tool``
+and string content; an assistant message may carry TRL's ``tool_calls``). Every other column is passed through to the reward functions, except that ``gt_answer`` is
 always converted to ``str`` and ``test_cases`` is always validated, whatever the input format.
 
 Input formats (detected per row from its keys, first match wins):
@@ -27,7 +27,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-ROLES = ("system", "user", "assistant")
+# ``tool`` turns (and assistant ``tool_calls``) appear in multi-turn prompts, e.g. few-shot tool-use demonstrations.
+ROLES = ("system", "user", "assistant", "tool")
 
 
 def format_help(prompt_column: str) -> str:
@@ -94,8 +95,18 @@ def validate_messages(value: Any, where: str, key: str) -> list[dict]:
             raise DataFormatError(
                 f"{where}: key '{item}.content': expected str, got {_type_name(message['content'])}"
             )
+        if "tool_calls" in message and (message["role"] != "assistant" or not _valid_tool_calls(message["tool_calls"])):
+            raise DataFormatError(
+                f"{where}: key '{item}.tool_calls': expected, on an assistant message, a list of "
+                f"{{'type': 'function', 'function': {{'name': str, 'arguments': dict}}}}")
         messages.append(dict(message))
     return messages
+
+
+def _valid_tool_calls(calls: Any) -> bool:
+    return isinstance(calls, list) and all(
+        isinstance(c, Mapping) and isinstance(c.get("function"), Mapping) and isinstance(c["function"].get("name"), str)
+        and isinstance(c["function"].get("arguments", {}), Mapping) for c in calls)
 
 
 def validate_prompt(value: Any, where: str, key: str) -> str | list[dict]:

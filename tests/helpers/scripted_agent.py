@@ -5,6 +5,10 @@ ranks, budgets, failures) script the policy: the prompt says how many tool round
 optionally, the exact call to write (a line ``call=<text>``). Each turn counts the tool responses already in its
 context and either calls again or answers. Everything else (protocol, tool execution, observation tokens, masks,
 rewards, loss) is the real code.
+
+``vary`` makes successive answers differ, so that rewards vary within a group. ``calls`` overrides the prompt's count (the distributed tests give each rank its own). ``inner``, when given, is a
+real backend whose ``generate`` runs first with the same arguments and whose output is then replaced by the script:
+under ZeRO-3 that keeps the real lock-step forward passes (collectives) of HF generate in the loop.
 """
 
 import re
@@ -15,12 +19,17 @@ DEFAULT_CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6
 
 
 class ScriptedToolUse(Generator):
-    def __init__(self, tokenizer, answer: str = "The answer is 42."):
+    def __init__(self, tokenizer, answer: str = "The answer is 42.", calls: int | None = None,
+                 inner: Generator | None = None, vary: bool = False):
         self.tokenizer = tokenizer
         self.answer = answer
+        self.calls = calls
+        self.inner = inner
+        self.vary = vary
+        self.answers = 0
 
     def turn_text(self, context: str) -> str:
-        wanted = int(re.search(r"calls=(\d+)", context).group(1))
+        wanted = self.calls if self.calls is not None else int(re.search(r"calls=(\d+)", context).group(1))
         call = re.search(r"^call=(.*)$", context, re.M)
         done = context.count("<tool_response>\n")      # one per result (the system text has none with a newline)
         if done < wanted:
@@ -28,11 +37,16 @@ class ScriptedToolUse(Generator):
         return self.answer
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
+        if self.inner is not None:
+            self.inner.generate(prompt_ids, n, sampling)
         ids, finished = [], []
         for prompt in prompt_ids:
-            turn = self.tokenizer(self.turn_text(self.tokenizer.decode(prompt)), add_special_tokens=False)["input_ids"]
-            turn = turn + [self.tokenizer.eos_token_id]
+            text = self.turn_text(self.tokenizer.decode(prompt))
             for _ in range(n):
+                # vary: successive answers differ ("...42.", "...42.!", ...), so a group's rewards and advantages vary.
+                self.answers += text == self.answer
+                sample = text + "!" * (self.answers % 4) if self.vary and text == self.answer else text
+                turn = self.tokenizer(sample, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
                 ids.append(turn[:sampling.max_tokens])
                 finished.append(len(turn) <= sampling.max_tokens)
         return GenerationResult(completion_ids=ids, finished=finished)

@@ -9,6 +9,9 @@ SPEC keys:
   reward:     reward functions (names in tests.helpers.rewards, or model:<path>); default even_token_reward
   dataset:    default arithmetic:64
   fixed_completions: true to replace generation by tests.helpers.fixed_generation.FixedCompletions
+  scripted_tool_calls: [calls of rank 0, calls of rank 1, ...]: multi-turn rollouts with the calculator tool, the
+              policy scripted per rank (tests.helpers.scripted_agent) over the real HF generate (its forward passes
+              still run, in lock-step under ZeRO-3)
   mode:       train (default) | reward-crash (prints how each rank stopped) | budget (rank 1's clock runs 10,000x fast)
   resume:     true to resume from the newest complete checkpoint in the run's output_dir (if any)
   slow_save:  seconds each process sleeps after writing its part of a checkpoint, before the checkpoint is published
@@ -33,6 +36,7 @@ from hf_grpo.generation.weights import iter_policy_weights
 from hf_grpo.rewards import RewardFunctionError
 from tests.helpers import rewards as test_rewards
 from tests.helpers.fixed_generation import FixedCompletions
+from tests.helpers.scripted_agent import ScriptedToolUse
 
 BASE = dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=12, learning_rate=1e-3,
             max_steps=2, save_strategy="no", report_to="none", disable_tqdm=True, plot_metrics=False, seed=0,
@@ -68,10 +72,15 @@ def main() -> None:
         args = GRPOConfig(output_dir=f"{out}/run{k}", **{**BASE, **spec.get("config", {}), **run})
         if mode == "budget":
             args.max_train_minutes = 1.0
+        if spec.get("scripted_tool_calls"):
+            args.tools = ["calculator"]
         trainer = DistributedGRPOTrainer(model=model_path, args=args,
                                          reward_funcs=reward_functions(spec.get("reward", ["even_token_reward"])),
                                          train_dataset=load_prompt_dataset(spec.get("dataset", "arithmetic:64")))
         rank = trainer.accelerator.process_index
+        if spec.get("scripted_tool_calls"):
+            trainer.generator = ScriptedToolUse(trainer.processing_class, calls=spec["scripted_tool_calls"][rank],
+                                                inner=trainer.generator, vary=True)
         if spec.get("fixed_completions"):
             trainer.generator = trainer.collector.generator = FixedCompletions(
                 len(trainer.processing_class), trainer.processing_class.eos_token_id)
