@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo agent-demo test test-fast bench clean
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ $(STAMP): setup.cfg setup.py
 # One process needs no launcher; `accelerate launch` on CPU would also pin it to OMP_NUM_THREADS=1.
 demo: install
 	$(BIN)/python train.py --recipe recipes/quickstart.yaml
+
+# The agent demo: the same model learns to call a calculator tool (docs/agents.md).
+agent-demo: install
+	$(BIN)/python train.py --recipe recipes/agent_quickstart.yaml
 
 test: install
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider

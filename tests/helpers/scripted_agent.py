@@ -36,6 +36,15 @@ class ScriptedToolUse(Generator):
             return call.group(1) if call else DEFAULT_CALL
         return self.answer
 
+    def update_weights(self, model, version: int) -> None:
+        if self.inner is not None:
+            self.inner.update_weights(model, version)
+        self.weight_version = version
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
         if self.inner is not None:
             self.inner.generate(prompt_ids, n, sampling)

@@ -79,7 +79,7 @@ def main() -> None:
                                          train_dataset=load_prompt_dataset(spec.get("dataset", "arithmetic:64")))
         rank = trainer.accelerator.process_index
         if spec.get("scripted_tool_calls"):
-            trainer.generator = ScriptedToolUse(trainer.processing_class, calls=spec["scripted_tool_calls"][rank],
+            trainer.generator = trainer.collector.generator = ScriptedToolUse(trainer.processing_class, calls=spec["scripted_tool_calls"][rank],
                                                 inner=trainer.generator, vary=True)
         if spec.get("fixed_completions"):
             trainer.generator = trainer.collector.generator = FixedCompletions(
