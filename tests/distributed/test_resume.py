@@ -52,15 +52,20 @@ def rollouts(out) -> dict[int, list]:
             for f in folder.glob("step_*.jsonl")}
 
 
-def test_killed_and_resumed_run_equals_an_uninterrupted_one(tiny_llama_path, tmp_path):
+@pytest.mark.parametrize("agentic", [False, True], ids=["single-turn", "multi-turn"])
+def test_killed_and_resumed_run_equals_an_uninterrupted_one(tiny_llama_path, tmp_path, agentic):
+    """Multi-turn: calculator rollouts (scripted policy over the real HF generate), ranks making 1 and 2 tool rounds."""
+    base = {**SPEC, "scripted_tool_calls": [1, 2]} if agentic else SPEC
+    if agentic:
+        base = {**base, "config": {**SPEC["config"], "max_completion_length": 160}}
     straight = tmp_path / "straight"
     straight.mkdir()
-    proc = start(tiny_llama_path, straight, SPEC)
+    proc = start(tiny_llama_path, straight, base)
     assert proc.wait(timeout=300) == 0, (straight / "launch.log").read_text()[-4000:]
 
     killed = tmp_path / "killed"
     killed.mkdir()
-    spec = {**SPEC, "resume": True, "slow_save": 1.0}
+    spec = {**base, "resume": True, "slow_save": 1.0}
     run = killed / "run0"
     # 1. Kill while checkpoint-3 is being written: its files are in the staging area, not yet published.
     proc = start(tiny_llama_path, killed, spec)

@@ -13,6 +13,8 @@ under ZeRO-3 that keeps the real lock-step forward passes (collectives) of HF ge
 
 import re
 
+import torch
+
 from hf_grpo.generation import GenerationResult, Generator, SamplingParams
 
 DEFAULT_CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6 * 7"}}</tool_call>'
@@ -26,7 +28,6 @@ class ScriptedToolUse(Generator):
         self.calls = calls
         self.inner = inner
         self.vary = vary
-        self.answers = 0
 
     def turn_text(self, context: str) -> str:
         wanted = self.calls if self.calls is not None else int(re.search(r"calls=(\d+)", context).group(1))
@@ -52,9 +53,10 @@ class ScriptedToolUse(Generator):
         for prompt in prompt_ids:
             text = self.turn_text(self.tokenizer.decode(prompt))
             for _ in range(n):
-                # vary: successive answers differ ("...42.", "...42.!", ...), so a group's rewards and advantages vary.
-                self.answers += text == self.answer
-                sample = text + "!" * (self.answers % 4) if self.vary and text == self.answer else text
+                # vary: answers differ ("...42.", "...42.!!", ...), so a group's rewards and advantages vary. Drawn from
+                # torch's generator, which a checkpoint saves and a resume restores, so a resumed run replays them.
+                extra = int(torch.randint(0, 4, ())) if self.vary and text == self.answer else 0
+                sample = text + "!" * extra
                 turn = self.tokenizer(sample, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
                 ids.append(turn[:sampling.max_tokens])
                 finished.append(len(turn) <= sampling.max_tokens)
