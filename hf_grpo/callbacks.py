@@ -120,7 +120,8 @@ class TimeBudgetCallback(TrainerCallback):
 
 
 def plot_training_curves(log_history: list[dict], path: str, heldout=None) -> bool:
-    """Reward and mean completion length per step from `state.log_history`; returns False if nothing to plot.
+    """Reward and mean completion length (and, in multi-turn runs, tool calls per rollout) per step from
+    `state.log_history`; returns False if nothing to plot.
 
     With ``heldout`` (a :class:`~hf_grpo.heldout.HeldoutAccuracy`) a third panel shows the base and the trained
     held-out accuracy with their 95% intervals: the headline, next to the reward that produced it."""
@@ -144,6 +145,11 @@ def plot_training_curves(log_history: list[dict], path: str, heldout=None) -> bo
     ax_l.plot(steps, [r.get("completions/mean_length", float("nan")) for r in rows], marker="o", color="tab:orange")
     ax_l.set_xlabel("step")
     ax_l.set_title("mean completion length (tokens)")
+    if any("tools/call_frequency" in r for r in rows):       # multi-turn runs: how often the policy calls tools
+        ax_t = ax_l.twinx()
+        ax_t.plot(steps, [r.get("tools/call_frequency", float("nan")) for r in rows], marker="^", color="tab:purple")
+        ax_t.set_ylabel("tool calls per rollout", color="tab:purple")
+        ax_l.set_title("mean completion length (tokens) and tool calls per rollout")
     if heldout is not None:
         _plot_heldout(axes[2], heldout)
     fig.tight_layout()

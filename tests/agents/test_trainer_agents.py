@@ -77,10 +77,11 @@ def test_tools_train_with_messages_reaching_the_reward(tiny_llama_path, tmp_path
         seen.extend(completions)
         return [float(len(c[-1]["content"])) for c in completions]     # answers vary in a group
 
-    trainer = scripted(GRPOTrainer(model=tiny_llama_path, reward_funcs=[reward], args=config(tmp_path),
+    trainer = scripted(GRPOTrainer(model=tiny_llama_path, reward_funcs=[reward], args=config(tmp_path, plot_metrics=True),
                                    train_dataset=questions(calls=2), tools=[calculator]))
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
+    assert (tmp_path / "out" / "training_curves.png").stat().st_size > 1000    # with tool calls per rollout
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
     assert [m["role"] for m in seen[0]] == ["assistant", "tool", "assistant", "tool", "assistant"]
     assert seen[0][1] == {"role": "tool", "name": "calculator", "content": "42"}
@@ -245,16 +246,16 @@ def test_multi_turn_with_training_options(tiny_llama_path, vllm_tiny_path, tmp_p
 @pytest.mark.slow
 def test_multi_turn_sampling_logprobs_match_the_trainers(smol_path, tmp_path):
     """The embedded model on colocated vLLM (fp32, sampling at temperature 1) with the calculator and the agent task's
-    two demonstrations, so that about a third of its rollouts call the tool. Over the policy's tokens the sampler's
+    two demonstrations, so that about a third of its 16 rollouts call the tool. Over the policy's tokens the sampler's
     log-probs equal the trainer's, as they do single-turn (tests/test_training_options.py): the row is exactly what
     the engine saw. An observation token in the ratio would add |0 - logp| (0.0 is what the loop records for it,
     and its trainer log-prob is far from 0), a row that re-tokenized a turn would shift every later token."""
     from hf_grpo.data import load_prompt_dataset
     from hf_grpo.evaluation import final_number_reward
 
-    args = config(tmp_path, max_steps=1, per_device_train_batch_size=32, num_generations=4, max_completion_length=96,
-                  max_tool_calling_iterations=2, learning_rate=1e-6, max_prompt_length=512, **{
-                      **VLLM, "vllm_kv_cache_gib": 1.0})
+    args = config(tmp_path, max_steps=1, per_device_train_batch_size=16, num_generations=4, max_completion_length=96,
+                  max_tool_calling_iterations=2, learning_rate=1e-6,
+                  **{**VLLM, "vllm_kv_cache_gib": 1.0, "max_prompt_length": 512})
     trainer = GRPOTrainer(model=smol_path, reward_funcs=[final_number_reward], args=args,
                           train_dataset=load_prompt_dataset("multiplication:32"), tools=[calculator])
     trainer.train()
