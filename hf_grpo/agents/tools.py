@@ -158,7 +158,8 @@ class ToolExecutor:
 
     def __init__(self, max_workers: int = 16, timeout: float = 30.0):
         self.timeout = timeout
-        self.pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="hf_grpo-tool")
+        self.max_workers = max_workers
+        self._pool: ThreadPoolExecutor | None = None      # created on first use, again after close()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
 
@@ -186,7 +187,10 @@ class ToolExecutor:
             done.set_result(ToolResult(call.name, f"Error: invalid arguments for `{call.name}`: {problem}",
                                        "invalid_arguments"))
             return done
-        return self.pool.submit(self._run, tool, call.arguments)
+        with self._loop_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="hf_grpo-tool")
+            return self._pool.submit(self._run, tool, call.arguments)
 
     def _run(self, tool: Tool, arguments: dict) -> ToolResult:
         start = time.perf_counter()
@@ -205,9 +209,14 @@ class ToolExecutor:
                           None, time.perf_counter() - start)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        """Stop the worker threads (end of training); a later call (an evaluation after training) starts new ones."""
+        with self._loop_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._loop = None
 
 
 def _call_with_timeout(func: Callable, arguments: dict, timeout: float):

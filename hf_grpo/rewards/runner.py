@@ -14,7 +14,8 @@ Departures from TRL:
   1-element list), a non-list, a non-number or NaN/inf raise :class:`RewardFunctionError` naming the function and
   showing a sample. ``bool`` is accepted as 0/1; so are ``numpy`` scalars and 0-d tensors.
 * Functions that do not take ``**kwargs`` are rejected when the runner is built, not at the first step.
-* TRL's ``log_extra``/``log_metric``/``environments`` keyword arguments are not passed.
+* TRL's ``log_extra``/``log_metric`` keyword arguments are not passed. ``environments`` is, in multi-turn runs with
+  an ``environment_factory`` (a column like any other, `hf_grpo.rollout`).
 * ``gated`` (open-instruct's default for its format reward, TRL has no equivalent): the named functions count in
   :meth:`total` only for completions whose ``gate`` function scored > 0, so a format reward cannot be farmed while
   the answers stay wrong. The per-function columns (and their logged means) are left as the functions returned them.

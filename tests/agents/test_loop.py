@@ -155,3 +155,15 @@ def test_tool_without_schema_is_refused_at_start(tmp_path, tokenizer):
 
     with pytest.raises(ValueError, match="cannot build the JSON schema of tool `undocumented`"):
         AgentRollouts(tokenizer, make_args(tmp_path), [undocumented])
+
+
+def test_tools_run_again_after_the_executor_is_closed(tmp_path, tokenizer):
+    """Training closes the executor at its end; the held-out evaluation after it still calls tools."""
+    args = make_args(tmp_path)
+    agent = AgentRollouts(tokenizer, args, [calculator])
+    rows = [{"prompt": [{"role": "user", "content": "q calls=1"}]}]
+    from hf_grpo.generation import SamplingParams
+    for _ in range(2):
+        result = agent.generate(ScriptedToolUse(tokenizer), rows, 2, SamplingParams(max_tokens=200), 0, 0)
+        assert result.completions[0][1]["content"] == "42"
+        agent.close()
