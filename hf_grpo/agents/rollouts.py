@@ -59,6 +59,7 @@ class AgentRollouts:
         self.loop = AgentLoop(tokenizer, self.protocol, self.executor, args.max_completion_length,
                               args.max_tool_calling_iterations, args.max_tool_output_tokens, sorted(known))
         self.num_generations = args.num_generations
+        self.max_prompt_length = args.max_prompt_length
         logger.info("agentic rollouts: %d tool(s) %s, %s, tool protocol %s", len(self.tools), sorted(self.tools),
                     "environments" if self.envs else "no environment", self.protocol.mode)
 
@@ -84,6 +85,12 @@ class AgentRollouts:
                 key = (p, obs)
                 if key not in encoded:     # a group shares its prompt unless its resets disagreed
                     encoded[key] = self.protocol.encode_prompt(with_observation(row["prompt"], obs), tools)
+                    if self.max_prompt_length is not None and len(encoded[key]) > self.max_prompt_length:
+                        raise ValueError(
+                            f"prompt {p} of this round is {len(encoded[key])} tokens with its tool descriptions"
+                            f"{' and reset observation' if obs else ''}, over max_prompt_length="
+                            f"{self.max_prompt_length} (the engine is sized for prompt + max_completion_length); "
+                            f"raise max_prompt_length: tools add their schemas to every prompt")
                 rollouts.append(Rollout(index=i, prompt_ids=encoded[key], tools=tools,
                                         env=instances[i] if instances else None))
         result = self.loop.run(rollouts, turn_backend(generator, lockstep_any_rank), sampling)

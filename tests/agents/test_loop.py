@@ -167,3 +167,9 @@ def test_tools_run_again_after_the_executor_is_closed(tmp_path, tokenizer):
         result = agent.generate(ScriptedToolUse(tokenizer), rows, 2, SamplingParams(max_tokens=200), 0, 0)
         assert result.completions[0][1]["content"] == "42"
         agent.close()
+
+
+def test_a_prompt_over_max_prompt_length_with_its_tool_schemas_is_named(tmp_path, tokenizer):
+    with pytest.raises(ValueError, match="prompt 0 of this round is .* tokens with its tool descriptions, over "
+                                         "max_prompt_length=64"):
+        run(tokenizer, make_args(tmp_path, max_prompt_length=64), ["q calls=1"])
