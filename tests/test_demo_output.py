@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from hf_grpo.data.arithmetic import arithmetic_rows, heldout_arithmetic_rows, is_heldout
+from hf_grpo.data.multiplication import multiplication_rows
 from hf_grpo.evaluation import final_number, final_number_reward, lenient_correct
 from hf_grpo.heldout import HeldoutAccuracy, heldout_dataset
 from hf_grpo.train import main
@@ -55,7 +56,8 @@ def test_heldout_fold_is_disjoint_from_training_for_any_seed_and_size():
 def test_heldout_dataset_rejects_other_sources_and_bad_sizes(tokenizer):
     class Args:
         dataset_name, heldout_eval_samples, seed, system_prompt, max_prompt_length = "data.jsonl", 10, 0, None, 512
-    with pytest.raises(ValueError, match="heldout_eval_samples needs dataset_name 'arithmetic'"):
+    with pytest.raises(ValueError, match=r"heldout_eval_samples needs dataset_name arithmetic\[:N\] or "
+                                         r"multiplication\[:N\]"):
         heldout_dataset(Args, [], tokenizer)
     Args.dataset_name, Args.heldout_eval_samples = "arithmetic:100", -1
     with pytest.raises(ValueError, match="heldout_eval_samples must be a positive int"):
@@ -66,6 +68,10 @@ def test_heldout_dataset_rejects_other_sources_and_bad_sizes(tokenizer):
     leaked = [dict(row) for row in held]                               # a training set that contains a held-out row
     with pytest.raises(AssertionError, match="disjoint"):
         heldout_dataset(Args, leaked, tokenizer)
+    # The agent task has its own fold: questions never in its training rows.
+    Args.dataset_name, Args.system_prompt = "multiplication:500", None
+    held = heldout_dataset(Args, multiplication_rows(500, 0), tokenizer)
+    assert len(held) == 5 and held[0]["prompt"][-1]["content"].startswith("What is ")
 
 
 def test_heldout_accuracy_line_and_intervals():
