@@ -56,12 +56,18 @@ def test_shuffle_dataset_false_keeps_the_order(tiny_llama_path, tmp_path):
     assert list(shuffled._get_train_sampler())[:8] != list(range(8))
 
 
-def test_unsupported_trainer_arguments_are_clear_errors(tiny_llama_path, tmp_path):
+def test_bad_agent_arguments_are_clear_errors(tiny_llama_path, tmp_path):
+    """The agent arguments work (tests/agents); what TRL would also refuse is named before the model loads."""
     args = make_config(tmp_path)
     data = load_prompt_dataset("arithmetic:8")
-    for name in ("tools", "rollout_func", "environment_factory"):
-        with pytest.raises(NotImplementedError, match=f"`{name}` is not supported yet"):
-            DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], args, data, **{name: [print]})
+    with pytest.raises(ValueError, match="cannot build the JSON schema of tool `print`"):
+        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], args, data, tools=[print])
+    with pytest.raises(ValueError, match="rollout_func replaces generation, so it cannot be combined with tools"):
+        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], args, data, tools=[print], rollout_func=print)
+    with pytest.raises(TypeError, match="rollout_func must be callable"):
+        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], args, data, rollout_func=[print])
+    with pytest.raises(ValueError, match="environment object has no callable `reset`"):
+        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], args, data, environment_factory=object)
     with pytest.raises(ImportError, match="quantization_config needs bitsandbytes"):
         DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], args, data, quantization_config=object())
 
