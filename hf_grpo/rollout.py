@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .agents.loop import AgentResult
 from .algorithms import dynamic_sampling_keep, group_std, groups_with_spread, overlong_penalty
 from .data import encode_prompts, is_conversational
-from .agents.loop import AgentResult
 from .generation import Generator, SamplingParams
 
 logger = logging.getLogger(__name__)
