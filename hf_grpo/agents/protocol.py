@@ -31,6 +31,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..data.prompts import as_token_ids, encode_prompt
 from .tools import Tool, ToolCall, ToolResult
 
 PROTOCOLS = ("auto", "template", "fallback")
@@ -136,11 +137,7 @@ class ToolProtocol:
         kwargs = dict(self.chat_template_kwargs or {})
         if self.mode == "template" and tools:
             kwargs["tools"] = [t.schema for t in tools.values()]
-        ids = self.tokenizer.apply_chat_template(self.prompt_messages(messages, tools), add_generation_prompt=True,
-                                                 tokenize=True, **kwargs)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(t) for t in ids]
+        return encode_prompt(self.tokenizer, self.prompt_messages(messages, tools), kwargs)
 
     # ---- parsing ------------------------------------------------------------------------------------------------
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
@@ -193,11 +190,8 @@ class ToolProtocol:
         return full[len(prefix):]
 
     def _ids(self, messages: list[dict], generation_prompt: bool, kwargs: dict) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True,
-                                                 **kwargs)
-        if hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return [int(t) for t in ids]
+        return as_token_ids(self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt,
+                                                               tokenize=True, **kwargs))
 
 
 def fallback_history(messages: list[dict]) -> list[dict]:

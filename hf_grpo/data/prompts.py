@@ -39,7 +39,7 @@ def add_system_prompt(rows: list[dict], system_prompt: str, where: str = "datase
     return changed
 
 
-def _as_int_list(ids: Any) -> list[int]:
+def as_token_ids(ids: Any) -> list[int]:
     if isinstance(ids, Mapping):  # BatchEncoding (a UserDict) or plain dict
         ids = ids["input_ids"]
     if hasattr(ids, "tolist"):  # tensor / ndarray
@@ -67,7 +67,7 @@ def encode_prompt(tokenizer: Any, prompt: str | list[dict], chat_template_kwargs
     plain ``list[int]``); strings through ``tokenizer(prompt, add_special_tokens=True)``.
     """
     if isinstance(prompt, str):
-        return _as_int_list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+        return as_token_ids(tokenizer(prompt, add_special_tokens=True)["input_ids"])
     if not is_conversational(prompt):
         raise DataFormatError(
             f"prompt must be a string or a list of {{'role', 'content'}} messages, got {type(prompt).__name__}"
@@ -75,7 +75,7 @@ def encode_prompt(tokenizer: Any, prompt: str | list[dict], chat_template_kwargs
     _require_chat_template(tokenizer)
     ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
                                         **(chat_template_kwargs or {}))
-    return _as_int_list(ids)
+    return as_token_ids(ids)
 
 
 def encode_prompts(tokenizer: Any, prompts: Sequence, chunk_size: int = 512,
@@ -102,7 +102,7 @@ def encode_prompts(tokenizer: Any, prompts: Sequence, chunk_size: int = 512,
             batch = batch["input_ids"]
         if len(batch) != len(chunk):
             raise ValueError(f"tokenizer returned {len(batch)} encodings for {len(chunk)} prompts")
-        out.extend(_as_int_list(ids) for ids in batch)
+        out.extend(as_token_ids(ids) for ids in batch)
     return out
 
 
