@@ -137,15 +137,6 @@ class ToolStats:
             self.errors[result.error_kind] += 1
             self.per_tool_failures[result.name] += 1
 
-    def merge(self, other: "ToolStats") -> None:
-        self.calls += other.calls
-        self.failures += other.failures
-        for mine, theirs in ((self.errors, other.errors), (self.per_tool_calls, other.per_tool_calls),
-                             (self.per_tool_failures, other.per_tool_failures),
-                             (self.per_tool_seconds, other.per_tool_seconds)):
-            for k, v in theirs.items():
-                mine[k] += v
-
 
 class ToolExecutor:
     """Runs tool calls on a bounded thread pool, each with a timeout; never raises for a tool's own failure.
