@@ -283,6 +283,10 @@ class GRPOConfig(TRLFields):
         "help": "When a reward function raises: raise (stop, after saving a checkpoint), zero (that function scores "
                 "0 for the batch) or skip (it abstains for the batch, like returning None). Errors are logged and "
                 "counted as rewards/<name>/errors."})
+    reward_timeout: float | None = field(default=300.0, metadata={
+        "help": "Seconds one call of a reward function may take. A sample it has not scored by then scores None for "
+                "that function (left out of its total, and of training when no function scored it), is counted as "
+                "rewards/<name>/timeouts and named in a warning. None: wait forever (TRL's behaviour)."})
     code_timeout_s: float = field(default=5.0, metadata={
         "help": "code reward: wall-clock and CPU seconds per test run."})
     code_memory_mb: int = field(default=512, metadata={"help": "code reward: address-space limit per process, MiB."})
@@ -446,6 +450,8 @@ class GRPOConfig(TRLFields):
               f"max_tool_calling_iterations must be >= 0 or None, got {self.max_tool_calling_iterations}")
         check(self.max_tool_output_tokens is None or self.max_tool_output_tokens >= 1,
               f"max_tool_output_tokens must be >= 1 or None, got {self.max_tool_output_tokens}")
+        check(self.reward_timeout is None or self.reward_timeout > 0,
+              f"reward_timeout must be > 0 seconds or None (no limit), got {self.reward_timeout}")
         check(self.tool_timeout > 0, f"tool_timeout must be > 0 seconds, got {self.tool_timeout}")
         check(self.max_concurrent_tools >= 1, f"max_concurrent_tools must be >= 1, got {self.max_concurrent_tools}")
         check(self.remove_unused_columns is False, "remove_unused_columns must be False (rewards read dataset columns)")
