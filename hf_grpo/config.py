@@ -24,17 +24,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import trl_compat
-from .algorithms import (ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
-                         TEMPERATURE_SCHEDULES, WHITENING_LEVELS)
+from . import config_validation, trl_compat
 from .trl_fields import TRLFields
 
 logger = logging.getLogger(__name__)
-
-GENERATION_BACKENDS = ("auto", "hf", "vllm")
-VLLM_MODES = ("colocate", "server")
-VLLM_WEIGHT_TRANSFERS = ("auto", "disk", "nccl")
-LOGPROB_PATHS = ("auto", "chunked", "model")
 
 
 @dataclass
@@ -99,7 +92,7 @@ class GRPOConfig(TRLFields):
                 "run (max_steps, or the steps the epochs make)."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass."})
     top_k: int = field(default=0, metadata={"help": "Top-k sampling; 0 disables."})
-    min_p: float = field(default=0.0, metadata={"help": "Min-p sampling; 0 disables."})
+    min_p: float | None = field(default=0.0, metadata={"help": "Min-p sampling; 0 (or None, as in TRL) disables."})
     repetition_penalty: float = field(default=1.0, metadata={
         "help": "Repetition penalty; 1 disables. The trainer cannot reproduce it in its log-probs, so with vLLM it "
                 "needs vllm_importance_sampling_correction and old_logprobs_from_sampler off."})
@@ -174,7 +167,7 @@ class GRPOConfig(TRLFields):
                 "the train/inference mismatch (vLLM backend only)."})
     vllm_importance_sampling_level: str = field(default="token", metadata={
         "help": "Mismatch ratio per `token`, or per `sequence` (product over the completion's tokens)."})
-    vllm_importance_sampling_cap: float = field(default=2.0, metadata={
+    vllm_importance_sampling_cap: float | None = field(default=2.0, metadata={
         "help": "Upper bound of the mismatch ratio (truncated importance sampling)."})
     old_logprobs_from_sampler: bool = field(default=False, metadata={
         "help": "When a batch is reused (steps_per_generation > gradient_accumulation_steps or num_iterations > 1), "
@@ -354,6 +347,9 @@ class GRPOConfig(TRLFields):
         if isinstance(self.eval_datasets, str):
             text = self.eval_datasets.strip()
             self.eval_datasets = json.loads(text) if text.startswith("{") else {"eval": text}
+        # Before TrainingArguments or the batch arithmetic below compute with a value of the wrong type or size.
+        config_validation.coerce_and_check_types(self)
+        config_validation.check_counts(self)
         if not self.use_cpu and int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
             # `accelerate launch` of several processes on a machine without CUDA: left alone, TrainingArguments reads
             # the (GPU) launch config, finds no GPU and gives every process a world of its own, i.e. N independent
@@ -416,143 +412,8 @@ class GRPOConfig(TRLFields):
         return self.policy_dtype(self.use_peft)
 
     def validate(self) -> None:
-        """Fail early, stating the rule that does not hold."""
-        def check(ok: bool, message: str) -> None:
-            if not ok:
-                raise ValueError(f"GRPOConfig: {message}")
-
-        def one_of(name: str, allowed: tuple[str, ...]) -> None:
-            check(getattr(self, name) in allowed, f"{name}={getattr(self, name)!r} is not one of {allowed}")
-
-        one_of("generation_backend", GENERATION_BACKENDS)
-        one_of("vllm_mode", VLLM_MODES)
-        one_of("vllm_weight_transfer", VLLM_WEIGHT_TRANSFERS)
-        one_of("logprob_path", LOGPROB_PATHS)
-        one_of("dtype", ("auto", "float32", "bfloat16", "float16"))
-        one_of("vllm_importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
-        check(self.vllm_importance_sampling_cap >= 1.0,
-              f"vllm_importance_sampling_cap must be >= 1 (a ratio cap), got {self.vllm_importance_sampling_cap}")
-        if self.generation_backend == "vllm" and self.vllm_mode == "server":
-            check(bool(self.vllm_server_urls), "vllm_mode=server needs vllm_server_urls (start servers with "
-                  "`hf-grpo serve --model <model> --port <port>`)")
-        check(not self.old_logprobs_from_sampler or self.generation_backend == "vllm",
-              f"old_logprobs_from_sampler needs the sampler's log-probs, which generation_backend="
-              f"{self.generation_backend!r} does not return; use generation_backend=vllm")
-        check(0 < self.vllm_gpu_memory_utilization <= 1,
-              f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
-        one_of("advantage_estimator", ADVANTAGE_ESTIMATORS)
-        one_of("loss_type", LOSS_TYPES)
-        one_of("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
-        one_of("kl_estimator", KL_ESTIMATORS)
-        one_of("reward_error", ("raise", "zero", "skip"))  # RewardRunner's ON_ERROR (config stays import-light)
-        one_of("tool_protocol", ("auto", "template", "fallback"))   # hf_grpo.agents.protocol.PROTOCOLS
-        check(self.max_tool_calling_iterations is None or self.max_tool_calling_iterations >= 0,
-              f"max_tool_calling_iterations must be >= 0 or None, got {self.max_tool_calling_iterations}")
-        check(self.max_tool_output_tokens is None or self.max_tool_output_tokens >= 1,
-              f"max_tool_output_tokens must be >= 1 or None, got {self.max_tool_output_tokens}")
-        check(self.reward_timeout is None or self.reward_timeout > 0,
-              f"reward_timeout must be > 0 seconds or None (no limit), got {self.reward_timeout}")
-        check(self.tool_timeout > 0, f"tool_timeout must be > 0 seconds, got {self.tool_timeout}")
-        check(self.max_concurrent_tools >= 1, f"max_concurrent_tools must be >= 1, got {self.max_concurrent_tools}")
-        check(self.remove_unused_columns is False, "remove_unused_columns must be False (rewards read dataset columns)")
-        check(self.num_generations >= 1, f"num_generations must be >= 1, got {self.num_generations}")
-        check(self.num_generations >= 2 or self.advantage_estimator == "reinforce_pp",
-              f"advantage_estimator={self.advantage_estimator!r} compares samples within a group, so "
-              f"num_generations must be >= 2 (got {self.num_generations}); use reinforce_pp for G=1")
-        per_round = self.per_device_train_batch_size * self.steps_per_generation
-        check(per_round % self.num_generations == 0,
-              f"each process generates whole groups: per_device_train_batch_size ({self.per_device_train_batch_size})"
-              f" x steps_per_generation ({self.steps_per_generation}) = {per_round} completions must be a multiple "
-              f"of num_generations ({self.num_generations})")
-        check(self.steps_per_generation % self.gradient_accumulation_steps == 0,
-              f"steps_per_generation ({self.steps_per_generation}) must be a multiple of gradient_accumulation_steps "
-              f"({self.gradient_accumulation_steps}) so a generation round ends on an optimizer step")
-        check(self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}")
-        check(self.max_completion_length >= 1, "max_completion_length must be >= 1")
-        check(0 <= self.epsilon < 1, f"epsilon must be in [0, 1), got {self.epsilon}")
-        check(self.epsilon_high >= 0, f"epsilon_high must be >= 0, got {self.epsilon_high}")
-        check(self.beta >= 0, f"beta must be >= 0, got {self.beta}")
-        check(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
-        check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
-        check(self.top_k >= 0, f"top_k must be >= 0 (0 disables), got {self.top_k}")
-        check(0 <= self.min_p < 1, f"min_p must be in [0, 1), got {self.min_p}")
-        self._check_sampler_logprobs(check)
-        one_of("reinforce_pp_whitening", WHITENING_LEVELS)
-        one_of("temperature_schedule", TEMPERATURE_SCHEDULES)
-        if self.temperature_schedule != "constant":
-            check(self.temperature_end is not None and self.temperature_end > 0,
-                  f"temperature_schedule={self.temperature_schedule!r} anneals from temperature to temperature_end, "
-                  f"which must be > 0 (got {self.temperature_end})")
-        check(self.temperature_anneal_steps is None or self.temperature_anneal_steps >= 1,
-              f"temperature_anneal_steps must be >= 1 or None, got {self.temperature_anneal_steps}")
-        check(self.ratio_skip_threshold is None or self.ratio_skip_threshold > 1,
-              f"ratio_skip_threshold must be > 1 (a ratio above the on-policy 1) or None, got "
-              f"{self.ratio_skip_threshold}")
-        check(self.ptx_coef >= 0, f"ptx_coef must be >= 0, got {self.ptx_coef}")
-        check((self.ptx_coef > 0) == (self.ptx_dataset is not None),
-              f"the PTX loss needs both ptx_dataset and ptx_coef > 0 (got ptx_dataset={self.ptx_dataset!r}, "
-              f"ptx_coef={self.ptx_coef})")
-        check(self.ptx_batch_size >= 1 and self.ptx_max_length >= 2,
-              "ptx_batch_size must be >= 1 and ptx_max_length >= 2")
-        check(not self.use_bias_correction_kl or self.kl_estimator in ("k1", "k3"),
-              f"use_bias_correction_kl weights the KL by the importance ratio, which unbiases the gradients of k1 and "
-              f"k3 but biases kl_estimator={self.kl_estimator!r}'s; set use_bias_correction_kl: false or use k3")
-        check(self.logprob_chunk_size >= 1, "logprob_chunk_size must be >= 1")
-        check(self.generation_chunk_size is None or self.generation_chunk_size >= 1,
-              "generation_chunk_size must be None (one call) or >= 1")
-        if self.max_tokens_per_microbatch is not None:
-            longest = (self.max_prompt_length or 0) + self.max_completion_length
-            check(self.max_tokens_per_microbatch >= longest,
-                  f"max_tokens_per_microbatch ({self.max_tokens_per_microbatch}) must be >= max_prompt_length + "
-                  f"max_completion_length ({longest}): a packed row holds whole sequences")
-        if self.overlong_buffer_length is not None:
-            check(0 < self.overlong_buffer_length <= self.max_completion_length,
-                  f"overlong_buffer_length ({self.overlong_buffer_length}) must be in (0, max_completion_length="
-                  f"{self.max_completion_length}]")
-        low, high = (list(self.dynamic_sampling_filter_range) + [None, None])[:2]
-        check(len(self.dynamic_sampling_filter_range) == 2 and 0 <= low <= high <= 1,
-              f"dynamic_sampling_filter_range must be [low, high] with 0 <= low <= high <= 1, "
-              f"got {self.dynamic_sampling_filter_range}")
-        check(self.dynamic_sampling_max_rounds >= 0, "dynamic_sampling_max_rounds must be >= 0")
-        one_of("dynamic_sampling_criterion", ("success_rate", "reward_std"))
-        if self.max_staleness is not None:
-            check(self.max_staleness >= 0, f"max_staleness must be None or >= 0, got {self.max_staleness}")
-            check(self.generation_backend == "vllm",
-                  "max_staleness needs generation_backend=vllm: the HF backend generates with the policy being "
-                  "trained, so generation cannot overlap training")
-            check(self.vllm_tensor_parallel_size == 1 and not self.vllm_enable_sleep_mode,
-                  "max_staleness: a tensor-parallel colocated engine (its generate is a collective) and sleep mode "
-                  "(the engine sleeps while training) cannot overlap generation with training")
-        if self.reward_weights is not None and self.reward_funcs is not None:
-            check(len(self.reward_weights) == len(self.reward_funcs),
-                  f"reward_weights has {len(self.reward_weights)} entries but reward_funcs has "
-                  f"{len(self.reward_funcs)} ({self.reward_funcs})")
-        check(self.max_train_minutes is None or self.max_train_minutes > 0,
-              f"max_train_minutes must be > 0 or None, got {self.max_train_minutes}")
-        check(self.save_every_minutes is None or self.save_every_minutes > 0,
-              f"save_every_minutes must be > 0 or None, got {self.save_every_minutes}")
-        check(self.log_completions_steps >= 0, "log_completions_steps must be >= 0")
-        check(self.code_timeout_s > 0, f"code_timeout_s must be > 0, got {self.code_timeout_s}")
-        check(self.code_memory_mb > 0, f"code_memory_mb must be > 0, got {self.code_memory_mb}")
-        check(self.code_workers is None or self.code_workers >= 1,
-              f"code_workers must be >= 1 or None (one per CPU), got {self.code_workers}")
-
-    def _check_sampler_logprobs(self, check) -> None:
-        """vLLM's log-probs include every sampling transform; the trainer's include temperature and (with
-        logprob_sampling_filters) top_k/top_p/min_p. Refuse ratios between the two when they cannot agree."""
-        uses_sampler_logprobs = self.generation_backend == "vllm" and (
-            self.vllm_importance_sampling_correction or self.old_logprobs_from_sampler)
-        if not uses_sampler_logprobs:
-            return
-        off = "set vllm_importance_sampling_correction: false and old_logprobs_from_sampler: false"
-        check(self.repetition_penalty == 1.0,
-              f"repetition_penalty={self.repetition_penalty} changes vLLM's sampling log-probs in a way the trainer's "
-              f"log-probs do not reproduce, which biases the importance ratios; {off}, or drop repetition_penalty")
-        filters = self.top_p < 1 or self.top_k > 0 or self.min_p > 0
-        check(self.logprob_sampling_filters or not filters,
-              f"top_p={self.top_p}, top_k={self.top_k}, min_p={self.min_p} truncate vLLM's sampling distribution, "
-              f"and logprob_sampling_filters=false leaves the trainer's log-probs untruncated, which biases the "
-              f"importance ratios; set logprob_sampling_filters: true, or {off}")
+        """Fail early, stating the rule that does not hold (`hf_grpo.config_validation`)."""
+        config_validation.validate(self)
 
     @property
     def prompts_per_generation(self) -> int:
