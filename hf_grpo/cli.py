@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from .errors import run_command
+
 USAGE = """usage: hf-grpo <command> [options]
 
 commands:
@@ -24,12 +26,13 @@ def main(argv: list[str] | None = None) -> int:
         from .train import main as train_main
         train_main(rest)
         return 0
+    # Bad input ends each command with one line naming it (hf_grpo.errors); --verbose shows the traceback.
     if command == "eval":
         from .eval_command import main as eval_main
-        return eval_main(rest)
+        return run_command(eval_main, rest, prog="hf-grpo eval")
     if command == "serve":
         from .serve import main as serve_main
-        return serve_main(rest)
+        return run_command(serve_main, rest, prog="hf-grpo serve")
     print(f"hf-grpo: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from .algorithms import (ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
                          TEMPERATURE_SCHEDULES, WHITENING_LEVELS)
+from .errors import InputError
 
 GENERATION_BACKENDS = ("auto", "hf", "vllm")
 VLLM_MODES = ("colocate", "server")
@@ -33,7 +34,7 @@ COUNTS = (
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A `GRPOConfig` value or combination that cannot run; ``field`` names the field when one is to blame."""
 
     def __init__(self, message: str, field: str | None = None):

@@ -24,9 +24,10 @@ from transformers import HfArgumentParser
 
 from .config import GRPOConfig
 from .config_validation import ConfigError, describe, field_types, matches, takes_list_not_str
+from .errors import InputError
 
 
-class RecipeError(ValueError):
+class RecipeError(InputError):
     """A recipe or command line that cannot be mapped onto `GRPOConfig`."""
 
 

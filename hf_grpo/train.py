@@ -18,7 +18,8 @@ from transformers import set_seed
 
 from .callbacks import plot_training_curves
 from .checkpoints import checkpoint_step, resolve_resume
-from .data import filter_long_prompts, load_prompt_dataset
+from .data import load_prompt_dataset
+from .errors import run_command
 from .generation.vllm_colocate import vllm_logging_level
 from .heldout import HeldoutAccuracy, evaluate_heldout, heldout_dataset
 from .models import load_tokenizer
@@ -30,9 +31,14 @@ QUICKSTART = Path("recipes/quickstart.yaml")
 
 
 def main(argv: list[str] | None = None) -> DistributedGRPOTrainer:
+    """Bad input (`hf_grpo.errors.InputError`) ends the run with one line naming it; ``--verbose`` for a traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv and QUICKSTART.is_file():
         argv = ["--recipe", str(QUICKSTART)]
+    return run_command(train, argv, prog="train.py")
+
+
+def train(argv: list[str]) -> DistributedGRPOTrainer:
 
     # 1. Config: recipe + command-line overrides, validated.
     args = parse_config(argv)
@@ -53,26 +59,23 @@ def main(argv: list[str] | None = None) -> DistributedGRPOTrainer:
     # 3. Tokenizer (the embedded model is converted to safetensors on first use).
     tokenizer = load_tokenizer(args.model_name_or_path)
 
-    # 4. Data: training prompts and named evaluation sets, long prompts dropped and counted.
+    # 4. Data: training prompts and named evaluation sets, every row validated with its file:line.
     train_dataset = load_prompt_dataset(args.dataset_name, prompt_column=args.prompt_column,
                                         system_prompt=args.system_prompt, max_rows=args.max_train_samples,
                                         seed=args.seed)
-    train_dataset, dropped = filter_long_prompts(train_dataset, tokenizer, args.max_prompt_length)
-    logger.info("training prompts: %d (%d dropped as longer than %s tokens)", len(train_dataset), dropped,
-                args.max_prompt_length)
     eval_datasets = None
     if args.eval_datasets:
-        eval_datasets = {}
-        for name, source in args.eval_datasets.items():
-            dataset = load_prompt_dataset(source, prompt_column=args.prompt_column, system_prompt=args.system_prompt,
-                                          max_rows=args.eval_max_samples, seed=args.seed)
-            eval_datasets[name], _ = filter_long_prompts(dataset, tokenizer, args.max_prompt_length)
+        eval_datasets = {name: load_prompt_dataset(source, prompt_column=args.prompt_column,
+                                                   system_prompt=args.system_prompt, max_rows=args.eval_max_samples,
+                                                   seed=args.seed)
+                         for name, source in args.eval_datasets.items()}
     heldout = heldout_dataset(args, train_dataset, tokenizer) if args.heldout_eval_samples else None
 
-    # 5. Trainer: policy, rewards, generation backend.
+    # 5. Trainer: policy, rewards, generation backend. It drops (and counts) the prompts too long to generate from.
     trainer = DistributedGRPOTrainer(model=args.model_name_or_path, reward_funcs=args.reward_funcs, args=args,
                                      train_dataset=train_dataset, eval_dataset=eval_datasets,
                                      processing_class=tokenizer)
+    logger.info("training prompts: %d of %d loaded", len(trainer.train_dataset), len(train_dataset))
 
     # 6. Train, resuming when asked: `--resume_from_checkpoint latest` (the newest complete checkpoint in output_dir,
     #    or a fresh start if there is none: the same command restarts a killed job) or a path.
@@ -98,8 +101,8 @@ def main(argv: list[str] | None = None) -> DistributedGRPOTrainer:
         trainer.push_to_hub(dataset_name=args.dataset_name)
     rewards = [r["reward"] for r in trainer.state.log_history if "reward" in r]
     if rewards and trainer.is_world_process_zero():
-        logger.info("reward: first step %.3f -> last step %.3f; curves in %s", rewards[0], rewards[-1],
-                    os.path.join(args.output_dir, "training_curves.png"))
+        curves = f"; curves in {os.path.join(args.output_dir, 'training_curves.png')}" if args.plot_metrics else ""
+        logger.info("reward: first step %.3f -> last step %.3f%s", rewards[0], rewards[-1], curves)
     if base is not None:
         _report_heldout(trainer, heldout, base)
     return trainer

@@ -32,6 +32,7 @@ from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
 from .completions_table import print_completions
 from .config import GRPOConfig
+from .data.checks import model_positions, prepare_datasets
 from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_reference_model, warn_if_fsdp_falls_back,
                           zero3_init_disabled)
 from .evaluation import evaluate_rows
@@ -71,12 +72,20 @@ class DistributedGRPOTrainer(Trainer):
         model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)
         dtype = args.policy_dtype(peft_config is not None or args.use_peft)
         self._model_id = model_id
-        if isinstance(model, str):
-            model = load_model(model, dtype, args.attn_implementation, **init_kwargs)
         if processing_class is None:
             processing_class = load_tokenizer(model_id)
         if processing_class.pad_token is None:
             processing_class.pad_token = processing_class.eos_token
+        # Multi-turn rollouts (hf_grpo.agents): tools and environments, or TRL's rollout_func.
+        self.agent = None
+        if tools or args.tools or environment_factory is not None:
+            self.agent = AgentRollouts(processing_class, args, tools, environment_factory)
+        # Every row checked and over-long prompts dropped and counted, before the model loads (hf_grpo.data.checks).
+        train_dataset, eval_dataset = prepare_datasets(
+            train_dataset, eval_dataset, processing_class, args, model_positions(model),
+            encode=self.agent.encode_prompt if self.agent is not None else None)
+        if isinstance(model, str):
+            model = load_model(model, dtype, args.attn_implementation, **init_kwargs)
         if peft_config is None and args.use_peft:
             from peft import LoraConfig
             peft_config = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
@@ -86,16 +95,13 @@ class DistributedGRPOTrainer(Trainer):
             model = get_peft_model(model, peft_config)
         if args.disable_dropout:     # old, current and reference log-probs: one deterministic function
             logger.info("disable_dropout: %d dropout probabilities set to 0", disable_dropout(model))
-
-        # Multi-turn rollouts (hf_grpo.agents): tools and environments, or TRL's rollout_func.
-        self.agent = None
-        if tools or args.tools or environment_factory is not None:
-            self.agent = AgentRollouts(processing_class, args, tools, environment_factory)
         self.rollout_func = rollout_func
         funcs = reward_funcs if reward_funcs is not None else args.reward_funcs
         funcs = [] if not funcs else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
         with zero3_init_disabled(args):      # reward models load whole on every rank, never partitioned
-            funcs = [self._reward_function(f, args, reward_processing_classes, i) for i, f in enumerate(funcs)]
+            # A sequence-classification model module (TRL) is scored with reward_processing_classes[i].
+            funcs = [RewardModel(f, tokenizer=reward_processing_classes[i] if reward_processing_classes else None)
+                     if isinstance(f, PreTrainedModel) else load_reward_function(f, args) for i, f in enumerate(funcs)]
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
         funcs = with_environment_rewards(funcs, self.agent, args)
@@ -150,15 +156,6 @@ class DistributedGRPOTrainer(Trainer):
         self._last_log_wall = time.perf_counter()
         self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
         self._staging = False        # while True, checkpoints are written to the staging area (_save_checkpoint)
-
-    @staticmethod
-    def _reward_function(spec, args, processing_classes, index: int):
-        """A reward callable from a callable, a name or path, or (TRL-style) a sequence-classification model module
-        scored with ``reward_processing_classes[index]``."""
-        if isinstance(spec, PreTrainedModel):
-            tokenizer = processing_classes[index] if processing_classes is not None else None
-            return RewardModel(spec, tokenizer=tokenizer)
-        return load_reward_function(spec, args)
 
     # ---- data ---------------------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset=None):

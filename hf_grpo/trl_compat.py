@@ -15,6 +15,8 @@ import importlib.util
 import json
 from typing import Any
 
+from .errors import InputError
+
 # (field, TRL's default, why it is refused / what to use instead). A value other than the default is an error.
 REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("router_aux_loss_coef", None, "the loss has no MoE auxiliary term; train a dense model or leave it unset"),
@@ -57,7 +59,7 @@ SCALE_REWARDS = {"group": "grpo", "batch": "grpo_batch_std", "none": "dr_grpo"}
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
 
-class ConfigFieldError(ValueError):
+class ConfigFieldError(InputError):
     """A `GRPOConfig` keyword that is neither an hf_grpo nor a TRL field."""
 
 

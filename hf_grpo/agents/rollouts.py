@@ -63,6 +63,10 @@ class AgentRollouts:
         logger.info("agentic rollouts: %d tool(s) %s, %s, tool protocol %s", len(self.tools), sorted(self.tools),
                     "environments" if self.envs else "no environment", self.protocol.mode)
 
+    def encode_prompt(self, prompt) -> list[int]:
+        """A dataset prompt's ids as the policy will see them: with the tool descriptions (not an environment's)."""
+        return self.protocol.encode_prompt(prompt, self.tools)
+
     def reward_functions(self) -> list:
         return self.envs.reward_functions() if self.envs else []
 

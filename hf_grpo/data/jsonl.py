@@ -38,12 +38,14 @@ def iter_jsonl(path: str | os.PathLike, counts: dict[str, int] | None = None) ->
         counts["blank"] = blank
 
 
-def read_jsonl(path: str | os.PathLike, prompt_column: str = "prompt") -> tuple[list[dict], str]:
-    """Load and validate a JSONL prompt file; return its canonical rows and the detected format name."""
+def read_jsonl(path: str | os.PathLike, prompt_column: str = "prompt",
+               locations: list[str] | None = None) -> tuple[list[dict], str]:
+    """Load and validate a JSONL prompt file; return its canonical rows and the detected format name (each row's
+    ``file:line`` is appended to ``locations`` when given)."""
     name = os.fspath(path)
     counts: dict[str, int] = {}
     try:
-        rows, fmt = normalize_rows(iter_jsonl(name, counts), prompt_column)
+        rows, fmt = normalize_rows(iter_jsonl(name, counts), prompt_column, locations)
     except UnicodeDecodeError as err:
         raise DataFormatError(f"{name}: not UTF-8 text: {err}") from None
     blank = counts.get("blank", 0)

@@ -22,7 +22,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from datasets import Dataset, DatasetDict, load_from_disk
+import weakref
+
+from datasets import Dataset, DatasetDict, IterableDataset, load_from_disk
 
 from .arithmetic import arithmetic_rows
 from .multiplication import DEFAULT_ROWS as DEFAULT_MULTIPLICATION_ROWS, multiplication_rows
@@ -33,12 +35,35 @@ from .schema import DataFormatError, normalize_rows
 logger = logging.getLogger(__name__)
 
 DEFAULT_ARITHMETIC_ROWS = 2000
+
+
+# Each loaded dataset's row locations (file:line, or name[index]), for later messages about a row; the weak keys
+# let a dataset and its entry go together. A dataset found here has also been validated.
+_LOCATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def row_locations(dataset: Dataset) -> list[str] | None:
+    """Where each row of a dataset returned by `load_prompt_dataset` came from; None for any other dataset."""
+    return _LOCATIONS.get(dataset)
+
+
+def set_row_locations(dataset: Dataset, locations: list[str]) -> None:
+    _LOCATIONS[dataset] = locations
+
+
+class DataSourceNotFoundError(DataFormatError, FileNotFoundError):
+    """A data path that does not exist (still a FileNotFoundError for callers that catch that)."""
+
 _ARITHMETIC = re.compile(r"arithmetic(?::(.*))?")
 _MULTIPLICATION = re.compile(r"multiplication(?::(.*))?")
 
 
-def _rows_from_records(records: list, desc: str, prompt_column: str) -> tuple[list[dict], str]:
-    rows, fmt = normalize_rows(((f"{desc} row {i}", r) for i, r in enumerate(records, start=1)), prompt_column)
+def _rows_from_records(records: list, desc: str, prompt_column: str, locations: list[str],
+                       indexed: bool = False) -> tuple[list[dict], str]:
+    """``indexed``: an in-memory source, whose rows are named as Python indexes them (``train_dataset[0]``); file rows
+    are counted from 1."""
+    where = (lambda i: f"{desc}[{i}]") if indexed else (lambda i: f"{desc} row {i + 1}")
+    rows, fmt = normalize_rows(((where(i), r) for i, r in enumerate(records)), prompt_column, locations)
     if fmt is None:
         raise DataFormatError(f"{desc}: the source has no rows")
     return rows, fmt
@@ -68,10 +93,10 @@ def _single_split(dataset_dict: DatasetDict, desc: str) -> Dataset:
     return next(iter(dataset_dict.values()))
 
 
-def _load_path(path: Path, prompt_column: str) -> tuple[list[dict], str]:
+def _load_path(path: Path, prompt_column: str, locations: list[str]) -> tuple[list[dict], str]:
     desc = str(path)
     if not path.exists():
-        raise FileNotFoundError(
+        raise DataSourceNotFoundError(
             f"{desc}: no such file or folder. Supported sources: a .jsonl/.json/.parquet file, a save_to_disk "
             f"folder, 'arithmetic' or 'arithmetic:N' (hub datasets: load them with datasets.load_dataset and pass "
             f"the Dataset)"
@@ -83,10 +108,10 @@ def _load_path(path: Path, prompt_column: str) -> tuple[list[dict], str]:
             raise DataFormatError(f"{desc}: folder is not a dataset saved with save_to_disk ({err})") from None
         if isinstance(loaded, DatasetDict):
             loaded = _single_split(loaded, desc)
-        return _rows_from_records(loaded.to_list(), desc, prompt_column)
+        return _rows_from_records(loaded.to_list(), desc, prompt_column, locations)
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return read_jsonl(path, prompt_column)
+        return read_jsonl(path, prompt_column, locations)
     if suffix in (".json", ".parquet"):
         if path.stat().st_size == 0:
             raise DataFormatError(f"{desc}: the file is empty")
@@ -95,12 +120,13 @@ def _load_path(path: Path, prompt_column: str) -> tuple[list[dict], str]:
             loaded = reader(desc)
         except Exception as err:  # datasets wraps parser errors in several exception types
             raise DataFormatError(f"{desc}: could not read the {suffix} file: {err}") from err
-        return _rows_from_records(loaded.to_list(), desc, prompt_column)
+        return _rows_from_records(loaded.to_list(), desc, prompt_column, locations)
     raise DataFormatError(f"{desc}: unsupported file type {suffix!r}; expected .jsonl, .json or .parquet")
 
 
-def _load_rows(source: Any, prompt_column: str, seed: int) -> tuple[list[dict], str, str]:
-    """Return ``(canonical_rows, format_name, description_of_source)``."""
+def _load_rows(source: Any, prompt_column: str, seed: int, name: str,
+               locations: list[str]) -> tuple[list[dict], str, str]:
+    """Return ``(canonical_rows, format_name, description_of_source)``; each row's location goes to ``locations``."""
     if isinstance(source, str):
         match = _ARITHMETIC.fullmatch(source.strip())
         if match:
@@ -119,20 +145,22 @@ def _load_rows(source: Any, prompt_column: str, seed: int) -> tuple[list[dict], 
             return multiplication_rows(n, seed), "multiplication", f"multiplication (n={n}, seed={seed})"
     if isinstance(source, (str, os.PathLike)):
         path = Path(source).expanduser()
-        return (*_load_path(path, prompt_column), str(path))
+        return (*_load_path(path, prompt_column, locations), str(path))
     if isinstance(source, DatasetDict):
-        source = _single_split(source, "DatasetDict")
+        source = _single_split(source, name)
     if isinstance(source, Dataset):
-        desc = "Dataset"
-        return (*_rows_from_records(source.to_list(), desc, prompt_column), desc)
+        return (*_rows_from_records(source.to_list(), name, prompt_column, locations, indexed=True), name)
     if isinstance(source, Mapping):
-        desc = "dict source"
-        return (*_rows_from_records(_records_from_columns(source, desc), desc, prompt_column), desc)
+        records = _records_from_columns(source, name)
+        return (*_rows_from_records(records, name, prompt_column, locations, indexed=True), name)
     if isinstance(source, (list, tuple)):
-        desc = "list source"
-        return (*_rows_from_records(list(source), desc, prompt_column), desc)
-    raise TypeError(
-        f"unsupported prompt source of type {type(source).__name__}; expected a path, 'arithmetic[:N]', "
+        return (*_rows_from_records(list(source), name, prompt_column, locations, indexed=True), name)
+    if isinstance(source, IterableDataset):
+        raise DataFormatError(f"{name}: an IterableDataset (streaming) is not supported yet: every row is validated "
+                              f"and the epoch is a seeded permutation, which need the rows up front. Materialise it, "
+                              f"e.g. Dataset.from_list(list(iterable_dataset.take(n)))")
+    raise DataFormatError(
+        f"{name}: unsupported prompt source of type {type(source).__name__}; expected a path, 'arithmetic[:N]', "
         f"a datasets.Dataset, a dict of columns or a list of rows"
     )
 
@@ -159,6 +187,7 @@ def load_prompt_dataset(
     system_prompt: str | None = None,
     max_rows: int | None = None,
     seed: int = 0,
+    name: str = "dataset",
 ) -> Dataset:
     """Load prompts from ``source`` as a ``Dataset`` of canonical rows (see the module docstring).
 
@@ -170,14 +199,16 @@ def load_prompt_dataset(
             raises DataFormatError for plain-string prompts.
         max_rows: keep only the first ``max_rows`` rows (after loading and validating all of them).
         seed: seed of the generated arithmetic task (other sources are not shuffled).
+        name: what an in-memory source is called in errors, with the row's index (``train_dataset[3]``).
 
     Raises:
         DataFormatError: malformed data, with ``file:line`` (or ``row i``) and the offending key.
-        FileNotFoundError: ``source`` is a path that does not exist.
+        DataSourceNotFoundError: ``source`` is a path that does not exist (a FileNotFoundError).
     """
     if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
-        raise ValueError(f"max_rows must be a positive int or None, got {max_rows!r}")
-    rows, fmt, desc = _load_rows(source, prompt_column, seed)
+        raise DataFormatError(f"max_rows must be a positive int or None, got {max_rows!r}")
+    locations: list[str] = []
+    rows, fmt, desc = _load_rows(source, prompt_column, seed, name, locations)
     if max_rows is not None and len(rows) > max_rows:
         logger.info("%s: keeping the first %d of %d rows (max_rows); %d cut",
                     desc, max_rows, len(rows), len(rows) - max_rows)
@@ -186,5 +217,6 @@ def load_prompt_dataset(
         added = add_system_prompt(rows, system_prompt, desc)
         logger.debug("%s: added the system prompt to %d of %d prompts", desc, added, len(rows))
     dataset = _to_dataset(rows, desc)
+    set_row_locations(dataset, locations[:len(rows)])
     logger.info("Loaded %d prompts from %s (format: %s, columns: %s)", len(dataset), desc, fmt, dataset.column_names)
     return dataset

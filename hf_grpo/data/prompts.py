@@ -7,7 +7,7 @@ is logged as a warning) instead of being silently truncated, so no model ever se
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from datasets import Dataset
@@ -112,41 +112,50 @@ def _preview(prompt: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def filter_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_length: int | None) -> tuple[Dataset, int]:
-    """Drop rows whose encoded prompt (see ``encode_prompt``) is longer than ``max_prompt_length`` tokens.
+def filter_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_length: int | None, *,
+                        name: str = "dataset", limit_reason: str | None = None,
+                        encode: Callable[[Any], list[int]] | None = None) -> tuple[Dataset, int]:
+    """Drop rows whose encoded prompt (``encode``, default `encode_prompts`) is longer than ``max_prompt_length``.
 
     Returns ``(kept_dataset, n_dropped)``; the dataset is returned unchanged (same object) when nothing is
-    dropped or ``max_prompt_length`` is None. Drops are logged as a WARNING with an example. Dropping every
-    row raises ValueError, since an empty prompt set cannot be trained or evaluated on.
+    dropped or ``max_prompt_length`` is None. Drops are logged as a WARNING naming the first dropped row where it came
+    from (``file:line`` for a loaded file, else ``name[index]``) and ``limit_reason`` (why the limit is what it is).
+    A prompt of 0 tokens, and dropping every row, raise DataFormatError: neither can be trained or evaluated on.
     """
+    if max_prompt_length is not None and (isinstance(max_prompt_length, bool) or not isinstance(max_prompt_length, int)
+                                          or max_prompt_length < 1):
+        raise DataFormatError(f"max_prompt_length must be a positive int or None, got {max_prompt_length!r}")
+    from .loading import row_locations, set_row_locations
+
+    locations = row_locations(dataset)
+
+    def where(i: int) -> str:
+        return locations[i] if locations is not None else f"{name}[{i}]"
+
+    prompts = dataset["prompt"]
+    ids = [encode(p) for p in prompts] if encode is not None else encode_prompts(tokenizer, prompts)
+    lengths = [len(x) for x in ids]
+    empty = next((i for i, n in enumerate(lengths) if n == 0), None)
+    if empty is not None:
+        raise DataFormatError(f"{where(empty)}: the prompt encodes to 0 tokens; generation needs at least one")
     if max_prompt_length is None:
         return dataset, 0
-    if isinstance(max_prompt_length, bool) or not isinstance(max_prompt_length, int) or max_prompt_length < 1:
-        raise ValueError(f"max_prompt_length must be a positive int or None, got {max_prompt_length!r}")
-    keep: list[int] = []
-    lengths: list[int] = []
-    first_dropped: tuple[int, int] | None = None
-    for i, ids in enumerate(encode_prompts(tokenizer, dataset["prompt"])):
-        length = len(ids)
-        lengths.append(length)
-        if length <= max_prompt_length:
-            keep.append(i)
-        elif first_dropped is None:
-            first_dropped = (i, length)
+    keep = [i for i, n in enumerate(lengths) if n <= max_prompt_length]
     dropped = len(dataset) - len(keep)
+    because = f" ({limit_reason})" if limit_reason else ""
     if dropped == 0:
-        logger.info("All %d prompts fit in max_prompt_length=%d (longest: %d tokens)",
-                    len(dataset), max_prompt_length, max(lengths, default=0))
+        logger.info("All %d prompts of %s fit in %d tokens%s (longest: %d tokens)", len(dataset), name,
+                    max_prompt_length, because, max(lengths, default=0))
         return dataset, 0
-    index, length = first_dropped
-    example = _preview(dataset[index]["prompt"])
+    index = next(i for i, n in enumerate(lengths) if n > max_prompt_length)
+    example = f"{where(index)}, {lengths[index]} tokens: {_preview(prompts[index])!r}"
     if not keep:
-        raise ValueError(
-            f"All {dropped} prompts are longer than max_prompt_length={max_prompt_length} tokens "
-            f"(the shortest has {min(lengths)}; e.g. row {index}: {length} tokens: {example!r}); raise the limit"
-        )
-    logger.warning(
-        "Dropped %d of %d prompts longer than max_prompt_length=%d tokens (e.g. row %d, %d tokens: %r)",
-        dropped, len(dataset), max_prompt_length, index, length, example,
-    )
-    return dataset.select(keep), dropped
+        raise DataFormatError(
+            f"{name}: all {dropped} prompts are longer than {max_prompt_length} tokens{because} (the shortest has "
+            f"{min(lengths)}; e.g. {example}); raise the limit")
+    logger.warning("%s: dropped %d of %d prompts longer than %d tokens%s (first: %s)", name, dropped, len(dataset),
+                   max_prompt_length, because, example)
+    kept = dataset.select(keep)
+    if locations is not None:
+        set_row_locations(kept, [locations[i] for i in keep])
+    return kept, dropped

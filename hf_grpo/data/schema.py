@@ -27,8 +27,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..errors import InputError
+
 # ``tool`` turns (and assistant ``tool_calls``) appear in multi-turn prompts, e.g. few-shot tool-use demonstrations.
 ROLES = ("system", "user", "assistant", "tool")
+# TRL's vision-language columns: refused rather than silently ignored (the images would never reach the model).
+MULTIMODAL_COLUMNS = ("image", "images")
 
 
 def format_help(prompt_column: str) -> str:
@@ -42,7 +46,7 @@ def format_help(prompt_column: str) -> str:
 _GSM8K_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
 
 
-class DataFormatError(ValueError):
+class DataFormatError(InputError):
     """A prompt data source is malformed; the message says where (``file:line`` when known) and why."""
 
 
@@ -110,8 +114,11 @@ def _valid_tool_calls(calls: Any) -> bool:
 
 
 def validate_prompt(value: Any, where: str, key: str) -> str | list[dict]:
-    """A prompt is a string or a conversation (message dict or list of message dicts)."""
+    """A prompt is a non-empty string or a conversation (message dict or list of message dicts)."""
     if isinstance(value, str):
+        if not value.strip():
+            raise DataFormatError(f"{where}: key {key!r}: the prompt is empty; a plain-text prompt needs some text "
+                                  f"for the model to continue")
         return value
     if isinstance(value, (list, Mapping)):
         return validate_messages(value, where, key)
@@ -182,6 +189,10 @@ def normalize_row(row: Any, where: str, prompt_column: str) -> tuple[str, dict]:
     """Validate one input row and return ``(format, canonical_row)``."""
     if not isinstance(row, Mapping):
         raise DataFormatError(f"{where}: expected a JSON object (dict) per row, got {_type_name(row)}")
+    for key in MULTIMODAL_COLUMNS:
+        if key in row and row[key] is not None:
+            raise DataFormatError(f"{where}: key {key!r}: multimodal prompts (images) are not supported; the policy "
+                                  f"is a text-only causal LM. Remove the column to train on the text alone")
     fmt = detect_format(row, prompt_column)
     if fmt is None:
         hint = ""
@@ -233,11 +244,13 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def normalize_rows(rows: Iterable[tuple[str, Any]], prompt_column: str) -> tuple[list[dict], str | None]:
+def normalize_rows(rows: Iterable[tuple[str, Any]], prompt_column: str,
+                   locations: list[str] | None = None) -> tuple[list[dict], str | None]:
     """Normalise ``(where, row)`` pairs; all rows must share one format, prompt kind and column types.
 
     Returns the canonical rows and the format name (None when there were no rows). The first row that
-    deviates from the earlier ones raises DataFormatError naming its location.
+    deviates from the earlier ones raises DataFormatError naming its location. Each row's ``where`` is appended to
+    ``locations`` when given (for later messages about a row, e.g. a dropped over-long prompt).
     """
     out: list[dict] = []
     first: tuple[str, str, str] | None = None  # (where, format, prompt kind)
@@ -265,4 +278,6 @@ def normalize_rows(rows: Iterable[tuple[str, Any]], prompt_column: str) -> tuple
                     f"{where}: key {key!r}: expected {seen[0]} (as in {seen[1]}), got {_kind(value)}"
                 )
         out.append(canon)
+        if locations is not None:
+            locations.append(where)
     return out, (first[1] if first else None)

@@ -52,7 +52,7 @@ def test_list_and_dict_sources():
         load_prompt_dataset({"prompt": ["a", "b"], "id": [1]})
     with pytest.raises(DataFormatError, match="pass \\[row\\]"):
         load_prompt_dataset({"prompt": "a"})
-    with pytest.raises(DataFormatError, match="list source row 2: key 'messages'"):
+    with pytest.raises(DataFormatError, match=r"dataset\[1\]: key .messages."):
         load_prompt_dataset([MATH_ROWS[0], {"messages": "hi", "gt_answer": "1"}])
     with pytest.raises(DataFormatError, match="no rows"):
         load_prompt_dataset([])
@@ -60,7 +60,7 @@ def test_list_and_dict_sources():
 
 def test_dataset_source_errors_name_the_row():
     source = Dataset.from_list([{"prompt": "a"}, {"prompt": "b"}]).rename_column("prompt", "text")
-    with pytest.raises(DataFormatError, match=r"Dataset row 1: .*\['text'\]"):
+    with pytest.raises(DataFormatError, match=r"dataset\[0\]: .*\['text'\]"):
         load_prompt_dataset(source)
 
 
@@ -91,7 +91,7 @@ def test_bad_paths_and_types(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(DataFormatError, match="bad.json"):
         load_prompt_dataset(tmp_path / "bad.json")
-    with pytest.raises(TypeError, match="unsupported prompt source"):
+    with pytest.raises(DataFormatError, match="unsupported prompt source"):
         load_prompt_dataset(42)
 
 

@@ -119,7 +119,8 @@ def test_filter_long_prompts_drops_exactly_the_long_rows(tokenizer, caplog):
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     message = warnings[0].getMessage()
-    assert "Dropped 2 of 4" in message and "max_prompt_length=5" in message and "one two three four" in message
+    assert "dropped 2 of 4" in message and "longer than 5 tokens" in message and "dataset[1], 6 tokens" in message \
+        and "one two three four" in message
 
 
 def test_filter_long_string_prompts(tokenizer):
@@ -139,7 +140,7 @@ def test_filter_long_prompts_no_op_cases(tokenizer, caplog):
 
 def test_filter_long_prompts_errors(tokenizer):
     ds = Dataset.from_list([{"prompt": [user("one two")]}])
-    with pytest.raises(ValueError, match="All 1 prompts are longer"):
+    with pytest.raises(ValueError, match="all 1 prompts are longer"):
         filter_long_prompts(ds, tokenizer, 2)
     with pytest.raises(ValueError, match="max_prompt_length"):
         filter_long_prompts(ds, tokenizer, 0)

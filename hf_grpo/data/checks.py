@@ -1,0 +1,95 @@
+"""The trainer's data checks: every entry point (``train.py`` and the Python API) gets the same ones, before the
+model loads.
+
+`prepare_datasets` takes ``train_dataset`` and ``eval_dataset`` as TRL's ``GRPOTrainer`` does (a ``Dataset``, or a
+dict of named ``Dataset`` for evaluation; here also anything `load_prompt_dataset` reads: a path, a list of rows),
+validates every row (``train_dataset[3]: key 'prompt[0].role': expected one of ...``), then drops and counts the
+prompts longer than the prompt-token limit (`prompt_token_limit`): ``max_prompt_length``, tightened by the generation
+engine's context and the model's positions, so a prompt that cannot be generated from is dropped at the start with
+a count, not found mid-run by the engine. A dataset `load_prompt_dataset` returned is not validated twice, and its
+dropped rows are named by ``file:line``.
+
+Departure from TRL: TRL validates nothing up front and truncates long prompts (``max_prompt_length``, left-cut);
+here they are dropped and counted instead, so no model sees a cut-off question.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from datasets import Dataset
+
+from ..errors import InputError
+from .loading import load_prompt_dataset, row_locations
+from .prompts import filter_long_prompts
+
+logger = logging.getLogger(__name__)
+
+# vLLM colocated without max_prompt_length: the engine's context is sized for this many prompt tokens (vllm_colocate).
+DEFAULT_VLLM_PROMPT_TOKENS = 512
+
+
+def prompt_token_limit(args, max_position_embeddings: int | None) -> tuple[int | None, str | None]:
+    """The longest prompt, in tokens, that can be generated from, and why it is that long (None: no limit)."""
+    completion = args.max_completion_length
+    limits: list[tuple[int, str]] = []
+    if args.max_prompt_length is not None:
+        limits.append((args.max_prompt_length, f"max_prompt_length={args.max_prompt_length}"))
+    if args.generation_backend == "vllm" and args.vllm_mode == "colocate":
+        if args.vllm_max_model_len is not None:
+            limits.append((args.vllm_max_model_len - completion, f"vllm_max_model_len={args.vllm_max_model_len} "
+                                                                 f"minus max_completion_length={completion}"))
+        elif args.max_prompt_length is None:
+            limits.append((DEFAULT_VLLM_PROMPT_TOKENS, f"the vLLM engine's context is sized for "
+                                                       f"{DEFAULT_VLLM_PROMPT_TOKENS} prompt tokens when "
+                                                       f"max_prompt_length is None"))
+    if max_position_embeddings:
+        limits.append((max_position_embeddings - completion, f"the model's {max_position_embeddings} positions minus "
+                                                             f"max_completion_length={completion}"))
+    if not limits:
+        return None, None
+    limit, reason = min(limits)
+    if limit < 1:
+        raise InputError(f"GRPOConfig: no prompt fits: {reason} leaves {limit} tokens; lower max_completion_length")
+    return limit, reason
+
+
+def model_positions(model) -> int | None:
+    """The model's position limit (``max_position_embeddings``), from its config; None when it declares none. A
+    name or path is read without loading the weights."""
+    if isinstance(model, str):
+        from transformers import AutoConfig
+
+        from ..models import resolve_model_path
+        config = AutoConfig.from_pretrained(resolve_model_path(model))
+    else:
+        config = model.config
+    return getattr(config, "max_position_embeddings", None)
+
+
+def prepare_dataset(source: Any, tokenizer, args, name: str, limit: int | None, reason: str | None,
+                    encode: Callable[[Any], list[int]] | None = None) -> Dataset:
+    """One prompt source, validated and length-filtered (see the module docstring)."""
+    validated = isinstance(source, Dataset) and row_locations(source) is not None
+    dataset = source if validated else load_prompt_dataset(source, prompt_column=args.prompt_column, name=name)
+    dataset, _ = filter_long_prompts(dataset, tokenizer, limit, name=name, limit_reason=reason, encode=encode)
+    return dataset
+
+
+def prepare_datasets(train_dataset, eval_dataset, tokenizer, args, max_position_embeddings: int | None,
+                     encode: Callable[[Any], list[int]] | None = None):
+    """``(train_dataset, eval_dataset)`` validated and filtered; ``eval_dataset`` keeps its shape (one set or a dict
+    of named sets). Without an ``eval_dataset``, ``args.eval_datasets`` (named paths) is loaded."""
+    limit, reason = prompt_token_limit(args, max_position_embeddings)
+    if train_dataset is not None:
+        train_dataset = prepare_dataset(train_dataset, tokenizer, args, "train_dataset", limit, reason, encode)
+    if eval_dataset is None and args.eval_datasets:
+        eval_dataset = dict(args.eval_datasets)
+    if isinstance(eval_dataset, Mapping):
+        eval_dataset = {key: prepare_dataset(value, tokenizer, args, f"eval_dataset[{key!r}]", limit, reason, encode)
+                        for key, value in eval_dataset.items()}
+    elif eval_dataset is not None:
+        eval_dataset = prepare_dataset(eval_dataset, tokenizer, args, "eval_dataset", limit, reason, encode)
+    return train_dataset, eval_dataset
