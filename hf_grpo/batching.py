@@ -164,3 +164,24 @@ def collate_microbatches(parts: list[list[dict]], pad_id: int, max_tokens: int |
         micro = [collate_packed(m, pad_id, max_tokens, one_row) for m in parts]
     real = sum(len(s["prompt_ids"]) + len(s["completion_ids"]) for m in parts for s in m)
     return micro, padding_metrics(real, micro, max_tokens)
+
+
+def add_normalizers(micro: list[dict], step_tokens: list[float], num_samples: int, ga: int, accelerator) -> None:
+    """Loss denominators from the samples planned for each optimizer step, skipped ones included (see
+    `split_microbatches`).
+
+    ``dapo``: that optimizer step's active tokens over all processes, scaled by (accumulation steps x processes)
+    because Trainer divides by the former and DDP/DeepSpeed/FSDP average the latter. ``grpo``/``dr_grpo``: the
+    configured micro-batch size. ``bnpo``: this process's active tokens of the step per micro-batch (the local
+    token mean, independent of how the step's samples were split into micro-batches).
+    """
+    world = accelerator.num_processes
+    local = torch.tensor(step_tokens, dtype=torch.float64)                          # [steps in the round]
+    total = local
+    if world > 1:
+        total = accelerator.reduce(local.to(accelerator.device), reduction="sum").cpu()
+    for k, m in enumerate(micro):
+        step = k // ga
+        m["token_normalizer"] = max(float(total[step]), 1.0) / (ga * world)
+        m["num_sequences"] = num_samples // len(micro)
+        m["num_tokens"] = float(local[step]) / ga

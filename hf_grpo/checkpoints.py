@@ -10,15 +10,22 @@
   (``hf_grpo_state_<rank>.pt``): the dynamic-sampling refill stream, the generation round still being consumed when
   one round feeds several optimizer steps (regenerating it after a resume would train on different samples), the
   weight version that produced it, and the training clock behind ``max_train_minutes``.
+* **Checked on resume.** ``hf_grpo_run.json`` records the settings that fix which prompts each step draws (and the
+  dataset's digest); resuming with other values is refused, naming each, unless ``resume_allow_changes`` lists it.
+  A damaged checkpoint (unreadable state, truncated safetensors) is refused naming the file and an earlier checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import shutil
 
 import torch
+
+from .errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -73,3 +80,89 @@ def load_rank_state(folder: str, rank: int) -> dict | None:
                        rank)
         return None
     return torch.load(path, weights_only=True)
+
+
+# Settings that fix which prompts a step draws (the epoch's seeded permutation, the prompts per round, the rounds per
+# step) or what a step is: resuming with another value would skip or repeat data while the step counter goes on.
+RESUME_SETTINGS = ("seed", "shuffle_dataset", "num_generations", "per_device_train_batch_size", "steps_per_generation",
+                   "gradient_accumulation_steps", "num_iterations", "max_staleness")
+RUN_FILE = "hf_grpo_run.json"
+
+
+class ResumeError(InputError):
+    """The checkpoint cannot be resumed as asked: it is damaged, or the run's settings differ from it."""
+
+
+def dataset_signature(dataset) -> dict:
+    """Rows and a digest of the prompts in order: another dataset, or the same one reordered, changes the epoch."""
+    digest = hashlib.sha256()
+    for prompt in dataset["prompt"]:
+        digest.update(json.dumps(prompt, sort_keys=True, default=str).encode())
+    return {"rows": len(dataset), "sha256": digest.hexdigest()[:16]}
+
+
+def run_settings(args, world_size: int, dataset_sig: dict | None) -> dict:
+    settings = {name: getattr(args, name) for name in RESUME_SETTINGS}
+    settings["processes"] = world_size
+    if dataset_sig is not None:
+        settings["train_dataset"] = dataset_sig
+    return settings
+
+
+def write_run_settings(folder: str, settings: dict) -> None:
+    with open(os.path.join(folder, RUN_FILE), "w") as f:
+        json.dump(settings, f, indent=2, sort_keys=True)
+
+
+def check_resume(folder: str, settings: dict, allowed: list[str] | None) -> None:
+    """Refuse to resume from a damaged checkpoint, or with settings that would skip or repeat data, naming the file
+    or the setting and both values; ``allowed`` (``resume_allow_changes``) lists the changes the user accepts."""
+    verify_checkpoint(folder)
+    path = os.path.join(folder, RUN_FILE)
+    if not os.path.isfile(path):
+        logger.warning("%s has no %s (written by an older hf_grpo): the resumed run's settings cannot be compared with "
+                       "the checkpoint's", folder, RUN_FILE)
+        return
+    with open(path) as f:
+        saved = json.load(f)
+    changed = [(k, saved[k], settings.get(k)) for k in saved
+               if saved[k] != settings.get(k) and k not in (allowed or ())]
+    if changed:
+        listed = "; ".join(f"{k}: {old!r} in the checkpoint, {new!r} now" for k, old, new in changed)
+        raise ResumeError(f"cannot resume from {folder}: {listed}. These fix which prompts each step draws, so the "
+                          f"resumed run would skip or repeat data. Resume with the checkpoint's values, or accept the "
+                          f"change with resume_allow_changes: [{', '.join(k for k, _, _ in changed)}]")
+    for key in allowed or ():
+        if saved.get(key) != settings.get(key):
+            logger.warning("resuming from %s with %s changed (%r -> %r), as resume_allow_changes allows: the data "
+                           "position after the resume is approximate", folder, key, saved.get(key), settings.get(key))
+
+
+def verify_checkpoint(folder: str) -> None:
+    """A checkpoint folder that `Trainer` can load: its state JSON parses and every safetensors header reads."""
+    if not os.path.isdir(folder):
+        raise ResumeError(f"resume_from_checkpoint: {folder} is not a folder")
+    state = os.path.join(folder, "trainer_state.json")
+    try:
+        with open(state) as f:
+            json.load(f)
+    except (OSError, ValueError) as e:
+        raise ResumeError(f"{state}: the checkpoint's trainer state cannot be read ({e}); {_earlier(folder)}") from None
+    from safetensors import safe_open
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            try:
+                with safe_open(os.path.join(folder, name), framework="pt"):
+                    pass
+            except Exception as e:     # safetensors raises its own SafetensorError, and OSError
+                raise ResumeError(f"{os.path.join(folder, name)}: corrupt or truncated safetensors file ({e}); "
+                                  f"{_earlier(folder)}") from None
+
+
+def _earlier(folder: str) -> str:
+    """Advice naming the newest other checkpoint beside ``folder``."""
+    parent = os.path.dirname(os.path.abspath(folder))
+    others = sorted((d for d in os.listdir(parent) if d.startswith("checkpoint-") and d.split("-")[-1].isdigit()
+                     and os.path.join(parent, d) != os.path.abspath(folder)), key=lambda d: int(d.split("-")[-1]))
+    return (f"resume from an earlier one, e.g. --resume_from_checkpoint {os.path.join(parent, others[-1])}"
+            if others else "there is no other checkpoint to resume from")

@@ -304,6 +304,12 @@ class GRPOConfig(TRLFields):
     max_concurrent_tools: int = field(default=16, metadata={
         "help": "Tool calls run concurrently per process, at most this many at once."})
 
+    resume_allow_changes: list[str] | None = field(default=None, metadata={
+        "help": "Settings that may differ from the checkpoint's when resuming (e.g. [num_generations]). Without it, "
+                "resuming with another seed, batch size, num_generations, steps_per_generation, accumulation, "
+                "num_iterations, max_staleness, process count or training data is refused: the resumed run would skip "
+                "or repeat prompts."})
+
     # ---- budget -------------------------------------------------------------------------------------
     max_train_minutes: float | None = field(default=None, metadata={
         "help": "Stop after the optimizer step that crosses this many minutes of training wall-clock (evaluation "

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import os
 import time
+from pathlib import Path
 
 import torch
 from accelerate.utils import gather_object
@@ -27,7 +28,7 @@ from transformers.trainer_utils import rotate_checkpoints
 from .agents import (USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi_turn_rollouts,
                      with_environment_rewards)
 from .algorithms import importance_sampling_weights, logp_difference, masked_mean, policy_loss, scheduled_temperature
-from .batching import build_samples, collate_microbatches, split_microbatches
+from .batching import add_normalizers, build_samples, collate_microbatches, split_microbatches
 from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
 from .completions_table import print_completions
@@ -156,6 +157,7 @@ class DistributedGRPOTrainer(Trainer):
         self._last_log_wall = time.perf_counter()
         self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
         self._staging = False        # while True, checkpoints are written to the staging area (_save_checkpoint)
+        self._data_signature: dict | None = None       # of train_dataset, for the resume check (hf_grpo.checkpoints)
 
     # ---- data ---------------------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset=None):
@@ -227,7 +229,7 @@ class DistributedGRPOTrainer(Trainer):
                 error = e
         # Every process learns whether any failed, so all can take part in the (collective) save, then stop.
         if self._any_rank(error is not None):
-            self._save_after_user_code_crash()
+            self._save_last_step("a reward function failed")
             if error is not None:
                 raise error
             raise RewardFunctionError("a reward function failed on another process (its error is in that "
@@ -253,7 +255,7 @@ class DistributedGRPOTrainer(Trainer):
         self._metrics.add("temperature", temperature)
         self._metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
         self._add_logprob_inputs(micro)
-        self._add_normalizers(micro, step_tokens, len(samples))
+        add_normalizers(micro, step_tokens, len(samples), args.gradient_accumulation_steps, self.accelerator)
         self._record_rollout_metrics(batch, advantages, time.perf_counter() - start, version)
         step = self.state.global_step + 1
         rollout_log = args.log_completions_steps and step % args.log_completions_steps == 0
@@ -274,17 +276,37 @@ class DistributedGRPOTrainer(Trainer):
         self.generator.update_weights(self.model_wrapped, self.state.global_step)
         self._metrics.add("timing/weight_sync_s", time.perf_counter() - start)
 
-    def _save_after_user_code_crash(self) -> None:
-        """A reward function raised: keep the progress made so far before the error ends the run.
+    def _save_last_step(self, what: str) -> None:
+        """Keep the last completed optimizer step before an error ends the run (every process calls this).
 
-        Generation rounds start on optimizer-step boundaries, so the weights are exactly those of ``global_step``.
-        Called on every process (the save gathers state). With ``dynamic_sampling`` a failure on one process while
-        the others wait in a refill round's collective cannot be coordinated; that case stops without saving.
+        Weights change only in the optimizer step, so outside it they are exactly those of ``global_step``; the round
+        position is reset to that step's boundary so the saved state resumes there. Nothing is saved before the first
+        step, or when that step is already saved. With ``dynamic_sampling`` a failure on one process while the others
+        wait in a refill round's collective cannot be coordinated; that case stops without saving.
         """
-        if self.state.global_step > 0:
-            logger.error("a reward function failed at step %d; saving checkpoint-%d before stopping",
-                         self.state.global_step + 1, self.state.global_step)
-            self._save_checkpoint(self.model, trial=None)
+        step = self.state.global_step
+        if step == 0 or os.path.isdir(os.path.join(self._get_output_dir(None), f"checkpoint-{step}")):
+            return
+        logger.error("%s at step %d; saving checkpoint-%d before stopping", what, step + 1, step)
+        self._micro_step = step * self.args.gradient_accumulation_steps
+        self._save_checkpoint(self.model, trial=None)
+
+    @contextlib.contextmanager
+    def _save_on_crash(self, what: str):
+        """Run a part every process runs (evaluation, logging); if it fails on any, all save the last step."""
+        error = None
+        try:
+            yield
+        except Exception as e:
+            error = e
+        if self._any_rank(error is not None):
+            self._save_last_step(what)
+            raise error if error is not None else RuntimeError(f"{what} on another process (see its log)")
+
+    def _run_settings(self) -> dict:
+        if self._data_signature is None and self.train_dataset is not None:
+            self._data_signature = checkpoints.dataset_signature(self.train_dataset)
+        return checkpoints.run_settings(self.args, self.accelerator.num_processes, self._data_signature)
 
     @torch.no_grad()
     def _add_logprob_inputs(self, micro: list[dict]) -> None:
@@ -386,26 +408,6 @@ class DistributedGRPOTrainer(Trainer):
                            diff)
         return ok
 
-    def _add_normalizers(self, micro: list[dict], step_tokens: list[float], num_samples: int) -> None:
-        """Loss denominators from the samples planned for each optimizer step, skipped ones included (see
-        `split_microbatches`).
-
-        ``dapo``: that optimizer step's active tokens over all processes, scaled by (accumulation steps x processes)
-        because Trainer divides by the former and DDP/DeepSpeed/FSDP average the latter. ``grpo``/``dr_grpo``: the
-        configured micro-batch size. ``bnpo``: this process's active tokens of the step per micro-batch (the local
-        token mean, independent of how the step's samples were split into micro-batches).
-        """
-        ga, world = self.args.gradient_accumulation_steps, self.accelerator.num_processes
-        local = torch.tensor(step_tokens, dtype=torch.float64)                          # [steps in the round]
-        total = local
-        if world > 1:
-            total = self.accelerator.reduce(local.to(self.accelerator.device), reduction="sum").cpu()
-        for k, m in enumerate(micro):
-            step = k // ga
-            m["token_normalizer"] = max(float(total[step]), 1.0) / (ga * world)
-            m["num_sequences"] = num_samples // len(micro)
-            m["num_tokens"] = float(local[step]) / ga
-
     # ---- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args, device = self.args, self.accelerator.device
@@ -467,19 +469,16 @@ class DistributedGRPOTrainer(Trainer):
     # ---- logging ------------------------------------------------------------------------------------------------
     def _record_rollout_metrics(self, batch: RolloutBatch, advantages: torch.Tensor, seconds: float,
                                 version: int) -> None:
-        m = self._metrics
-        for key, value in batch.metrics(advantages, self.args.num_generations, self.reward_runner.names).items():
-            m.add(key, value)
-        self._round_tokens = m.last("num_tokens")
+        # weight_version: of the weights that sampled the round; reward_log: per function seconds, errors, own stats.
+        extra = {"weight_version": float(version), "timing/rollout_s": seconds, **batch.reward_log}
         if self.args.overlong_buffer_length:
-            m.add("overlong_penalty/mean", batch.overlong.mean())
-        m.add("weight_version", float(version))        # of the weights that sampled the round
-        m.add("timing/rollout_s", seconds)
-        for key, value in batch.reward_log.items():     # per function: seconds, errors (counted), own stats
-            m.add(key, value)
+            extra["overlong_penalty/mean"] = batch.overlong.mean()
         if self.args.dynamic_sampling:
-            for k, v in self.collector.dynamic_sampling_stats.items():
-                m.add(f"dynamic_sampling/{k}", v)
+            extra.update({f"dynamic_sampling/{k}": v for k, v in self.collector.dynamic_sampling_stats.items()})
+        for key, value in {**batch.metrics(advantages, self.args.num_generations, self.reward_runner.names),
+                           **extra}.items():
+            self._metrics.add(key, value)
+        self._round_tokens = self._metrics.last("num_tokens")
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.model.training and "loss" in logs:
@@ -490,7 +489,8 @@ class DistributedGRPOTrainer(Trainer):
                                                / max(now - self._last_log_wall, 1e-9))
             self._tokens_since_log, self._last_log_wall = 0.0, now
             logs["time/train_minutes"] = self.clock.elapsed() / 60
-        super().log(logs, start_time)
+        with self._save_on_crash("logging failed"):     # a logger (wandb, a callback) that raises
+            super().log(logs, start_time)
 
     # ---- evaluation ---------------------------------------------------------------------------------------------
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
@@ -503,7 +503,8 @@ class DistributedGRPOTrainer(Trainer):
         sampling = SamplingParams.from_config(self.args, greedy=True)
         metrics: dict[str, float] = {}
         # With the pipeline running, the engine is taken for the whole evaluation (its generate calls wait).
-        with self.pipeline.lock if self.pipeline is not None else contextlib.nullcontext():
+        with self._save_on_crash("evaluation failed"), (self.pipeline.lock if self.pipeline is not None
+                                                         else contextlib.nullcontext()):
             self._sync_generator()
             results = {name: evaluate_rows(self.generator, self.processing_class, dataset, self.eval_reward_runner,
                                            sampling, self.accelerator, max_rows=self.args.eval_max_samples,
@@ -524,13 +525,25 @@ class DistributedGRPOTrainer(Trainer):
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         # transformers trains one more step when resumed from a checkpoint already at max_steps; a restarted job that
         # had finished would silently train past its end.
-        done = checkpoints.checkpoint_step(resume_from_checkpoint) if isinstance(resume_from_checkpoint, str) else 0
+        done = 0
+        if isinstance(resume_from_checkpoint, str):
+            checkpoints.check_resume(resume_from_checkpoint, self._run_settings(), self.args.resume_allow_changes)
+            done = checkpoints.checkpoint_step(resume_from_checkpoint)
         if 0 < self.args.max_steps <= done:
             raise ValueError(f"{resume_from_checkpoint} is at step {done}, max_steps={self.args.max_steps}: the run is "
                              f"complete and its weights are in that checkpoint. Raise max_steps to train further.")
         try:
             return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
                                  ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        except Exception as error:
+            # A crash in the step, evaluation or logging keeps the last completed step. With several processes the
+            # others may wait in a collective, so only the coordinated paths (_save_on_crash) save there.
+            if self.accelerator.num_processes == 1:
+                try:
+                    self._save_last_step(f"{type(error).__name__}: {error}")
+                except Exception:     # logged; a failing save must not hide the error that ended the run
+                    logger.exception("could not save the last completed step")
+            raise
         finally:
             if self.pipeline is not None:
                 self.pipeline.close()
@@ -554,6 +567,7 @@ class DistributedGRPOTrainer(Trainer):
             checkpoints.save_rank_state(staging, self.accelerator.process_index, self._resume_state())
             if self.args.should_save:
                 self._write_model_card(staging)        # a checkpoint pushed or shared on its own says what it is
+                checkpoints.write_run_settings(staging, self._run_settings())
         finally:
             self._staging = False
         checkpoints.publish(self.accelerator, staging, os.path.join(run_dir, folder))
@@ -588,9 +602,7 @@ class DistributedGRPOTrainer(Trainer):
             self._write_model_card(self.args.output_dir, model_name, dataset_name)
 
     def _write_model_card(self, folder: str, model_name: str | None = None, dataset_name: str | None = None) -> None:
-        text = model_card_text(self.args, model_name=model_name, dataset_name=dataset_name,
-                               reward_names=self.reward_runner.names, log_history=self.state.log_history,
-                               base_model=self._model_id,
-                               adapter=hasattr(self.accelerator.unwrap_model(self.model), "peft_config"))
-        with open(os.path.join(folder, "README.md"), "w") as f:
-            f.write(text)
+        Path(folder, "README.md").write_text(model_card_text(
+            self.args, model_name=model_name, dataset_name=dataset_name, reward_names=self.reward_runner.names,
+            log_history=self.state.log_history, base_model=self._model_id,
+            adapter=hasattr(self.accelerator.unwrap_model(self.model), "peft_config")))
