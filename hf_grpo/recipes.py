@@ -90,6 +90,8 @@ def read_recipe(path: str | Path) -> dict:
 def _read_recipe(path: str | Path) -> tuple[dict, dict[str, str]]:
     """The recipe's values, and each key's ``file:line`` (for errors found later, in `GRPOConfig`)."""
     path = Path(path)
+    if path.is_dir():
+        raise RecipeError(f"recipe {path} is a folder; pass a .yaml file, e.g. recipes/quickstart.yaml")
     if not path.is_file():
         raise RecipeError(f"recipe {path} does not exist")
     try:

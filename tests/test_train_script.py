@@ -44,5 +44,10 @@ def test_cli_reports_bad_flags(capsys):
     assert cli_main(["--help"]) == 0
     assert "train" in capsys.readouterr().out
     assert cli_main(["trian"]) == 2
-    with pytest.raises(RecipeError, match="did you mean `num_generations`"):
+    with pytest.raises(SystemExit) as exit_info:
         cli_main(["train", "--num_generation", "4"])
+    assert exit_info.value.code == 2
+    assert "train.py: error: unknown command-line argument `--num_generation`; did you mean `num_generations`?" in \
+        capsys.readouterr().err
+    with pytest.raises(RecipeError, match="did you mean `num_generations`"):     # --verbose: the exception itself
+        cli_main(["train", "--num_generation", "4", "--verbose"])

@@ -132,14 +132,14 @@ def _load_rows(source: Any, prompt_column: str, seed: int, name: str,
         if match:
             size = match.group(1)
             if size is not None and not size.strip().isdigit():
-                raise ValueError(f"{source!r}: expected 'arithmetic' or 'arithmetic:N' with a positive integer N")
+                raise DataFormatError(f"{source!r}: expected 'arithmetic' or 'arithmetic:N' with a positive integer N")
             n = DEFAULT_ARITHMETIC_ROWS if size is None else int(size)
             return arithmetic_rows(n, seed), "arithmetic", f"arithmetic (n={n}, seed={seed})"
         match = _MULTIPLICATION.fullmatch(source.strip())
         if match:
             size = match.group(1)
             if size is not None and not size.strip().isdigit():
-                raise ValueError(f"{source!r}: expected 'multiplication' or 'multiplication:N' with a positive "
+                raise DataFormatError(f"{source!r}: expected 'multiplication' or 'multiplication:N' with a positive "
                                  f"integer N")
             n = DEFAULT_MULTIPLICATION_ROWS if size is None else int(size)
             return multiplication_rows(n, seed), "multiplication", f"multiplication (n={n}, seed={seed})"
@@ -159,9 +159,10 @@ def _load_rows(source: Any, prompt_column: str, seed: int, name: str,
         raise DataFormatError(f"{name}: an IterableDataset (streaming) is not supported yet: every row is validated "
                               f"and the epoch is a seeded permutation, which need the rows up front. Materialise it, "
                               f"e.g. Dataset.from_list(list(iterable_dataset.take(n)))")
+    hint = " (for a pandas DataFrame: Dataset.from_pandas(df))" if type(source).__name__ == "DataFrame" else ""
     raise DataFormatError(
         f"{name}: unsupported prompt source of type {type(source).__name__}; expected a path, 'arithmetic[:N]', "
-        f"a datasets.Dataset, a dict of columns or a list of rows"
+        f"a datasets.Dataset, a dict of columns or a list of rows{hint}"
     )
 
 
