@@ -108,7 +108,7 @@ def main(argv: list[str]) -> int:
     dataset = load_prompt_dataset(args.dataset, system_prompt=args.system_prompt)
     model = load_model(model_path, args.dtype) if config.generation_backend == "hf" else None
     generator = build_generator(config, accelerator, model, tokenizer, model_path)
-    runner = RewardRunner([load_reward_function(args.reward, config)])
+    runner = RewardRunner([load_reward_function(args.reward, config)], timeout=config.reward_timeout)
     sampling = SamplingParams.from_config(config, greedy=args.k == 1)
     result = evaluate_rows(generator, tokenizer, dataset, runner, sampling, accelerator,
                            max_rows=args.max_samples, k=args.k)

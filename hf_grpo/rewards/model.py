@@ -32,6 +32,10 @@ _NORMALIZE = (None, "batch", "running")
 class RewardModel:
     """Reward function object around ``AutoModelForSequenceClassification`` (a path, hub id or model object)."""
 
+    # After a timeout the runner does not retry it once per sample: "batch" normalisation would score every lone
+    # sample 0.0, "running" would count each twice, and a forward pass is no slower for one sample than another.
+    split_on_timeout = False
+
     def __init__(self, model, tokenizer=None, *, batch_size: int = 16, max_length: int | None = None,
                  device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                  normalize: str | None = None, name: str | None = None):
