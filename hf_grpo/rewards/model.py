@@ -46,13 +46,17 @@ class RewardModel:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         source = model if isinstance(model, (str, os.PathLike)) else model.config._name_or_path
+        load_from = source
         if isinstance(model, (str, os.PathLike)):
-            model = AutoModelForSequenceClassification.from_pretrained(model, dtype=dtype)
+            from ..models import check_model_path  # a missing path or an offline hub id: one clear ModelLoadError
+
+            load_from = check_model_path(model)
+            model = AutoModelForSequenceClassification.from_pretrained(load_from, dtype=dtype)
         if model.config.num_labels != 1:
             raise ValueError(f"reward model {source!r} has num_labels={model.config.num_labels}; a reward model "
                              f"outputs one logit per sequence (num_labels=1)")
         if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(source)
+            tokenizer = AutoTokenizer.from_pretrained(load_from)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         model.config.pad_token_id = tokenizer.pad_token_id
