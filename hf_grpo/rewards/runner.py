@@ -589,7 +589,8 @@ class RewardRunner:
         if outcome.error is not None:
             e = outcome.error
             hint = ""
-            if isinstance(e, ValueError) and "main thread" in str(e):
+            # Python's own message, or math_verify's rewording of it.
+            if isinstance(e, ValueError) and ("main thread" in str(e) or "signal.alarm" in str(e)):
                 remedy = ("list this function first among the synchronous ones (without a time limit the first runs "
                           "in the calling thread)" if self.timeout is None else
                           "set reward_timeout to None (no time limit: the first synchronous function then runs in "

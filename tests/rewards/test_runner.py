@@ -511,6 +511,17 @@ def test_no_timeout_waits_as_trl_does():
     assert run(RewardRunner([slow], timeout=None))[:, 0].tolist() == [1.0] * 4   # waited, in the calling thread
 
 
+def test_math_verify_with_its_signal_timeouts_needs_no_time_limit_and_says_so():
+    from math_verify import parse, verify
+
+    def trl_style_accuracy(completions, **kwargs):   # math_verify's default timeouts use signal.alarm
+        return [float(verify(parse("$1$"), parse(c))) for c in completions]
+
+    with pytest.raises(RewardFunctionError, match="signal-based timeouts .* or set reward_timeout to None"):
+        RewardRunner([trl_style_accuracy], timeout=5)(prompts=["p"], completions=["$1$"], completion_ids=[[1]])
+    assert RewardRunner([trl_style_accuracy])(prompts=["p"], completions=["$1$"], completion_ids=[[1]]).item() == 1
+
+
 HUNG_SCRIPT = """
 import asyncio, sys, time
 from hf_grpo.rewards.runner import RewardRunner
