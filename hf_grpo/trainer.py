@@ -107,11 +107,11 @@ class DistributedGRPOTrainer(Trainer):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
         funcs = with_environment_rewards(funcs, self.agent, args)
         train_dataset = environment_dataset(train_dataset, environment_factory, args)
-        self.reward_runner = RewardRunner(funcs, args.reward_weights, on_error=args.reward_error,
-                                          gated=args.gated_reward_funcs, gate=args.reward_gate)
+        self.reward_runner = RewardRunner(funcs, args.reward_weights, on_error=args.reward_error, gate=args.reward_gate,
+                                          gated=args.gated_reward_funcs, timeout=args.reward_timeout)
         # Evaluation scores with eval_reward (default: the first training reward, reusing its object and any pool).
         eval_funcs = [load_reward_function(args.eval_reward, args)] if args.eval_reward else funcs[:1]
-        self.eval_reward_runner = RewardRunner(eval_funcs)
+        self.eval_reward_runner = RewardRunner(eval_funcs, timeout=args.reward_timeout)
 
         super().__init__(model=model, args=args, data_collator=lambda rows: rows, train_dataset=train_dataset,
                          eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks,

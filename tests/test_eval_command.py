@@ -113,3 +113,32 @@ def test_lora_checkpoint_is_merged_for_evaluation(tiny_llama_path, tmp_path):
     x = torch.randint(0, 1000, (1, 5))
     expected = model(x).logits
     torch.testing.assert_close(AutoModelForCausalLM.from_pretrained(merged)(x).logits, expected, rtol=1e-4, atol=1e-5)
+
+
+# ---- bad input: one line before the model loads -------------------------------------------------------------------
+@pytest.mark.parametrize("flags, message", [
+    (["--model", "./no-such-model"], "model path './no-such-model' does not exist"),
+    (["--dataset", "missing.jsonl"], "missing.jsonl: no such file or folder"),
+    (["--reward", "bxoed"], "Unknown reward function 'bxoed'. Did you mean 'boxed'?"),
+    (["--dtype", "float64"], "dtype='float64' is not one of"),
+])
+def test_eval_names_a_bad_model_dataset_or_reward_in_one_line(flags, message, tiny_llama_path, small_dataset,
+                                                              tmp_path, capsys):
+    argv = ["eval", "--model", tiny_llama_path, "--dataset", small_dataset, "--output", str(tmp_path / "p.jsonl")]
+    assert cli_main(argv + flags) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("hf-grpo eval: error: ") and message in err[-1]
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max_samples", "0"], "--max_samples must be >= 1"),
+    (["--max_tokens", "0"], "--max_tokens must be >= 1"),
+    (["--k", "4", "--temperature", "0"], "--temperature must be > 0 to draw --k 4 different samples"),
+    (["--output", "/no-such-folder/p.jsonl"], "--output /no-such-folder/p.jsonl: folder /no-such-folder does not "
+                                              "exist"),
+])
+def test_eval_rejects_bad_numbers_and_paths_before_loading(flags, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli_main(["eval", "--dataset", "d.jsonl"] + flags)
+    assert info.value.code == 2 and message in capsys.readouterr().err

@@ -289,3 +289,24 @@ def test_dropout_is_disabled_so_repeated_logprob_passes_agree(tiny_llama_path, t
         assert set(dropouts) == set(attention) == {0.0}
     else:
         assert not torch.equal(first, second)
+
+
+def test_a_reward_that_hangs_on_some_samples_times_out_and_training_goes_on(tiny_llama_path, tmp_path):
+    import threading
+    release = threading.Event()
+
+    def hangs_on_odd_first_tokens(completion_ids, **kwargs):
+        if any(ids and ids[0] % 2 for ids in completion_ids):
+            release.wait()                       # never returns while the test runs
+        return [1.0] * len(completion_ids)
+
+    trainer = make_trainer(tiny_llama_path, tmp_path, reward_funcs=(hangs_on_odd_first_tokens, even_token_reward),
+                           reward_timeout=0.3, max_steps=1)
+    try:
+        trainer.train()
+    finally:
+        release.set()
+    log = next(r for r in trainer.state.log_history if "loss" in r)
+    hung = log["rewards/hangs_on_odd_first_tokens/timeouts"]
+    assert 0 < hung < 8 and log["rewards/even_token_reward/timeouts"] == 0 and math.isfinite(log["loss"])
+    assert trainer.reward_runner.timeout == 0.3 and trainer.eval_reward_runner.timeout == 0.3

@@ -32,6 +32,10 @@ _NORMALIZE = (None, "batch", "running")
 class RewardModel:
     """Reward function object around ``AutoModelForSequenceClassification`` (a path, hub id or model object)."""
 
+    # After a timeout the runner does not retry it once per sample: "batch" normalisation would score every lone
+    # sample 0.0, "running" would count each twice, and a forward pass is no slower for one sample than another.
+    split_on_timeout = False
+
     def __init__(self, model, tokenizer=None, *, batch_size: int = 16, max_length: int | None = None,
                  device: str | torch.device | None = None, dtype: torch.dtype | None = None,
                  normalize: str | None = None, name: str | None = None):
@@ -42,13 +46,17 @@ class RewardModel:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         source = model if isinstance(model, (str, os.PathLike)) else model.config._name_or_path
+        load_from = source
         if isinstance(model, (str, os.PathLike)):
-            model = AutoModelForSequenceClassification.from_pretrained(model, dtype=dtype)
+            from ..models import check_model_path  # a missing path or an offline hub id: one clear ModelLoadError
+
+            load_from = check_model_path(model)
+            model = AutoModelForSequenceClassification.from_pretrained(load_from, dtype=dtype)
         if model.config.num_labels != 1:
             raise ValueError(f"reward model {source!r} has num_labels={model.config.num_labels}; a reward model "
                              f"outputs one logit per sequence (num_labels=1)")
         if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(source)
+            tokenizer = AutoTokenizer.from_pretrained(load_from)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         model.config.pad_token_id = tokenizer.pad_token_id

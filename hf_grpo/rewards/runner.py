@@ -1,4 +1,4 @@
-"""Calls TRL-style reward functions concurrently and validates what they return.
+"""Calls TRL-style reward functions concurrently, under a time limit, and validates what they return.
 
 Contract (as TRL's ``GRPOTrainer``): each function is called with keyword arguments only -- ``prompts``,
 ``completions``, ``completion_ids``, ``trainer_state`` and one list per dataset column -- and returns one float per
@@ -6,10 +6,11 @@ completion, ``None`` where it does not apply. ``async def`` functions are suppor
 
 Departures from TRL:
 
-* TRL runs sync functions one after another; here they run concurrently. The first sync function runs in the
-  calling thread (so a lone function, or one relying on main-thread ``signal`` timeouts, behaves as in TRL), the
-  others in a thread pool created once. Async functions run together on a private event loop in a helper thread,
-  so calling the runner works whether or not the caller's thread already runs an event loop.
+* TRL runs sync functions one after another; here they run concurrently, each call in a fresh daemon thread (see
+  "Time limit" for why not a pool). Without a time limit the first sync function runs in the calling thread (so a
+  lone function, or one relying on main-thread ``signal`` timeouts, behaves as in TRL). Async functions run together
+  on a private event loop in a helper thread, so calling the runner works whether or not the caller's thread already
+  runs an event loop.
 * Return values are validated strictly: a wrong length (TRL's ``torch.tensor`` assignment silently broadcasts a
   1-element list), a non-list, a non-number or NaN/inf raise :class:`RewardFunctionError` naming the function and
   showing a sample. ``bool`` is accepted as 0/1; so are ``numpy`` scalars and 0-d tensors.
@@ -28,11 +29,34 @@ Departures from TRL:
   ``zero`` keeps the function's "everything failed" signal visible. Only exceptions are subject to the policy: a
   function that returns a wrong length, a non-number or NaN has a bug that recurs every step, so that always raises.
   Errors are counted per call (``last_error_counts``) and in total (``error_counts``) for the trainer to log.
+
+Time limit (``timeout``, ``GRPOConfig.reward_timeout``; TRL has none, a function that never returns hangs its run):
+
+* Every call gets ``timeout`` seconds. A sync call that runs out of time is abandoned, not killed (Python cannot stop
+  a thread): its daemon thread is never reused and cannot block interpreter exit, which a ``ThreadPoolExecutor``
+  worker would (they are joined at exit). An async call that runs out of time has its task cancelled.
+* To find out which sample hangs, the function is then called once per sample, concurrently (at most
+  :data:`SPLIT_WORKERS` at a time), under one shared deadline of another ``timeout`` seconds; a step thus waits at
+  most twice ``timeout`` for a hung function. Samples scored by then keep their scores; the others score None for
+  that function (no ``on_error`` policy applies: a timeout is not an exception) and are counted in
+  ``last_timeout_counts``/``timeout_counts`` (logged as ``rewards/<name>/timeouts``). One warning per timed-out call
+  names the function, the samples that hung and how long it waited. A row no function scored is left out of
+  training, as any all-None row. A reward object whose scores depend on the whole batch (batch normalisation, group
+  comparisons) sets ``split_on_timeout = False`` (``RewardModel`` does): its samples then all score None instead.
+* With a time limit every sync function runs in a worker thread, so functions using signal-based timeouts (e.g.
+  math_verify's ``parse``/``verify`` with their default timeouts) raise there; ``timeout=None`` restores TRL's
+  calling-thread behaviour for the first one (and waits forever). The built-in math rewards verify in a subprocess
+  (:mod:`.verify`) and work in any thread.
+* An async function that blocks the event loop (``time.sleep`` in an ``async def``) stops every async function; the
+  loop is then abandoned too and a new one started for the next call.
+* A function with :data:`MAX_STRANDED` abandoned calls still running hangs persistently (a dead connection, a lock
+  that is never released): the runner raises :class:`RewardFunctionError` rather than accumulate threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import difflib
 import functools
 import inspect
@@ -41,8 +65,7 @@ import math
 import numbers
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -52,6 +75,9 @@ logger = logging.getLogger(__name__)
 
 _RESERVED = ("prompts", "completions", "completion_ids", "trainer_state")
 ON_ERROR = ("raise", "zero", "skip")
+SPLIT_WORKERS = 16   # threads of one function's per-sample retry after a timeout
+MAX_STRANDED = 64    # abandoned calls of one function still running, beyond which it counts as persistently hung
+_SHOWN = 3           # hung samples quoted in a timeout warning
 
 
 class RewardFunctionError(Exception):
@@ -117,29 +143,130 @@ class _Outcome:
     values: Any = None
     seconds: float = 0.0
     error: BaseException | None = None
+    error_row: int = 0                 # the sample an error is shown with (the failing one in a per-sample retry)
+    timed_out: list[int] = field(default_factory=list)  # rows left unscored when time ran out
+    hung: list[int] = field(default_factory=list)       # of those, the rows whose own call was still running
+    note: str = ""                                      # why the hung rows are unknown, when they are
+    split: list[_Outcome | None] | None = None          # per-sample retry results (None: no return in time)
+
+
+def _one_sample(kwargs: dict[str, Any], row: int) -> dict[str, Any]:
+    # Every argument but trainer_state holds one value per completion (the columns were checked for that).
+    return {k: v if k == "trainer_state" else list(v[row:row + 1]) for k, v in kwargs.items()}
+
+
+def _fresh(kwargs: dict[str, Any]) -> dict[str, Any]:
+    # Functions run concurrently: each gets its own outer lists, so one that mutates its inputs (e.g. pops from
+    # completions) cannot corrupt another's.
+    return {k: list(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+
+
+def _call_sync(fn: Callable, kwargs: dict[str, Any]) -> _Outcome:
+    start = time.perf_counter()
+    try:
+        values = fn(**kwargs)
+    except Exception as e:
+        return _Outcome(error=e, seconds=time.perf_counter() - start)
+    return _Outcome(values=values, seconds=time.perf_counter() - start)
+
+
+async def _call_async(fn: Callable, kwargs: dict[str, Any]) -> _Outcome:
+    start = time.perf_counter()
+    try:
+        values = await fn(**kwargs)
+    except Exception as e:
+        return _Outcome(error=e, seconds=time.perf_counter() - start)
+    return _Outcome(values=values, seconds=time.perf_counter() - start)
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+class _Call:
+    """One sync call in its own daemon thread: a call that hangs is abandoned with its thread (never reused) and
+    cannot block interpreter exit."""
+
+    def __init__(self, fn: Callable, kwargs: dict[str, Any], name: str):
+        self.outcome: _Outcome | None = None
+        self._done = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(fn, kwargs), name=f"reward:{name}", daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable, kwargs: dict[str, Any]) -> None:
+        self.outcome = _call_sync(fn, kwargs)
+        self._done.set()
+
+    def wait(self, deadline: float | None) -> _Outcome | None:
+        """The outcome, or None if ``deadline`` (``time.monotonic()``) passes first."""
+        return self.outcome if self._done.wait(_remaining(deadline)) else None
+
+
+class _SampleSplit:
+    """Retries a timed-out sync function once per sample, ``SPLIT_WORKERS`` daemon threads pulling samples until
+    a shared deadline, so the samples that finish keep their scores and the hanging ones are known."""
+
+    def __init__(self, fn: Callable, kwargs: dict[str, Any], timeout: float, name: str):
+        self.n = len(kwargs["completions"])
+        self.deadline = time.monotonic() + timeout
+        self.results: list[_Outcome | None] = [None] * self.n
+        self._running: set[int] = set()
+        self._next = iter(range(self.n))
+        self._lock = threading.Lock()
+        self.workers = [threading.Thread(target=self._work, args=(fn, kwargs), name=f"reward:{name}:split",
+                                         daemon=True) for _ in range(min(self.n, SPLIT_WORKERS))]
+        for worker in self.workers:
+            worker.start()
+
+    def _work(self, fn: Callable, kwargs: dict[str, Any]) -> None:
+        while time.monotonic() < self.deadline:
+            with self._lock:
+                row = next(self._next, None)
+                if row is None:
+                    return
+                self._running.add(row)
+            self.results[row] = _call_sync(fn, _one_sample(kwargs, row))
+            with self._lock:
+                self._running.discard(row)
+
+    def collect(self) -> tuple[_Outcome, list[threading.Thread]]:
+        """The retry's outcome (``split``, ``hung``) once all finished or the deadline passed; the threads left."""
+        for worker in self.workers:
+            worker.join(_remaining(self.deadline))
+        with self._lock:
+            results = list(self.results)
+            hung = sorted(row for row in self._running if results[row] is None)
+        return _Outcome(split=results, hung=hung), [w for w in self.workers if w.is_alive()]
 
 
 class RewardRunner:
     """Runs reward functions on a batch and returns their rewards as an ``[N, F]`` float32 tensor (NaN = None).
 
+    ``timeout``: seconds one call may take (None: no limit), see "Time limit" in the module docstring.
+
     After each call: ``last_timings`` maps each name to the function's wall time in seconds,
     ``last_all_none_count`` is the number of completions for which every function returned None (their total is
     0, see :meth:`total`; the trainer gives them advantage 0 and leaves them out of the group statistics),
     ``last_error_counts`` maps each name to 1 if it raised (handled by ``on_error``) else 0 (``error_counts`` sums
-    those over all calls), and ``last_function_stats`` maps the name of each function object that exposes a
-    ``last_stats`` dict (e.g. ``CodeReward``: runs, timeouts, ...) to a copy of it, for logging; ``last_details``
-    holds one dict per completion with the non-empty entries of the functions' own ``last_details`` lists (notes
-    such as suspected reward hacks), for the rollout log. ``names`` are the functions' names, made unique with
-    ``_2``, ``_3`` suffixes.
+    those over all calls), ``last_timeout_counts`` maps each name to the number of samples it left unscored when
+    its time ran out (``timeout_counts`` sums them), and ``last_function_stats`` maps the name of each function
+    object that exposes a ``last_stats`` dict (e.g. ``CodeReward``: runs, timeouts, ...) to a copy of it, for
+    logging; ``last_details`` holds one dict per completion with the non-empty entries of the functions' own
+    ``last_details`` lists (notes such as suspected reward hacks), for the rollout log. ``names`` are the functions'
+    names, made unique with ``_2``, ``_3`` suffixes.
     """
 
     def __init__(self, reward_funcs: list[Callable], reward_weights: list[float] | None = None,
-                 on_error: str = "raise", gated: list[str] | None = None, gate: str | None = None):
+                 on_error: str = "raise", gated: list[str] | None = None, gate: str | None = None,
+                 timeout: float | None = None):
         if not reward_funcs:
             raise ValueError("RewardRunner needs at least one reward function")
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error={on_error!r} is not one of {ON_ERROR}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds or None (no limit), got {timeout}")
         self.on_error = on_error
+        self.timeout = timeout
         for fn in reward_funcs:
             if not callable(fn):
                 raise TypeError(f"reward functions must be callables, got {type(fn).__name__}: {fn!r} "
@@ -161,15 +288,15 @@ class RewardRunner:
         if self.gate in self.gated:
             raise ValueError(f"reward function '{self.names[self.gate]}' is both the reward_gate and gated by it")
         self._is_async = [_is_async(fn) for fn in self.funcs]
-        n_sync = self._is_async.count(False)
-        # The first sync function runs in the caller's thread, so the pool serves the other ones.
-        self._pool = ThreadPoolExecutor(max_workers=n_sync - 1, thread_name_prefix="reward") if n_sync > 1 else None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
+        self._stranded: list[list[threading.Thread]] = [[] for _ in self.funcs]  # abandoned calls' threads
         self.last_timings: dict[str, float] = {}
         self.last_all_none_count = 0
         self.last_error_counts = dict.fromkeys(self.names, 0)
         self.error_counts = dict.fromkeys(self.names, 0)
+        self.last_timeout_counts = dict.fromkeys(self.names, 0)
+        self.timeout_counts = dict.fromkeys(self.names, 0)
         self.last_function_stats: dict[str, dict[str, float]] = {}
         self.last_details: list[dict] = []
         self._warned_all_none = False
@@ -213,26 +340,18 @@ class RewardRunner:
         kwargs = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids,
                   "trainer_state": trainer_state, **columns}
 
-        outcomes: list[_Outcome | None] = [None] * len(self.funcs)
-        async_ids = [i for i, a in enumerate(self._is_async) if a]
-        sync_ids = [i for i, a in enumerate(self._is_async) if not a]
-        async_future = (asyncio.run_coroutine_threadsafe(self._run_async(async_ids, kwargs), self._event_loop())
-                        if async_ids else None)
-        pool_futures = {i: self._pool.submit(self._run_sync, i, kwargs) for i in sync_ids[1:]}
-        if sync_ids:
-            outcomes[sync_ids[0]] = self._run_sync(sync_ids[0], kwargs)
-        for i, future in pool_futures.items():
-            outcomes[i] = future.result()
-        if async_future is not None:
-            for i, outcome in zip(async_ids, async_future.result()):
-                outcomes[i] = outcome
-
+        outcomes = self._call_all(kwargs)
+        outcomes = [self._merge(i, o, kwargs) if o.split is not None else o for i, o in enumerate(outcomes)]
         self.last_timings = {name: o.seconds for name, o in zip(self.names, outcomes)}
         self.last_error_counts = dict.fromkeys(self.names, 0)
+        self.last_timeout_counts = dict.fromkeys(self.names, 0)
+        for i, outcome in enumerate(outcomes):
+            if outcome.timed_out:
+                self._on_timeout(i, outcome, kwargs)
         per_func = torch.empty(n, len(self.funcs), dtype=torch.float32)  # [N, F]
         for i, outcome in enumerate(outcomes):  # in function order, so the first broken function is reported
             if outcome.error is not None and self.on_error != "raise":
-                per_func[:, i] = self._on_error(i, outcome.error, kwargs)
+                per_func[:, i] = self._on_error(i, outcome, kwargs)
                 continue
             per_func[:, i] = torch.tensor(self._validate(i, outcome, kwargs), dtype=torch.float32)
         # Optional contract for reward objects: ``last_stats``, a dict describing their last call (same keys always,
@@ -258,11 +377,141 @@ class RewardRunner:
                            _preview(completions[row]))
         return per_func
 
+    def _call_all(self, kwargs: dict[str, Any]) -> list[_Outcome]:
+        """Every function's outcome: sync ones in threads (the first in this thread when there is no time limit),
+        async ones on the private loop; the timed-out ones retried per sample (``split``) or left unscored."""
+        n = len(kwargs["completions"])
+        self._check_stranded()
+        start = time.monotonic()
+        deadline = None if self.timeout is None else start + self.timeout
+        async_ids = [i for i, a in enumerate(self._is_async) if a]
+        sync_ids = [i for i, a in enumerate(self._is_async) if not a]
+        done_async: dict[int, _Outcome] = {}  # filled by the loop as each async function finishes
+        async_future = (asyncio.run_coroutine_threadsafe(self._run_async(async_ids, kwargs, done_async),
+                                                         self._event_loop()) if async_ids else None)
+        inline = sync_ids[:1] if self.timeout is None else []
+        calls = {i: _Call(self.funcs[i], _fresh(kwargs), self.names[i]) for i in sync_ids if i not in inline}
+        outcomes: list[_Outcome | None] = [None] * len(self.funcs)
+        for i in inline:
+            outcomes[i] = _call_sync(self.funcs[i], _fresh(kwargs))
+        for i, call in calls.items():
+            outcomes[i] = call.wait(deadline)
+        timed_out = [i for i in calls if outcomes[i] is None]
+        splits = {}
+        for i in timed_out:  # all retries start before any is waited for: they share one deadline
+            self._stranded[i].append(calls[i].thread)
+            if self._can_split(i, n, threads=min(n, SPLIT_WORKERS)):
+                splits[i] = _SampleSplit(self.funcs[i], kwargs, self.timeout, self.names[i])
+        for i in timed_out:
+            if i in splits:
+                outcomes[i], left = splits[i].collect()
+                self._stranded[i].extend(left)
+            else:
+                outcomes[i] = self._unscored(n, self._no_split_note(i))
+            outcomes[i].seconds = time.monotonic() - start
+        if async_future is not None:
+            # The loop bounds each async call itself (twice the timeout with its retry); this limit is for a loop
+            # that a coroutine blocks.
+            try:
+                async_future.result(_remaining(None if deadline is None else deadline + self.timeout
+                                               + min(self.timeout, 5.0)))
+            except concurrent.futures.TimeoutError:
+                self._abandon_loop(async_future, [i for i in async_ids if i not in done_async])
+            for i in async_ids:
+                outcomes[i] = done_async.get(i) or self._unscored(
+                    n, "It, or another async reward function, blocked the event loop (a blocking call such as "
+                       "time.sleep in an `async def`: await asyncio.sleep, or use a plain def), so no sample could be "
+                       "retried; the loop is abandoned and a new one started.", seconds=time.monotonic() - start)
+        return outcomes
+
+    def _can_split(self, i: int, n: int, threads: int) -> bool:
+        # ``split_on_timeout = False``: the object's scores depend on the whole batch (RewardModel's normalisation).
+        return (getattr(self.funcs[i], "split_on_timeout", True) and n > 0
+                and len(self._stranded[i]) + threads <= MAX_STRANDED)
+
+    def _no_split_note(self, i: int) -> str:
+        if not getattr(self.funcs[i], "split_on_timeout", True):
+            return "It is not retried per sample (split_on_timeout=False), so which sample hangs is unknown."
+        return (f"It is not retried per sample: {len(self._stranded[i])} earlier calls of it are still running, so "
+                f"which sample hangs is unknown.")
+
+    @staticmethod
+    def _unscored(n: int, note: str, seconds: float = 0.0) -> _Outcome:
+        return _Outcome(values=[None] * n, timed_out=list(range(n)), note=note, seconds=seconds)
+
+    def _check_stranded(self) -> None:
+        for i, name in enumerate(self.names):
+            self._stranded[i] = [thread for thread in self._stranded[i] if thread.is_alive()]
+            if len(self._stranded[i]) >= MAX_STRANDED:
+                raise RewardFunctionError(
+                    f"Reward function '{name}' hangs persistently: {len(self._stranded[i])} of its calls are still "
+                    f"running after they timed out (reward_timeout={self.timeout} s), each holding a thread that "
+                    f"cannot be stopped. Fix what it waits on (a dead connection, a lock never released, an "
+                    f"endless loop) or remove it from reward_funcs.", name)
+
+    async def _run_async(self, ids: list[int], kwargs: dict[str, Any], done: dict[int, _Outcome]) -> None:
+        await asyncio.gather(*(self._run_one_async(i, kwargs, done) for i in ids))
+
+    async def _run_one_async(self, i: int, kwargs: dict[str, Any], done: dict[int, _Outcome]) -> None:
+        start = time.perf_counter()
+        task = asyncio.ensure_future(_call_async(self.funcs[i], _fresh(kwargs)))
+        try:
+            finished, _ = await asyncio.wait({task}, timeout=self.timeout)
+        finally:
+            task.cancel()  # a no-op when it finished; otherwise it timed out, or this runner abandoned the call
+        if finished:
+            done[i] = task.result()
+            return
+        n = len(kwargs["completions"])
+        outcome = await self._split_async(i, kwargs) if self._can_split(i, n, threads=0) else (
+            self._unscored(n, self._no_split_note(i)))
+        outcome.seconds = time.perf_counter() - start
+        done[i] = outcome
+
+    async def _split_async(self, i: int, kwargs: dict[str, Any]) -> _Outcome:
+        tasks = [asyncio.ensure_future(_call_async(self.funcs[i], _one_sample(kwargs, row)))
+                 for row in range(len(kwargs["completions"]))]
+        try:
+            _, pending = await asyncio.wait(tasks, timeout=self.timeout)
+        finally:
+            for task in tasks:
+                task.cancel()  # a no-op for the finished ones
+        return _Outcome(split=[None if t in pending else t.result() for t in tasks],
+                        hung=[row for row, t in enumerate(tasks) if t in pending])
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        # A private loop in a daemon thread, started on first use: run_coroutine_threadsafe then works the same
+        # whether or not the caller's thread already runs an event loop (where asyncio.run would fail).
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(target=self._loop.run_forever, name="reward-async", daemon=True)
+            self._loop_thread.start()
+        return self._loop
+
+    def _abandon_loop(self, future, blocked: list[int]) -> None:
+        # A coroutine that never yields holds the loop's thread: nothing on it can run, and it cannot be stopped.
+        # Cancel what can be cancelled should it ever yield, and give the next call a new loop.
+        future.cancel()
+        for i in blocked:
+            self._stranded[i].append(self._loop_thread)
+        self._loop = self._loop_thread = None
+
+    def close(self) -> None:
+        """Stop the event loop thread (idempotent). Abandoned calls' daemon threads are left to exit with the
+        process."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join()
+            self._loop.close()
+            self._loop = self._loop_thread = None
+
     def log_entries(self) -> dict[str, float]:
         """The last call's statistics as step-log entries: ``rewards/<name>/seconds``, ``.../errors`` (failures handled
-        by ``reward_error`` are counted, never silent) and each function's own ``last_stats``."""
+        by ``reward_error`` are counted, never silent), ``.../timeouts`` (samples left unscored when the function's
+        time ran out) and each function's own ``last_stats``."""
         entries = {f"rewards/{name}/seconds": seconds for name, seconds in self.last_timings.items()}
         entries.update({f"rewards/{name}/errors": count for name, count in self.last_error_counts.items()})
+        entries.update({f"rewards/{name}/timeouts": count for name, count in self.last_timeout_counts.items()})
         for name, stats in self.last_function_stats.items():
             entries.update({f"rewards/{name}/{key}": value for key, value in stats.items()})
         return entries
@@ -276,57 +525,50 @@ class RewardRunner:
             weighted[:, self.gated] = weighted[:, self.gated].masked_fill(closed.unsqueeze(-1), 0.0)
         return weighted.nansum(dim=1)
 
-    @staticmethod
-    def _fresh(kwargs: dict[str, Any]) -> dict[str, Any]:
-        # Functions run concurrently: each gets its own outer lists, so one that mutates its inputs (e.g. pops
-        # from completions) cannot corrupt another's.
-        return {k: list(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+    # ---- timeouts and errors --------------------------------------------------------------------------------------
+    def _merge(self, i: int, outcome: _Outcome, kwargs: dict[str, Any]) -> _Outcome:
+        """One outcome from a per-sample retry: each sample's value, None where its call did not return in time. A
+        sample that raised makes the whole call an error (``on_error`` then applies as to any raising call)."""
+        values, timed_out = [], []
+        for row, result in enumerate(outcome.split):
+            if result is None:
+                values.append(None)
+                timed_out.append(row)
+                continue
+            if result.error is not None:
+                return _Outcome(error=result.error, error_row=row, seconds=outcome.seconds, timed_out=timed_out,
+                                hung=[r for r in outcome.hung if r in timed_out])
+            if not isinstance(result.values, (list, tuple)) or len(result.values) != 1:
+                self._validate(i, result, _one_sample(kwargs, row))  # raises, showing this sample
+            values.append(result.values[0])
+        return _Outcome(values=values, seconds=outcome.seconds, timed_out=timed_out, hung=outcome.hung)
 
-    def _run_sync(self, i: int, kwargs: dict[str, Any]) -> _Outcome:
-        start = time.perf_counter()
-        try:
-            values = self.funcs[i](**self._fresh(kwargs))
-        except Exception as e:
-            return _Outcome(error=e, seconds=time.perf_counter() - start)
-        return _Outcome(values=values, seconds=time.perf_counter() - start)
+    def _on_timeout(self, i: int, outcome: _Outcome, kwargs: dict[str, Any]) -> None:
+        """Count and log the samples a function left unscored when its time ran out (they score None for it)."""
+        name, n, missed = self.names[i], len(kwargs["completions"]), len(outcome.timed_out)
+        self.last_timeout_counts[name] = missed
+        self.timeout_counts[name] += missed
+        if outcome.hung:
+            shown = "; ".join(f"sample {row}: {self._sample(kwargs, row)}" for row in outcome.hung[:_SHOWN])
+            more = f" and {len(outcome.hung) - _SHOWN} more" if len(outcome.hung) > _SHOWN else ""
+            where = f"Still running on {len(outcome.hung)} sample(s) when its time ran out: {shown}{more}."
+            unreached = missed - len(outcome.hung)
+            if unreached:
+                where += f" {unreached} other sample(s) were not reached before the deadline."
+        else:
+            where = f"{outcome.note} First sample of the call: {self._sample(kwargs, 0)}."
+        logger.warning("Reward function '%s' timed out: %d of %d samples unscored after waiting %.2f s "
+                       "(reward_timeout=%s s per call, then once per sample). They score None for it (left out of "
+                       "its total; a row no function scored is left out of training); %d timeouts of this function "
+                       "so far. %s The abandoned calls keep their threads, which are never reused.",
+                       name, missed, n, outcome.seconds, self.timeout, self.timeout_counts[name], where)
 
-    async def _run_one_async(self, i: int, kwargs: dict[str, Any]) -> _Outcome:
-        start = time.perf_counter()
-        try:
-            values = await self.funcs[i](**self._fresh(kwargs))
-        except Exception as e:
-            return _Outcome(error=e, seconds=time.perf_counter() - start)
-        return _Outcome(values=values, seconds=time.perf_counter() - start)
-
-    async def _run_async(self, ids: list[int], kwargs: dict[str, Any]) -> list[_Outcome]:
-        return list(await asyncio.gather(*(self._run_one_async(i, kwargs) for i in ids)))
-
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        # A private loop in a daemon thread, started on first use: run_coroutine_threadsafe then works the same
-        # whether or not the caller's thread already runs an event loop (where asyncio.run would fail).
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-            self._loop_thread = threading.Thread(target=self._loop.run_forever, name="reward-async", daemon=True)
-            self._loop_thread.start()
-        return self._loop
-
-    def close(self) -> None:
-        """Stop the thread pool and the event loop thread (idempotent; the runner is unusable afterwards)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._loop_thread.join()
-            self._loop.close()
-            self._loop = None
-
-    def _on_error(self, i: int, error: BaseException, kwargs: dict[str, Any]) -> float:
+    def _on_error(self, i: int, outcome: _Outcome, kwargs: dict[str, Any]) -> float:
         """Count and log a handled error; the value the function's column gets for this call."""
-        name = self.names[i]
+        name, error = self.names[i], outcome.error
         self.last_error_counts[name] = 1
         self.error_counts[name] += 1
-        sample = self._context(kwargs, 0) if kwargs["completions"] else ""
+        sample = self._context(kwargs, outcome.error_row) if kwargs["completions"] else ""
         logger.warning("Reward function '%s' raised %s: %s. on_error=%s: it %s for these %d completions (error %d "
                        "of this function so far). %s", name, type(error).__name__, error, self.on_error,
                        "scores 0.0" if self.on_error == "zero" else "abstains (None)", len(kwargs["completions"]),
@@ -334,9 +576,12 @@ class RewardRunner:
         return 0.0 if self.on_error == "zero" else math.nan
 
     # ---- validation ---------------------------------------------------------------------------------------------
+    @staticmethod
+    def _sample(kwargs: dict[str, Any], row: int) -> str:
+        return f"prompt={_preview(kwargs['prompts'][row])}, completion={_preview(kwargs['completions'][row])}"
+
     def _context(self, kwargs: dict[str, Any], row: int) -> str:
-        return (f"Called with keyword arguments: {', '.join(kwargs)}. Sample {row}: "
-                f"prompt={_preview(kwargs['prompts'][row])}, completion={_preview(kwargs['completions'][row])}.")
+        return f"Called with keyword arguments: {', '.join(kwargs)}. Sample {row}: {self._sample(kwargs, row)}."
 
     def _validate(self, i: int, outcome: _Outcome, kwargs: dict[str, Any]) -> list[float]:
         name, n = self.names[i], len(kwargs["completions"])
@@ -344,13 +589,18 @@ class RewardRunner:
         if outcome.error is not None:
             e = outcome.error
             hint = ""
-            if isinstance(e, ValueError) and "main thread" in str(e):
+            # Python's own message, or math_verify's rewording of it.
+            if isinstance(e, ValueError) and ("main thread" in str(e) or "signal.alarm" in str(e)):
+                remedy = ("list this function first among the synchronous ones (without a time limit the first runs "
+                          "in the calling thread)" if self.timeout is None else
+                          "set reward_timeout to None (no time limit: the first synchronous function then runs in "
+                          "the calling thread)")
                 hint = (" It ran in a worker thread: signal-based timeouts (e.g. math_verify's) only work in the "
                         "main thread. Disable them (parse(..., parsing_timeout=None), verify(..., "
-                        "timeout_seconds=None)), use hf_grpo.rewards.verify.MathVerifier, or list this function "
-                        "first among the synchronous ones (the first runs in the calling thread).")
-            raise RewardFunctionError(f"Reward function '{name}' raised {type(e).__name__}: {e}.{hint} {first}",
-                                      name) from e
+                        f"timeout_seconds=None)), use hf_grpo.rewards.verify.MathVerifier, or {remedy}.")
+            row = outcome.error_row
+            raise RewardFunctionError(f"Reward function '{name}' raised {type(e).__name__}: {e}.{hint} "
+                                      f"{self._context(kwargs, row) if n else ''}", name) from e
         values = outcome.values
         expected = (f"Expected a list of {n} values, one float per completion (None where the reward does not "
                     f"apply).")

@@ -100,6 +100,24 @@ def test_malformed_json_reports_file_and_line(tmp_path):
     assert "bad.jsonl:3" in msg and "invalid JSON" in msg
 
 
+def test_a_non_utf8_byte_is_reported_at_its_line_and_byte(tmp_path):
+    first, bad = b'{"prompt": "a"}\r\n', b'{"prompt": "caf\xe9"}\r\n'   # Latin-1 e-acute on line 3
+    data = b"\xef\xbb\xbf" + first + b"\r\n" + bad                           # BOM, CRLF ends, a blank line 2
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(data)
+    in_line, in_file = bad.index(b"\xe9") + 1, data.index(b"\xe9") + 1
+    assert load_error(path) == (f"{path}:3: not UTF-8: byte 0xe9 at byte {in_line} of the line (byte {in_file} of "
+                                f"the file); save the file as UTF-8")
+
+
+def test_bom_and_every_line_end_are_read_as_in_text_mode(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt": "a"}\r{"prompt": "b"}\r\n\n{"prompt": "c"}\n{"prompt": "\xc3\xa9"}')
+    assert load_prompt_dataset(path)["prompt"] == ["a", "b", "c", "\u00e9"]
+    path.write_bytes('{"prompt": "a"}\n'.encode("utf-16"))
+    assert load_error(path) == f"{path}:1: not UTF-8: the file starts with a UTF-16 byte-order mark; save it as UTF-8"
+
+
 def test_non_object_line(tmp_path):
     msg = load_error(write_jsonl(tmp_path, [{"prompt": "ok"}, '["prompt"]']))
     assert "data.jsonl:2" in msg and "got list" in msg

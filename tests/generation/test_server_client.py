@@ -1,6 +1,7 @@
 """Server-mode plumbing that needs no server: prompt spreading, request bodies, `hf-grpo serve` flags, and the
 error a trainer gets for a URL where nothing answers."""
 
+import os
 import time
 
 import pytest
@@ -28,12 +29,12 @@ def test_greedy_sampling_maps_to_temperature_zero():
     assert (sampled["temperature"], sampled["top_p"], sampled["min_p"], sampled["max_tokens"]) == (0.7, 0.9, 0.1, 7)
 
 
-def test_serve_command_sets_what_weight_sync_needs():
-    args, extra = parse_args(["--model", "/some/model", "--port", "8123", "--enforce-eager", "--max-num-seqs", "8"])
+def test_serve_command_sets_what_weight_sync_needs(tmp_path):
+    args, extra = parse_args(["--model", str(tmp_path), "--port", "8123", "--enforce-eager", "--max-num-seqs", "8"])
     argv, env = serve_command(args, extra)
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     joined = " ".join(argv)
-    for flag in ("--model /some/model", "--port 8123", "--logprobs-mode processed_logprobs",
+    for flag in (f"--model {tmp_path}", "--port 8123", "--logprobs-mode processed_logprobs",
                  "--enable-prefix-caching", "--worker-extension-cls hf_grpo.generation.worker_extension.",
                  "--enforce-eager", "--kv-cache-memory-bytes"):
         assert flag in joined, flag
@@ -78,3 +79,39 @@ def test_disk_sync_to_another_host_needs_a_shared_directory(tmp_path):
     blocked.write_text("not a directory")
     with pytest.raises(ValueError, match="is not writable"):
         checked_sync_dir(str(blocked / "sub"), str(tmp_path), ["http://127.0.0.1:8000"], is_main=True)
+
+
+# ---- hf-grpo serve: bad input fails in one line before vLLM starts ------------------------------------------------
+@pytest.mark.parametrize("flags, message", [
+    (["--port", "70000"], "--port must be 1..65535, got 70000"),
+    (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization is a fraction in (0, 1], got 1.5"),
+    (["--max-model-len", "0"], "--max-model-len must be >= 1 token"),
+])
+def test_serve_rejects_numbers_out_of_range(flags, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        parse_args(flags)
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_serve_names_a_model_path_that_does_not_exist(capsys):
+    from hf_grpo.serve import main
+    assert main(["--model", "./no-such-model", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "hf-grpo serve: error: model path './no-such-model' does not exist (no folder "
+        f"{os.path.abspath('no-such-model')}); pass a folder with config.json and the weights, or a hub model id (a "
+        "hub model id looks like 'org/name', e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct')")
+
+
+def test_serve_checks_the_port_and_host_before_starting():
+    import socket
+
+    from hf_grpo.serve import listen_problem
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert listen_problem("127.0.0.1", port) == (
+            f"cannot listen on 127.0.0.1:{port}: Address already in use; another server (an earlier hf-grpo serve?) "
+            f"is using it: stop it or pick another --port")
+    assert listen_problem("127.0.0.1", port) is None                     # free again
+    assert "--host 'no-such-host.invalid' does not resolve" in listen_problem("no-such-host.invalid", port)

@@ -1,6 +1,7 @@
 import asyncio
 import functools
 import math
+import re
 import threading
 import time
 
@@ -352,3 +353,205 @@ def test_gate_names_are_checked_with_a_suggestion():
     runner = RewardRunner([length_reward, maybe_reward], gate="maybe_reward", gated=["length_reward"])
     per_func = run(runner)                                    # maybe_reward: None, 1, None, 1
     assert runner.total(per_func).tolist() == [0.0, 3.0, 0.0, 5.0]
+
+
+# ---- reward_timeout -----------------------------------------------------------------------------------------------
+@pytest.fixture
+def release():
+    """An event the hanging functions below wait on, set after the test so their abandoned threads end."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def _hangs_on(row_text, release):
+    def hangs_on_one(completions, **kwargs):
+        if row_text in completions:
+            release.wait()
+        return [float(len(c)) for c in completions]
+    return hangs_on_one
+
+
+@pytest.mark.parametrize("how", ["sleep", "lock"])
+def test_a_sync_function_that_never_returns_scores_none_and_is_counted(how, release, caplog):
+    lock = threading.Lock()
+    lock.acquire()
+
+    def stuck(completions, **kwargs):
+        if how == "lock":
+            lock.acquire()               # held by the test: blocks until released below
+        while not release.is_set():
+            time.sleep(0.01)
+        return [0.0] * len(completions)
+
+    runner = RewardRunner([stuck, length_reward], timeout=0.3)
+    start = time.perf_counter()
+    with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
+        per_func = run(runner)
+    assert time.perf_counter() - start < 2 * 0.3 + 0.4              # the call, then the per-sample retry
+    assert per_func[:, 0].isnan().all() and per_func[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert runner.last_timeout_counts == {"stuck": 4, "length_reward": 0}
+    entries = runner.log_entries()
+    assert entries["rewards/stuck/timeouts"] == 4 and entries["rewards/length_reward/timeouts"] == 0
+    assert re.search(r"Reward function 'stuck' timed out: 4 of 4 samples unscored after waiting 0\.6\d s", caplog.text)
+    assert "reward_timeout=0.3 s" in caplog.text and "sample 0: prompt='p0', completion='a'" in caplog.text
+    lock.release()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_only_the_hanging_sample_is_unscored_and_named(kind, release, caplog):
+    if kind == "sync":
+        fn = _hangs_on("ccc", release)
+    else:
+        async def fn(completions, **kwargs):
+            if "ccc" in completions:
+                await asyncio.sleep(10 ** 6)
+            return [float(len(c)) for c in completions]
+
+    runner = RewardRunner([fn], timeout=0.3)
+    with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
+        per_func = run(runner)
+    assert per_func[[0, 1, 3], 0].tolist() == [1.0, 2.0, 4.0] and per_func[2, 0].isnan()
+    assert runner.last_timeout_counts == {runner.names[0]: 1} and runner.timeout_counts == {runner.names[0]: 1}
+    assert runner.last_all_none_count == 1                           # the row is left out of training
+    assert "1 of 4 samples unscored" in caplog.text
+    assert "Still running on 1 sample(s) when its time ran out: sample 2: prompt='p1', completion='ccc'" in caplog.text
+    caplog.clear()
+    assert run(runner, completions=["a", "bb"])[:, 0].tolist() == [1.0, 2.0]   # later calls are unaffected
+    assert runner.last_timeout_counts == {runner.names[0]: 0} and runner.timeout_counts == {runner.names[0]: 1}
+    assert not caplog.text
+
+
+def test_a_timed_out_async_function_is_cancelled():
+    cancelled = []
+
+    async def forever(completions, **kwargs):
+        try:
+            await asyncio.sleep(10 ** 6)
+        except asyncio.CancelledError:
+            cancelled.append(len(completions))
+            raise
+
+    runner = RewardRunner([forever, async_slow], timeout=0.3)
+    per_func = run(runner, completions=["a", "bb"])
+    assert per_func[:, 0].isnan().all() and runner.last_timeout_counts["forever"] == 2
+    assert per_func[:, 1].isnan().all()      # async_slow takes 0.5 s, more than its 0.3 s: its one-sample calls too
+    deadline = time.monotonic() + 2
+    while len(cancelled) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(cancelled) == [1, 1, 2]                               # the call, then each one-sample call
+    runner.close()
+
+
+def test_an_async_function_blocking_the_event_loop_is_abandoned_with_its_loop(release, caplog):
+    async def blocking(completions, **kwargs):
+        if len(completions) > 1:
+            release.wait()               # a blocking call inside async def: the loop cannot run anything else
+        return [1.0] * len(completions)
+
+    runner = RewardRunner([blocking, length_reward], timeout=0.2)
+    with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
+        per_func = run(runner)
+    assert per_func[:, 0].isnan().all() and per_func[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert runner.last_timeout_counts["blocking"] == 4
+    assert "blocked the event loop" in caplog.text and "time.sleep in an `async def`" in caplog.text
+    assert run(runner, completions=["a"])[:, 0].tolist() == [1.0]      # a new loop serves the next call
+
+
+def test_no_split_on_timeout_leaves_every_sample_unscored(release, caplog):
+    class BatchNormalised:
+        split_on_timeout = False
+
+        def __call__(self, completions, **kwargs):
+            return _hangs_on("ccc", release)(completions)
+
+    runner = RewardRunner([BatchNormalised()], timeout=0.2)
+    with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
+        assert run(runner).isnan().all()
+    assert runner.last_timeout_counts == {"BatchNormalised": 4}
+    assert "not retried per sample (split_on_timeout=False)" in caplog.text and "completion='a'" in caplog.text
+    from hf_grpo.rewards import RewardModel
+    assert RewardModel.split_on_timeout is False
+
+
+def test_a_sample_that_raises_in_the_retry_is_an_error_of_that_sample(release):
+    def hangs_then_fails(completions, **kwargs):
+        if len(completions) > 1:
+            release.wait()
+        if completions == ["bb"]:
+            raise KeyError("gt_answer")
+        return [1.0]
+
+    with pytest.raises(RewardFunctionError, match="'hangs_then_fails' raised KeyError.*Sample 1: prompt='p0', "
+                                                  "completion='bb'"):
+        run(RewardRunner([hangs_then_fails], timeout=0.2))
+
+
+def test_a_persistently_hanging_function_ends_the_run(release):
+    from hf_grpo.rewards.runner import MAX_STRANDED
+
+    def dead_connection(completions, **kwargs):
+        release.wait()
+
+    runner = RewardRunner([dead_connection], timeout=0.02)
+    before = threading.active_count()
+    with pytest.raises(RewardFunctionError, match=f"'dead_connection' hangs persistently: {MAX_STRANDED} of its "
+                                                  "calls are still running"):
+        for _ in range(MAX_STRANDED):
+            run(runner, completions=["a", "bb"])
+    assert threading.active_count() <= before + MAX_STRANDED          # it stopped adding threads
+
+
+def test_no_timeout_waits_as_trl_does():
+    def slow(completions, **kwargs):
+        time.sleep(0.3)
+        return [threading.current_thread() is threading.main_thread()] * len(completions)
+
+    assert run(RewardRunner([slow], timeout=0.1)).isnan().all()
+    assert run(RewardRunner([slow], timeout=None))[:, 0].tolist() == [1.0] * 4   # waited, in the calling thread
+
+
+def test_math_verify_with_its_signal_timeouts_needs_no_time_limit_and_says_so():
+    from math_verify import parse, verify
+
+    def trl_style_accuracy(completions, **kwargs):   # math_verify's default timeouts use signal.alarm
+        return [float(verify(parse("$1$"), parse(c))) for c in completions]
+
+    with pytest.raises(RewardFunctionError, match="signal-based timeouts .* or set reward_timeout to None"):
+        RewardRunner([trl_style_accuracy], timeout=5)(prompts=["p"], completions=["$1$"], completion_ids=[[1]])
+    assert RewardRunner([trl_style_accuracy])(prompts=["p"], completions=["$1$"], completion_ids=[[1]]).item() == 1
+
+
+HUNG_SCRIPT = """
+import asyncio, sys, time
+from hf_grpo.rewards.runner import RewardRunner
+
+def spins(completions, **kwargs):
+    while True:
+        pass
+
+def sleeps(completions, **kwargs):
+    time.sleep(10 ** 6)
+
+async def blocks_loop(completions, **kwargs):
+    time.sleep(10 ** 6)
+
+runner = RewardRunner([spins, sleeps, blocks_loop], timeout=0.2)
+scores = runner(prompts=["p", "p"], completions=["a", "b"], completion_ids=[[1], [2]])
+print(scores.isnan().all().item(), time.monotonic(), flush=True)
+"""
+
+
+def test_the_process_exits_promptly_after_a_reward_function_hung(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "hung.py"
+    script.write_text(HUNG_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30, env=env)
+    ended = time.monotonic()
+    assert proc.returncode == 0, proc.stderr
+    all_nan, returned = proc.stdout.split()
+    assert all_nan == "True" and ended - float(returned) < 3.0        # no hung thread held the exit
