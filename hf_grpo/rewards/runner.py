@@ -358,10 +358,11 @@ class RewardRunner:
         # so every process logs the same metrics).
         self.last_function_stats = {name: dict(fn.last_stats) for fn, name in zip(self.funcs, self.names)
                                     if isinstance(getattr(fn, "last_stats", None), dict)}
-        # And ``last_details``, one dict per completion (e.g. CodeReward's suspected hacks), for the rollout log.
+        # And ``last_details``, one dict per completion (e.g. CodeReward's suspected hacks), for the rollout log; not
+        # from a function that timed out, whose details may be an earlier call's.
         self.last_details = [{} for _ in range(n)]
-        for fn, name in zip(self.funcs, self.names):
-            details = getattr(fn, "last_details", None)
+        for fn, name, outcome in zip(self.funcs, self.names, outcomes):
+            details = None if outcome.timed_out else getattr(fn, "last_details", None)
             if isinstance(details, list) and len(details) == n:
                 for row, detail in zip(self.last_details, details):
                     if detail:
