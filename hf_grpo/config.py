@@ -277,9 +277,13 @@ class GRPOConfig(TRLFields):
                 "0 for the batch) or skip (it abstains for the batch, like returning None). Errors are logged and "
                 "counted as rewards/<name>/errors."})
     reward_timeout: float | None = field(default=300.0, metadata={
-        "help": "Seconds one call of a reward function may take. A sample it has not scored by then scores None for "
-                "that function (left out of its total, and of training when no function scored it), is counted as "
-                "rewards/<name>/timeouts and named in a warning. None: wait forever (TRL's behaviour)."})
+        "help": "Seconds one call of a reward function may take. A call that runs out of time is retried once per "
+                "sample under one more such limit (a step waits at most twice this) to find the sample that hangs; a "
+                "sample not scored by then scores None for that function (left out of its total, and of training "
+                "when no function scored it), is counted as rewards/<name>/timeouts and named in a warning. With a "
+                "limit every synchronous function runs in a worker thread. None: no limit, and the first "
+                "synchronous function runs in the calling thread as in TRL (needed by signal-based timeouts such as "
+                "math_verify's defaults)."})
     code_timeout_s: float = field(default=5.0, metadata={
         "help": "code reward: wall-clock and CPU seconds per test run."})
     code_memory_mb: int = field(default=512, metadata={"help": "code reward: address-space limit per process, MiB."})
