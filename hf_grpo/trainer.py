@@ -277,13 +277,9 @@ class DistributedGRPOTrainer(Trainer):
         self._metrics.add("timing/weight_sync_s", time.perf_counter() - start)
 
     def _save_last_step(self, what: str) -> None:
-        """Keep the last completed optimizer step before an error ends the run (every process calls this).
-
-        Weights change only in the optimizer step, so outside it they are exactly those of ``global_step``; the round
-        position is reset to that step's boundary so the saved state resumes there. Nothing is saved before the first
-        step, or when that step is already saved. With ``dynamic_sampling`` a failure on one process while the others
-        wait in a refill round's collective cannot be coordinated; that case stops without saving.
-        """
+        """Save the last completed optimizer step before an error ends the run (every process calls this). Weights
+        change only in the optimizer step, so they are ``global_step``'s; the round position is rewound to its
+        boundary. A failure on one process during a dynamic-sampling refill collective cannot be coordinated."""
         step = self.state.global_step
         if step == 0 or os.path.isdir(os.path.join(self._get_output_dir(None), f"checkpoint-{step}")):
             return
@@ -303,7 +299,7 @@ class DistributedGRPOTrainer(Trainer):
             self._save_last_step(what)
             raise error if error is not None else RuntimeError(f"{what} on another process (see its log)")
 
-    def _run_settings(self) -> dict:
+    def _run_settings(self) -> dict:       # compared on resume (hf_grpo.checkpoints.check_resume)
         if self._data_signature is None and self.train_dataset is not None:
             self._data_signature = checkpoints.dataset_signature(self.train_dataset)
         return checkpoints.run_settings(self.args, self.accelerator.num_processes, self._data_signature)
@@ -535,9 +531,7 @@ class DistributedGRPOTrainer(Trainer):
         try:
             return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
                                  ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
-        except Exception as error:
-            # A crash in the step, evaluation or logging keeps the last completed step. With several processes the
-            # others may wait in a collective, so only the coordinated paths (_save_on_crash) save there.
+        except Exception as error:      # several processes: only the coordinated paths (_save_on_crash) save
             if self.accelerator.num_processes == 1:
                 try:
                     self._save_last_step(f"{type(error).__name__}: {error}")
