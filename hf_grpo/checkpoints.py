@@ -101,11 +101,12 @@ def dataset_signature(dataset) -> dict:
     return {"rows": len(dataset), "sha256": digest.hexdigest()[:16]}
 
 
-def run_settings(args, world_size: int, dataset_sig: dict | None) -> dict:
+def run_settings(args, world_size: int, train_dataset) -> dict:
+    """What `check_resume` compares: `RESUME_SETTINGS`, the process count and the training prompts' signature."""
     settings = {name: getattr(args, name) for name in RESUME_SETTINGS}
     settings["processes"] = world_size
-    if dataset_sig is not None:
-        settings["train_dataset"] = dataset_sig
+    if train_dataset is not None:
+        settings["train_dataset"] = dataset_signature(train_dataset)
     return settings
 
 

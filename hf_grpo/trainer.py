@@ -157,7 +157,6 @@ class DistributedGRPOTrainer(Trainer):
         self._last_log_wall = time.perf_counter()
         self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
         self._staging = False        # while True, checkpoints are written to the staging area (_save_checkpoint)
-        self._data_signature: dict | None = None       # of train_dataset, for the resume check (hf_grpo.checkpoints)
 
     # ---- data ---------------------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset=None):
@@ -298,11 +297,6 @@ class DistributedGRPOTrainer(Trainer):
         if self._any_rank(error is not None):
             self._save_last_step(what)
             raise error if error is not None else RuntimeError(f"{what} on another process (see its log)")
-
-    def _run_settings(self) -> dict:       # compared on resume (hf_grpo.checkpoints.check_resume)
-        if self._data_signature is None and self.train_dataset is not None:
-            self._data_signature = checkpoints.dataset_signature(self.train_dataset)
-        return checkpoints.run_settings(self.args, self.accelerator.num_processes, self._data_signature)
 
     @torch.no_grad()
     def _add_logprob_inputs(self, micro: list[dict]) -> None:
@@ -523,7 +517,8 @@ class DistributedGRPOTrainer(Trainer):
         # had finished would silently train past its end.
         done = 0
         if isinstance(resume_from_checkpoint, str):
-            checkpoints.check_resume(resume_from_checkpoint, self._run_settings(), self.args.resume_allow_changes)
+            settings = checkpoints.run_settings(self.args, self.accelerator.num_processes, self.train_dataset)
+            checkpoints.check_resume(resume_from_checkpoint, settings, self.args.resume_allow_changes)
             done = checkpoints.checkpoint_step(resume_from_checkpoint)
         if 0 < self.args.max_steps <= done:
             raise ValueError(f"{resume_from_checkpoint} is at step {done}, max_steps={self.args.max_steps}: the run is "
@@ -561,7 +556,8 @@ class DistributedGRPOTrainer(Trainer):
             checkpoints.save_rank_state(staging, self.accelerator.process_index, self._resume_state())
             if self.args.should_save:
                 self._write_model_card(staging)        # a checkpoint pushed or shared on its own says what it is
-                checkpoints.write_run_settings(staging, self._run_settings())
+                checkpoints.write_run_settings(staging, checkpoints.run_settings(
+                    self.args, self.accelerator.num_processes, self.train_dataset))
         finally:
             self._staging = False
         checkpoints.publish(self.accelerator, staging, os.path.join(run_dir, folder))

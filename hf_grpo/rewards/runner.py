@@ -65,17 +65,18 @@ import math
 import numbers
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from .calls import (SPLIT_WORKERS, Call, call_async, call_sync, fresh_kwargs, one_sample, Outcome, remaining,
+                    SampleSplit)
+
 logger = logging.getLogger(__name__)
 
 _RESERVED = ("prompts", "completions", "completion_ids", "trainer_state")
 ON_ERROR = ("raise", "zero", "skip")
-SPLIT_WORKERS = 16   # threads of one function's per-sample retry after a timeout
 MAX_STRANDED = 64    # abandoned calls of one function still running, beyond which it counts as persistently hung
 _SHOWN = 3           # hung samples quoted in a timeout warning
 
@@ -136,107 +137,6 @@ def _as_number(value: Any) -> float:
     if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_complex():
         return float(value.item())
     raise TypeError(type(value).__name__)
-
-
-@dataclass
-class _Outcome:
-    values: Any = None
-    seconds: float = 0.0
-    error: BaseException | None = None
-    error_row: int = 0                 # the sample an error is shown with (the failing one in a per-sample retry)
-    timed_out: list[int] = field(default_factory=list)  # rows left unscored when time ran out
-    hung: list[int] = field(default_factory=list)       # of those, the rows whose own call was still running
-    note: str = ""                                      # why the hung rows are unknown, when they are
-    split: list[_Outcome | None] | None = None          # per-sample retry results (None: no return in time)
-
-
-def _one_sample(kwargs: dict[str, Any], row: int) -> dict[str, Any]:
-    # Every argument but trainer_state holds one value per completion (the columns were checked for that).
-    return {k: v if k == "trainer_state" else list(v[row:row + 1]) for k, v in kwargs.items()}
-
-
-def _fresh(kwargs: dict[str, Any]) -> dict[str, Any]:
-    # Functions run concurrently: each gets its own outer lists, so one that mutates its inputs (e.g. pops from
-    # completions) cannot corrupt another's.
-    return {k: list(v) if isinstance(v, list) else v for k, v in kwargs.items()}
-
-
-def _call_sync(fn: Callable, kwargs: dict[str, Any]) -> _Outcome:
-    start = time.perf_counter()
-    try:
-        values = fn(**kwargs)
-    except Exception as e:
-        return _Outcome(error=e, seconds=time.perf_counter() - start)
-    return _Outcome(values=values, seconds=time.perf_counter() - start)
-
-
-async def _call_async(fn: Callable, kwargs: dict[str, Any]) -> _Outcome:
-    start = time.perf_counter()
-    try:
-        values = await fn(**kwargs)
-    except Exception as e:
-        return _Outcome(error=e, seconds=time.perf_counter() - start)
-    return _Outcome(values=values, seconds=time.perf_counter() - start)
-
-
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-class _Call:
-    """One sync call in its own daemon thread: a call that hangs is abandoned with its thread (never reused) and
-    cannot block interpreter exit."""
-
-    def __init__(self, fn: Callable, kwargs: dict[str, Any], name: str):
-        self.outcome: _Outcome | None = None
-        self._done = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(fn, kwargs), name=f"reward:{name}", daemon=True)
-        self.thread.start()
-
-    def _run(self, fn: Callable, kwargs: dict[str, Any]) -> None:
-        self.outcome = _call_sync(fn, kwargs)
-        self._done.set()
-
-    def wait(self, deadline: float | None) -> _Outcome | None:
-        """The outcome, or None if ``deadline`` (``time.monotonic()``) passes first."""
-        return self.outcome if self._done.wait(_remaining(deadline)) else None
-
-
-class _SampleSplit:
-    """Retries a timed-out sync function once per sample, ``SPLIT_WORKERS`` daemon threads pulling samples until
-    a shared deadline, so the samples that finish keep their scores and the hanging ones are known."""
-
-    def __init__(self, fn: Callable, kwargs: dict[str, Any], timeout: float, name: str):
-        self.n = len(kwargs["completions"])
-        self.deadline = time.monotonic() + timeout
-        self.results: list[_Outcome | None] = [None] * self.n
-        self._running: set[int] = set()
-        self._next = iter(range(self.n))
-        self._lock = threading.Lock()
-        self.workers = [threading.Thread(target=self._work, args=(fn, kwargs), name=f"reward:{name}:split",
-                                         daemon=True) for _ in range(min(self.n, SPLIT_WORKERS))]
-        for worker in self.workers:
-            worker.start()
-
-    def _work(self, fn: Callable, kwargs: dict[str, Any]) -> None:
-        while time.monotonic() < self.deadline:
-            with self._lock:
-                row = next(self._next, None)
-                if row is None:
-                    return
-                self._running.add(row)
-            self.results[row] = _call_sync(fn, _one_sample(kwargs, row))
-            with self._lock:
-                self._running.discard(row)
-
-    def collect(self) -> tuple[_Outcome, list[threading.Thread]]:
-        """The retry's outcome (``split``, ``hung``) once all finished or the deadline passed; the threads left."""
-        for worker in self.workers:
-            worker.join(_remaining(self.deadline))
-        with self._lock:
-            results = list(self.results)
-            hung = sorted(row for row in self._running if results[row] is None)
-        return _Outcome(split=results, hung=hung), [w for w in self.workers if w.is_alive()]
 
 
 class RewardRunner:
@@ -378,7 +278,7 @@ class RewardRunner:
                            _preview(completions[row]))
         return per_func
 
-    def _call_all(self, kwargs: dict[str, Any]) -> list[_Outcome]:
+    def _call_all(self, kwargs: dict[str, Any]) -> list[Outcome]:
         """Every function's outcome: sync ones in threads (the first in this thread when there is no time limit),
         async ones on the private loop; the timed-out ones retried per sample (``split``) or left unscored."""
         n = len(kwargs["completions"])
@@ -387,14 +287,14 @@ class RewardRunner:
         deadline = None if self.timeout is None else start + self.timeout
         async_ids = [i for i, a in enumerate(self._is_async) if a]
         sync_ids = [i for i, a in enumerate(self._is_async) if not a]
-        done_async: dict[int, _Outcome] = {}  # filled by the loop as each async function finishes
+        done_async: dict[int, Outcome] = {}  # filled by the loop as each async function finishes
         async_future = (asyncio.run_coroutine_threadsafe(self._run_async(async_ids, kwargs, done_async),
                                                          self._event_loop()) if async_ids else None)
         inline = sync_ids[:1] if self.timeout is None else []
-        calls = {i: _Call(self.funcs[i], _fresh(kwargs), self.names[i]) for i in sync_ids if i not in inline}
-        outcomes: list[_Outcome | None] = [None] * len(self.funcs)
+        calls = {i: Call(self.funcs[i], fresh_kwargs(kwargs), self.names[i]) for i in sync_ids if i not in inline}
+        outcomes: list[Outcome | None] = [None] * len(self.funcs)
         for i in inline:
-            outcomes[i] = _call_sync(self.funcs[i], _fresh(kwargs))
+            outcomes[i] = call_sync(self.funcs[i], fresh_kwargs(kwargs))
         for i, call in calls.items():
             outcomes[i] = call.wait(deadline)
         timed_out = [i for i in calls if outcomes[i] is None]
@@ -402,7 +302,7 @@ class RewardRunner:
         for i in timed_out:  # all retries start before any is waited for: they share one deadline
             self._stranded[i].append(calls[i].thread)
             if self._can_split(i, n, threads=min(n, SPLIT_WORKERS)):
-                splits[i] = _SampleSplit(self.funcs[i], kwargs, self.timeout, self.names[i])
+                splits[i] = SampleSplit(self.funcs[i], kwargs, self.timeout, self.names[i])
         for i in timed_out:
             if i in splits:
                 outcomes[i], left = splits[i].collect()
@@ -414,7 +314,7 @@ class RewardRunner:
             # The loop bounds each async call itself (twice the timeout with its retry); this limit is for a loop
             # that a coroutine blocks.
             try:
-                async_future.result(_remaining(None if deadline is None else deadline + self.timeout
+                async_future.result(remaining(None if deadline is None else deadline + self.timeout
                                                + min(self.timeout, 5.0)))
             except concurrent.futures.TimeoutError:
                 self._abandon_loop(async_future, [i for i in async_ids if i not in done_async])
@@ -437,8 +337,8 @@ class RewardRunner:
                 f"which sample hangs is unknown.")
 
     @staticmethod
-    def _unscored(n: int, note: str, seconds: float = 0.0) -> _Outcome:
-        return _Outcome(values=[None] * n, timed_out=list(range(n)), note=note, seconds=seconds)
+    def _unscored(n: int, note: str, seconds: float = 0.0) -> Outcome:
+        return Outcome(values=[None] * n, timed_out=list(range(n)), note=note, seconds=seconds)
 
     def _check_stranded(self) -> None:
         for i, name in enumerate(self.names):
@@ -450,12 +350,12 @@ class RewardRunner:
                     f"cannot be stopped. Fix what it waits on (a dead connection, a lock never released, an "
                     f"endless loop) or remove it from reward_funcs.", name)
 
-    async def _run_async(self, ids: list[int], kwargs: dict[str, Any], done: dict[int, _Outcome]) -> None:
+    async def _run_async(self, ids: list[int], kwargs: dict[str, Any], done: dict[int, Outcome]) -> None:
         await asyncio.gather(*(self._run_one_async(i, kwargs, done) for i in ids))
 
-    async def _run_one_async(self, i: int, kwargs: dict[str, Any], done: dict[int, _Outcome]) -> None:
+    async def _run_one_async(self, i: int, kwargs: dict[str, Any], done: dict[int, Outcome]) -> None:
         start = time.perf_counter()
-        task = asyncio.ensure_future(_call_async(self.funcs[i], _fresh(kwargs)))
+        task = asyncio.ensure_future(call_async(self.funcs[i], fresh_kwargs(kwargs)))
         try:
             finished, _ = await asyncio.wait({task}, timeout=self.timeout)
         finally:
@@ -469,15 +369,15 @@ class RewardRunner:
         outcome.seconds = time.perf_counter() - start
         done[i] = outcome
 
-    async def _split_async(self, i: int, kwargs: dict[str, Any]) -> _Outcome:
-        tasks = [asyncio.ensure_future(_call_async(self.funcs[i], _one_sample(kwargs, row)))
+    async def _split_async(self, i: int, kwargs: dict[str, Any]) -> Outcome:
+        tasks = [asyncio.ensure_future(call_async(self.funcs[i], one_sample(kwargs, row)))
                  for row in range(len(kwargs["completions"]))]
         try:
             _, pending = await asyncio.wait(tasks, timeout=self.timeout)
         finally:
             for task in tasks:
                 task.cancel()  # a no-op for the finished ones
-        return _Outcome(split=[None if t in pending else t.result() for t in tasks],
+        return Outcome(split=[None if t in pending else t.result() for t in tasks],
                         hung=[row for row, t in enumerate(tasks) if t in pending])
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
@@ -527,7 +427,7 @@ class RewardRunner:
         return weighted.nansum(dim=1)
 
     # ---- timeouts and errors --------------------------------------------------------------------------------------
-    def _merge(self, i: int, outcome: _Outcome, kwargs: dict[str, Any]) -> _Outcome:
+    def _merge(self, i: int, outcome: Outcome, kwargs: dict[str, Any]) -> Outcome:
         """One outcome from a per-sample retry: each sample's value, None where its call did not return in time. A
         sample that raised makes the whole call an error (``on_error`` then applies as to any raising call)."""
         values, timed_out = [], []
@@ -537,14 +437,14 @@ class RewardRunner:
                 timed_out.append(row)
                 continue
             if result.error is not None:
-                return _Outcome(error=result.error, error_row=row, seconds=outcome.seconds, timed_out=timed_out,
+                return Outcome(error=result.error, error_row=row, seconds=outcome.seconds, timed_out=timed_out,
                                 hung=[r for r in outcome.hung if r in timed_out])
             if not isinstance(result.values, (list, tuple)) or len(result.values) != 1:
-                self._validate(i, result, _one_sample(kwargs, row))  # raises, showing this sample
+                self._validate(i, result, one_sample(kwargs, row))  # raises, showing this sample
             values.append(result.values[0])
-        return _Outcome(values=values, seconds=outcome.seconds, timed_out=timed_out, hung=outcome.hung)
+        return Outcome(values=values, seconds=outcome.seconds, timed_out=timed_out, hung=outcome.hung)
 
-    def _on_timeout(self, i: int, outcome: _Outcome, kwargs: dict[str, Any]) -> None:
+    def _on_timeout(self, i: int, outcome: Outcome, kwargs: dict[str, Any]) -> None:
         """Count and log the samples a function left unscored when its time ran out (they score None for it)."""
         name, n, missed = self.names[i], len(kwargs["completions"]), len(outcome.timed_out)
         self.last_timeout_counts[name] = missed
@@ -564,7 +464,7 @@ class RewardRunner:
                        "so far. %s The abandoned calls keep their threads, which are never reused.",
                        name, missed, n, outcome.seconds, self.timeout, self.timeout_counts[name], where)
 
-    def _on_error(self, i: int, outcome: _Outcome, kwargs: dict[str, Any]) -> float:
+    def _on_error(self, i: int, outcome: Outcome, kwargs: dict[str, Any]) -> float:
         """Count and log a handled error; the value the function's column gets for this call."""
         name, error = self.names[i], outcome.error
         self.last_error_counts[name] = 1
@@ -584,7 +484,7 @@ class RewardRunner:
     def _context(self, kwargs: dict[str, Any], row: int) -> str:
         return f"Called with keyword arguments: {', '.join(kwargs)}. Sample {row}: {self._sample(kwargs, row)}."
 
-    def _validate(self, i: int, outcome: _Outcome, kwargs: dict[str, Any]) -> list[float]:
+    def _validate(self, i: int, outcome: Outcome, kwargs: dict[str, Any]) -> list[float]:
         name, n = self.names[i], len(kwargs["completions"])
         first = self._context(kwargs, 0) if n else ""
         if outcome.error is not None:
