@@ -40,6 +40,7 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
                 "/etc/group")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+PACKAGES_DIR = "/opt/hf-grpo-packages"  # in the private root: the allowed third-party packages, on programs' sys.path
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -96,7 +97,7 @@ def _bind(source: str, target: str, is_dir: bool) -> None:
     mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | locked)
 
 
-def _build_root(new_root: str, python_dirs: list[str]) -> None:
+def _build_root(new_root: str, python_dirs: list[str], packages: dict[str, str]) -> None:
     mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
@@ -109,6 +110,8 @@ def _build_root(new_root: str, python_dirs: list[str]) -> None:
     for path in SYSTEM_FILES + DEVICES:
         if os.path.exists(path):
             _bind(path, new_root + path, False)
+    for name, source in packages.items():  # allowed third-party packages (numpy), each alone, read-only
+        _bind(source, f"{new_root}{PACKAGES_DIR}/{name}", True)
     for path in ("/sandbox", "/tmp"):  # mount points for the per-program tmpfs
         os.makedirs(new_root + path, exist_ok=True)
     # The host's /proc, for the zygote only: it needs /proc/self to map its user namespace (as root that comes after
@@ -123,18 +126,21 @@ def _build_root(new_root: str, python_dirs: list[str]) -> None:
     os.chdir("/")
 
 
-def enter_zygote_namespaces(new_root: str, python_dirs: list[str], sandbox_uid: int) -> None:
+def enter_zygote_namespaces(new_root: str, python_dirs: list[str], sandbox_uid: int,
+                            packages: dict[str, str]) -> None:
     """Move the calling (single-threaded) process into its own namespaces and private read-only root.
 
     ``new_root`` is an empty directory to mount the root on. ``sandbox_uid`` is the unprivileged uid (and gid) a
-    root caller drops to. Raises OSError if the kernel refuses any step.
+    root caller drops to. ``packages`` maps directory names to host directories bound read-only under
+    ``PACKAGES_DIR`` (and only those: the rest of site-packages stays out). Raises OSError if the kernel refuses any
+    step.
     """
     flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     if os.geteuid() == 0:
         unshare(flags)
         _call(_libc.sethostname(b"sandbox", ctypes.c_size_t(7)), "sethostname")  # do not show the host's name
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount may propagate back to the host
-        _build_root(new_root, python_dirs)
+        _build_root(new_root, python_dirs, packages)
         os.setgroups([])
         os.setresgid(sandbox_uid, sandbox_uid, sandbox_uid)
         os.setresuid(sandbox_uid, sandbox_uid, sandbox_uid)
@@ -148,7 +154,7 @@ def enter_zygote_namespaces(new_root: str, python_dirs: list[str], sandbox_uid: 
         unshare(flags)
         _call(_libc.sethostname(b"sandbox", ctypes.c_size_t(7)), "sethostname")
         mount(None, "/", None, MS_REC | MS_PRIVATE)
-        _build_root(new_root, python_dirs)
+        _build_root(new_root, python_dirs, packages)
 
 
 def drop_root(sandbox_uid: int) -> None:
@@ -223,7 +229,16 @@ DENIED_SYSCALLS = ("ptrace", "process_vm_readv", "process_vm_writev", "mount", "
                    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
                    "swapon", "swapoff", "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
                    "io_uring_setup", "open_by_handle_at", "name_to_handle_at", "fanotify_init", "quotactl",
-                   "syslog", "vhangup", "lookup_dcookie", "mbind", "move_pages", "personality")
+                   "syslog", "vhangup", "lookup_dcookie", "mbind", "move_pages", "personality",
+                   # Another process's descriptors or their identity: pidfd_getfd would copy a pipe or socket end out
+                   # of a same-uid process (rlimits mode), kcmp compares open files across processes.
+                   "pidfd_getfd", "kcmp")
+# Denied too where a run has no IPC namespace of its own (rlimits mode): SysV shared memory, semaphores and message
+# queues and POSIX message queues outlive the process that created them, so they would carry state from one run to
+# the next (and, created by a killed run, outlive the trainer). With namespaces each run gets a fresh IPC namespace.
+IPC_SYSCALLS = ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd",
+                "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+                "mq_getsetattr")
 _SCMP_ACT_ALLOW, _SCMP_ACT_ERRNO = 0x7FFF0000, 0x00050000
 _SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 1, 7
 _AF_UNIX = 1
@@ -252,8 +267,9 @@ def _load_libseccomp():
 _seccomp = _load_libseccomp()
 
 
-def install_seccomp(allow_unix_sockets: bool) -> None:
-    """Load the deny-list filter (requires no_new_privs). Raises OSError when libseccomp is missing or refuses."""
+def install_seccomp(allow_unix_sockets: bool, deny_ipc: bool = False) -> None:
+    """Load the deny-list filter (requires no_new_privs); ``deny_ipc`` adds ``IPC_SYSCALLS``. Raises OSError when
+    libseccomp is missing or refuses."""
     if _seccomp is None:
         raise OSError(0, "libseccomp.so.2 not found")
     ctx = _seccomp.seccomp_init(_SCMP_ACT_ALLOW)
@@ -269,7 +285,7 @@ def install_seccomp(allow_unix_sockets: bool) -> None:
             if result != 0:  # libseccomp returns -errno
                 raise OSError(-result, f"seccomp rule for {name}: {os.strerror(-result)}")
 
-        for name in DENIED_SYSCALLS:
+        for name in DENIED_SYSCALLS + (IPC_SYSCALLS if deny_ipc else ()):
             rule(name, 1)  # EPERM
         rule("clone3", 38)  # ENOSYS
         rule("clone", 1, _ArgCmp(0, _SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
