@@ -54,12 +54,16 @@ import traceback  # noqa: E402
 import types  # noqa: E402
 
 # Imported once here so programs get them for free (copy-on-write after fork). ``random`` reseeds itself after fork.
-PRELOAD = ("array", "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "enum", "fractions",
-           "functools", "hashlib", "heapq", "itertools", "math", "numbers", "operator", "random", "re", "statistics",
-           "string", "textwrap", "typing", "unicodedata")
+# Also what tests commonly import (``cmath``, ``unittest``, ``json``): under the rlimits fallback as root the zygote
+# runs as an unprivileged uid that may not be able to read the Python install afterwards (here it lives under /root).
+PRELOAD = ("array", "bisect", "cmath", "collections", "contextvars", "copy", "dataclasses", "datetime", "decimal",
+           "enum", "fractions", "functools", "hashlib", "heapq", "itertools", "json", "math", "numbers", "operator",
+           "random", "re", "statistics", "string", "textwrap", "typing", "unicodedata", "unittest")
 # One BLAS/OpenMP thread: a program that imports numpy must not start a thread per host core (the process limit).
 CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
              "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# rlimits mode with Landlock: what a program may read (set by main()); empty: no Landlock.
+LANDLOCK_READ: list[str] = []
 
 
 # ---- framing ----------------------------------------------------------------------------------------------------
@@ -152,10 +156,17 @@ def program(request: dict, isolation: str, workdir: str | None, seccomp: bool, s
         if isolation == "namespaces":
             _confine.drop_capabilities()
         _confine.prctl(_confine.PR_SET_NO_NEW_PRIVS, 1)
+        if LANDLOCK_READ:
+            _confine.landlock_confine(LANDLOCK_READ, [workdir])
         if seccomp:
             _confine.install_seccomp(allow_unix_sockets=isolation == "namespaces", deny_ipc=isolation != "namespaces")
         os.environ.clear()
         os.environ.update(CLEAN_ENV, HOME=workdir, TMPDIR="/tmp" if isolation == "namespaces" else workdir)
+        # Where a program can write, for trusted code in the run (the code reward's harness decides from it what it may
+        # import); without namespaces or Landlock that is anything our uid can write, and the variable is absent.
+        if isolation == "namespaces" or LANDLOCK_READ:
+            os.environ["HF_GRPO_SANDBOX_WRITABLE"] = os.pathsep.join(["/sandbox", "/tmp"] if isolation == "namespaces"
+                                                                     else [workdir])
         os.write(status_fd, b"C")
         os.closerange(4 if request.get("report") else 3, 1 << 16)  # fd 3: the report channel, when asked for
     except BaseException:  # noqa: BLE001
@@ -278,6 +289,16 @@ def _namespaces_work(config: dict) -> None:
         raise OSError(0, "a per-run pid/mount namespace with a tmpfs could not be set up")
 
 
+def _landlock_read(config: dict) -> list[str]:
+    return [*_confine.SYSTEM_DIRS, *_confine.SYSTEM_FILES, *_confine.DEVICES, *config["python_dirs"],
+            *config["packages"].values(), config["packages_link_dir"]]
+
+
+def _landlock_works(config: dict) -> None:
+    _confine.prctl(_confine.PR_SET_NO_NEW_PRIVS, 1)
+    _confine.landlock_confine(_landlock_read(config), [config["base"]])
+
+
 def _seccomp_works() -> None:
     _confine.prctl(_confine.PR_SET_NO_NEW_PRIVS, 1)
     _confine.install_seccomp(allow_unix_sockets=False)
@@ -328,6 +349,13 @@ def main() -> None:
         sys.path.append(config["packages_link_dir"])
     else:
         sys.path.append(_confine.PACKAGES_DIR)
+    if isolation == "rlimits":
+        landlock_error = _in_child(lambda: _landlock_works(config))
+        if landlock_error is None:
+            LANDLOCK_READ.extend(_landlock_read(config))
+        else:
+            warnings.append(f"no Landlock ({landlock_error}): programs reach every file, /proc entry and process of "
+                            f"their uid")
     seccomp_error = _in_child(_seccomp_works)
     seccomp = seccomp_error is None
     if not seccomp:

@@ -82,8 +82,8 @@ def test_program_sees_a_clean_private_world(reward):
               "print(sorted(os.listdir('.')))\n")
     (result,) = reward.executor.run([Job(source)])
     env, where, proc, files = result.stdout.splitlines()
-    assert env == ("['HOME', 'LANG', 'LC_ALL', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PATH', "
-                   "'TMPDIR']")
+    assert env == ("['HF_GRPO_SANDBOX_WRITABLE', 'HOME', 'LANG', 'LC_ALL', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', "
+                   "'OPENBLAS_NUM_THREADS', 'PATH', 'TMPDIR']")
     assert where.startswith("/sandbox 1 ") and "'work'" not in where and "'home'" not in where
     assert proc.startswith("['1',")  # its own pid namespace: pid 1 and what it starts
     assert files == "['main.py', 'scratch.txt']"

@@ -23,7 +23,16 @@ refusals = []
 
 
 def _writable(path):
-    return path is not None and os.access(path, os.W_OK)
+    """Whether the candidate could have written ``path``: inside the directories the sandbox says a program can
+    write (``HF_GRPO_SANDBOX_WRITABLE``, set before the harness ran, out of the candidate's reach), or, where it does
+    not say (rlimits mode without Landlock), whenever this process's uid may write it."""
+    if path is None:
+        return False
+    fence = os.environ.get("HF_GRPO_SANDBOX_WRITABLE")
+    if fence is None:
+        return os.access(path, os.W_OK)
+    path = os.path.realpath(path)
+    return any(path == d or path.startswith(d.rstrip(os.sep) + os.sep) for d in fence.split(os.pathsep) if d)
 
 
 def _unsafe(spec):
