@@ -326,6 +326,9 @@ def main() -> None:
     load_preloads(config.get("preload", {}))
     for name in PRELOAD:
         __import__(name)
+    # `exit()` and `quit()` come from `site`, which `-S` skips; programs (competitive ones above all) call them.
+    import site
+    site.setquit()
     warnings = []
     isolation = "rlimits"
     if config["namespaces"]:
@@ -339,6 +342,16 @@ def main() -> None:
         warnings.append("namespaces turned off by the caller")
     if isolation == "rlimits":
         _confine.prctl(_confine.PR_SET_CHILD_SUBREAPER, 1)
+        sys.path.append(config["packages_link_dir"])
+        # Imported now, while we may still read them (as root we are about to become a uid that may not read the
+        # Python install their dependencies come from); programs and the code reward's harness find them loaded.
+        os.environ.update({k: v for k, v in CLEAN_ENV.items() if k.endswith("_NUM_THREADS")})
+        for name in config["packages"]:
+            if not name.endswith(".libs"):
+                try:
+                    __import__(name)
+                except ImportError as error:
+                    warnings.append(f"package {name} could not be imported: {error}")
         if os.geteuid() == 0:
             _confine.drop_bounding_set()
             os.chown(config["base"], config["uid"], config["uid"])
@@ -346,7 +359,6 @@ def main() -> None:
         # Programs share our uid here and see the host's /proc: non-dumpable, our /proc/<pid>/{mem,fd} (the control
         # socket, our memory) need CAP_SYS_PTRACE. Runners and programs inherit it (a program may undo it for itself).
         _confine.prctl(_confine.PR_SET_DUMPABLE, 0)
-        sys.path.append(config["packages_link_dir"])
     else:
         sys.path.append(_confine.PACKAGES_DIR)
     if isolation == "rlimits":

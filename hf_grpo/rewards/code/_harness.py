@@ -38,6 +38,7 @@ functions. Here the candidate and the tests never share a process, a secret or a
 """
 
 import builtins
+import ctypes
 import json
 import os
 import signal
@@ -119,8 +120,9 @@ def _serve(code, prelude, rfd, wfd):
             patched = tampered()
             reply = "('ok'," + wire.encode(result, handle_of) + "," + repr(patched) + ")"
         except Exception as error:  # noqa: BLE001 - the candidate raised: the test sees the same exception type
-            patched = tampered()
-            reply = repr(("raise", type(error).__name__, str(error)[:2000], patched))
+            patched = tampered()    # (its own classes' names too: the tests' side takes the first builtin one)
+            kinds = [c.__name__ for c in type(error).__mro__ if type(c.__name__) is str]
+            reply = repr(("raise", kinds, str(error)[:2000], patched))
         wire.send(wfd, reply)
 
 
@@ -135,6 +137,7 @@ class Candidate:
     def __init__(self, wfd, rfd):
         self.wfd, self.rfd = wfd, rfd
         self.suspected = 0
+        self.refusals = []
         self.tamper_seen = False
         self.handle = lambda i: Handle(self, i)
         self.handle.originals = False
@@ -158,10 +161,10 @@ class Candidate:
         if reply[0] == "ok":
             return reply[1]
         if reply[0] == "raise":
-            kind = getattr(builtins, reply[1], None)
-            if not (isinstance(kind, type) and issubclass(kind, Exception)):
-                kind = RuntimeError
-            raise kind(f"{reply[2]} (raised by the candidate as {reply[1]})")
+            names = reply[1] if type(reply[1]) is list else [reply[1]]
+            kinds = [getattr(builtins, n, None) for n in names if type(n) is str]
+            kind = next((k for k in kinds if isinstance(k, type) and issubclass(k, Exception)), RuntimeError)
+            raise kind(f"{reply[2]} (raised by the candidate as {names[0]})")
         return reply
 
     def encode(self, value):
@@ -179,10 +182,26 @@ class Candidate:
         return wire.encode(value, handle_of, mirror_of)
 
     def proxy(self, name):
-        def call(*args, **kwargs):
-            return self.request("call", name, (args, kwargs))
-        call.__name__ = call.__qualname__ = name
-        return call
+        return Proxy(self, name)
+
+
+class Proxy:
+    """A top-level name of the candidate in the tests' scope: calling it or reading an attribute (a class's
+    static method, a module-level object's method) is a request to the candidate's process."""
+
+    def __init__(self, owner, name):
+        self._owner, self.__name__ = owner, name
+
+    def __call__(self, *args, **kwargs):
+        return self._owner.request("call", self.__name__, (args, kwargs))
+
+    def __getattr__(self, attribute):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        return self._owner.request("getattr", self.__name__, attribute)
+
+    def __repr__(self):
+        return f"<candidate's {self.__name__}>"
 
 
 class Handle:
@@ -216,12 +235,21 @@ class Handle:
     def __contains__(self, item):
         return self._owner.request("contains", self, item)
 
+    def _compared(self, other):
+        # Two of the candidate's own objects: only its __eq__ could say, and it cannot judge itself; a refusal, not a
+        # hack. One of its objects against a value of the tests: how an always-equal object shows.
+        if isinstance(other, Handle):
+            self._owner.refusals.append("the tests compare two objects of the candidate's own classes (their __eq__ "
+                                        "is the candidate's code, which cannot judge itself)")
+        else:
+            self._owner.suspected += 1
+
     def __eq__(self, other):
-        self._owner.suspected += 1
+        self._compared(other)
         return self is other
 
     def __ne__(self, other):
-        self._owner.suspected += 1
+        self._compared(other)
         return self is not other
 
     def __bool__(self):
@@ -234,10 +262,11 @@ class Handle:
         return f"<candidate object #{self._id}>"
 
 
+_libc = ctypes.CDLL(None, use_errno=True)      # loaded once, in the zygote
+
+
 def _non_dumpable():
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(4, 0, 0, 0, 0) != 0:          # PR_SET_DUMPABLE = 4
+    if _libc.prctl(4, 0, 0, 0, 0) != 0:          # PR_SET_DUMPABLE = 4
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
@@ -285,10 +314,12 @@ def build_scope(candidate, ready, spec, prelude, used):
     return scope
 
 
-def _refusal(error, ready, spec):
+def _refusal(error, ready, spec, candidate):
     """Why a failure is the harness refusing a style rather than the candidate failing, or None."""
     if trusted.refusals:
         return trusted.refusals[0]
+    if candidate.refusals:
+        return candidate.refusals[0]
     if isinstance(error, NameError) and spec.get("expose") is not None and getattr(error, "name", None) in ready[1]:
         return (f"the tests use {error.name!r}, which the candidate defines but the prompt does not pin (a HumanEval "
                 f"row's tests see only the entry point and the prompt's own helpers: pass the row's prompt)")
@@ -333,7 +364,7 @@ def run(code, prelude=""):
         exec(call, scope)
         verdict = "PASS"
     except BaseException as error:  # noqa: BLE001 - a failed assert or any other error fails the test
-        refused = _refusal(error, ready, spec)
+        refused = _refusal(error, ready, spec, candidate)
         traceback.print_exc()
     finally:
         try:
