@@ -51,7 +51,9 @@ SANDBOX_UID = 65534  # "nobody": the uid a root host drops to
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-run limits. ``timeout_s`` is wall clock; the CPU limit is the same number of seconds, rounded up."""
+    """Per-run limits. ``timeout_s`` is wall clock; the CPU limit is one second more, rounded up: the wall clock
+    decides, the CPU limit only backs it up (were both equal, a busy loop would end by either at about the same
+    moment, and which one the host sees first would depend on scheduling)."""
 
     timeout_s: float = 5.0
     memory_mb: int = 512        # address space of each process
@@ -229,7 +231,7 @@ class Sandbox:
         nproc = self.limits.max_processes + 2  # + zygote and runner, which share the program's (namespace, uid)
         if self.isolation == "rlimits":
             nproc = nproc * self.processes_per_uid if os.geteuid() == 0 else None
-        request = {"source": job.source, "nonce": job.nonce, "cpu_s": max(1, int(-(-self.limits.timeout_s // 1))),
+        request = {"source": job.source, "nonce": job.nonce, "cpu_s": int(-(-self.limits.timeout_s // 1)) + 1,
                    "memory_mb": self.limits.memory_mb, "nproc": nproc, "disk_mb": self.limits.disk_mb,
                    "report": job.report}
         try:
@@ -250,12 +252,15 @@ class Sandbox:
                 os.close(fd)
             raise SandboxError(f"the sandbox zygote did not start the program (got {started})")
         outputs, status = self._pump(started["pid"], ours[0], ours[1:], job.stdin.encode(), deadline)
+        late = status is None and time.monotonic() >= deadline  # ended past its time (we were slow to look, say)
         # Killed already: the exit report follows at once. Else the program may have closed its output and go on.
         finished = self._receive(time.monotonic() + 10.0 if status else deadline)
         if finished is None and status is None:
             self._kill(started["pid"])
             status = "timeout"
             finished = self._receive(time.monotonic() + 10.0)
+        if late and status is None:
+            status = "timeout"
         if finished is None or "exit" not in finished:
             raise SandboxError(f"the sandbox zygote did not report the program's exit (got {finished})")
         code = finished["exit"]

@@ -2,9 +2,12 @@
 tests/helpers/sandbox_attacks.py for the attacks and the host-side evidence each one is checked for)."""
 
 import ctypes.util
+import json
 import logging
 import os
 import signal
+import socket
+import struct
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from hf_grpo.rewards.code import CodeReward
-from hf_grpo.sandbox import Job, Limits, LocalExecutor
+from hf_grpo.sandbox import Job, Limits, LocalExecutor, Sandbox
 from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret
 
 TIMEOUT_S = 1.0
@@ -129,3 +132,20 @@ def test_runs_from_several_threads_and_a_concurrent_close_keep_their_own_results
     (again,) = executor.run([Job("print('again')")])
     executor.close()
     assert (again.status, again.stdout) == ("ok", "again\n")
+
+
+def test_a_message_cut_by_a_deadline_is_received_whole_later():
+    """The intermittent loss of the zygote's exit report (test_attack_is_contained[infinite loop]): a receive whose
+    deadline expired between a message's length and its body used to consume the length and drop the rest, so the
+    next receive read JSON as a length (~2 GB) and gave up after 10 s. Bytes of a message that is not whole by the
+    deadline now wait for the next receive."""
+    sandbox = Sandbox()
+    sandbox._sock, zygote = socket.socketpair()
+    body = json.dumps({"exit": 137, "confined": True}).encode()
+    zygote.sendall(struct.pack(">I", len(body)) + body[:3])     # the length and a little; the rest comes late
+    assert sandbox._receive(time.monotonic() + 0.05) is None
+    zygote.sendall(body[3:] + struct.pack(">I", 2) + b"{}")
+    assert sandbox._receive(time.monotonic() + 1.0) == {"exit": 137, "confined": True}
+    assert sandbox._receive(time.monotonic() - 1.0) == {}          # past its deadline, a message already here counts
+    sandbox._sock.close()
+    zygote.close()

@@ -34,8 +34,8 @@ def extract_code(text: str) -> str | None:
 
 
 # A decimal number as a checker reads one: ASCII digits only (``float()`` would also take "1_000", "١٢" or "nan").
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-_INTEGER = re.compile(r"[+-]?\d+")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 
 
 def _float(token: str) -> float | None:
