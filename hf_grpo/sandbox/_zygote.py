@@ -42,6 +42,7 @@ if __name__ == "__main__":
     _spec.loader.exec_module(_confine)
 
 import fcntl  # noqa: E402
+import gc  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
 import select  # noqa: E402
@@ -329,6 +330,10 @@ def main() -> None:
     # `exit()` and `quit()` come from `site`, which `-S` skips; programs (competitive ones above all) call them.
     import site
     site.setquit()
+    # Everything loaded so far is shared copy-on-write with every fork; a collection in a child would write to each
+    # object's header and copy the pages. Frozen objects are never collected (nor copied for it).
+    gc.collect()
+    gc.freeze()
     warnings = []
     isolation = "rlimits"
     if config["namespaces"]:

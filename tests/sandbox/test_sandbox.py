@@ -33,10 +33,25 @@ def secret():
     del os.environ["HF_TOKEN"]
 
 
+def _reward(namespaces: bool) -> CodeReward:
+    code = CodeReward(timeout_s=TIMEOUT_S, memory_mb=256, max_processes=16, output_bytes=1 << 20, workers=1)
+    if not namespaces:
+        code.executor = LocalExecutor(code.limits, 1, namespaces=False)
+    assert code([_fenced("print(1)")], test_cases=[_cases("1")]) == [1.0]  # starts the zygote
+    return code
+
+
 @pytest.fixture(scope="module")
 def reward(secret):
-    code = CodeReward(timeout_s=TIMEOUT_S, memory_mb=256, max_processes=16, output_bytes=1 << 20, workers=1)
-    assert code([_fenced("print(1)")], test_cases=[_cases("1")]) == [1.0]  # starts the zygote
+    code = _reward(namespaces=True)
+    yield code
+    code.close()
+
+
+@pytest.fixture(scope="module")
+def fallback(secret):
+    """The rlimits fallback, as root: Landlock (when the kernel has it) fences files, /proc and signals."""
+    code = _reward(namespaces=False)
     yield code
     code.close()
 
@@ -63,10 +78,14 @@ def test_isolation_is_the_strongest_this_kernel_offers(reward):
     assert sandbox.seccomp == (ctypes.util.find_library("seccomp") is not None)
 
 
+@pytest.mark.parametrize("mode", ["namespaces", "rlimits"])
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
-def test_attack_is_contained(attack, reward, secret, tmp_path):
-    if reward.executor.isolation != "namespaces":
-        pytest.skip("without namespaces the host is reachable by design (docs/sandbox.md)")
+def test_attack_is_contained(attack, mode, request, secret, tmp_path):
+    reward = request.getfixturevalue("reward" if mode == "namespaces" else "fallback")
+    if reward.executor.isolation != mode:
+        pytest.skip(f"no {mode} sandbox on this kernel")
+    if mode == "rlimits" and any("Landlock" in w for w in reward.executor.sandboxes[0].warnings):
+        pytest.skip("without namespaces or Landlock the host is reachable by design (docs/sandbox.md)")
     with Arena(tmp_path, _zygote_pid(reward), TIMEOUT_S, secret) as arena:
         start = time.monotonic()
         score = reward([_fenced(attack.program(arena))], test_cases=[_cases("ESCAPED")])

@@ -17,6 +17,7 @@ first line that starts a definition or an import. Conversational prompts: the te
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 _FENCE = re.compile(r"^[ \t]*```[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
@@ -83,7 +84,11 @@ def _pinned(node: ast.stmt, entry_point: str | None) -> bool:
 
 def pinned_prelude(prompt, entry_point: str | None = None) -> str:
     """The prompt's code to pin (see module docstring) as source, or ``""``."""
-    text = prompt_text(prompt)
+    return _pinned_prelude(prompt_text(prompt), entry_point)
+
+
+@functools.lru_cache(maxsize=4096)  # a prompt comes once per completion of its group, and again every epoch
+def _pinned_prelude(text: str, entry_point: str | None) -> str:
     if not text or len(text) > 200_000:
         return ""
     statements = [node for tree in _modules(text) for node in tree.body if _pinned(node, entry_point)]
