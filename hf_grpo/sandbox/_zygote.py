@@ -61,8 +61,8 @@ PRELOAD = ("array", "bisect", "cmath", "collections", "contextvars", "copy", "da
            "enum", "fractions", "functools", "hashlib", "heapq", "itertools", "json", "math", "numbers", "operator",
            "random", "re", "statistics", "string", "textwrap", "typing", "unicodedata", "unittest")
 # One BLAS/OpenMP thread: a program that imports numpy must not start a thread per host core (the process limit).
-CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
-             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+             "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # rlimits mode with Landlock: what a program may read (set by main()); empty: no Landlock.
 LANDLOCK_READ: list[str] = []
 

@@ -30,7 +30,8 @@ HUMANEVAL: list[tuple[str, str, str, str, str]] = [
      H + "    import math\n    assert candidate(3000) == -math.factorial(3000)\n", "neg_fact", ""),
     ("dataclass result", "from dataclasses import dataclass\n@dataclass\nclass Item:\n    name: str\n    price: float\n"
      "def cheapest(items):\n    return min((Item(n, p) for n, p in items), key=lambda i: i.price)\n",
-     H + "    assert candidate([('a', 2.0), ('b', 1.0)]).name == 'b'\n    assert candidate([('a', 1.5)]).price == 1.5\n",
+     H + "    assert candidate([('a', 2.0), ('b', 1.0)]).name == 'b'\n"
+         "    assert candidate([('a', 1.5)]).price == 1.5\n",
      "cheapest", ""),
     ("generator consumed by list()", "def evens(n):\n    for i in range(n):\n        if i % 2 == 0:\n"
      "            yield i\n", H + "    assert list(candidate(7)) == [0, 2, 4, 6]\n    assert sum(candidate(5)) == 6\n",
@@ -47,7 +48,8 @@ HUMANEVAL: list[tuple[str, str, str, str, str]] = [
     ("recursion with lru_cache", "from functools import lru_cache\n@lru_cache(None)\ndef fib(n):\n"
      "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n", H + "    assert candidate(90) == 2880067194370816120\n",
      "fib", ""),
-    ("deep recursion", "import sys\nsys.setrecursionlimit(10000)\ndef depth(n):\n    return 0 if n == 0 else 1 + depth(n - 1)\n",
+    ("deep recursion", "import sys\nsys.setrecursionlimit(10000)\ndef depth(n):\n"
+        "    return 0 if n == 0 else 1 + depth(n - 1)\n",
      H + "    assert candidate(3000) == 3000\n", "depth", ""),
     ("nan and inf results", "def weird(x):\n    return float('nan') if x else float('-inf')\n",
      H + "    import math\n    assert math.isnan(candidate(1))\n    assert candidate(0) == -math.inf\n", "weird", ""),
@@ -60,10 +62,12 @@ HUMANEVAL: list[tuple[str, str, str, str, str]] = [
      "checked", ""),
     ("helper from the prompt, completion without it", "def decode(s):\n    return shift(s, -1)\n",
      H + "    assert candidate(shift('abc', 1)) == 'abc'\n", "decode",
-     "def shift(s, k):\n    return ''.join(chr(ord(c) + k) for c in s)\n\n\ndef decode(s):\n    \"\"\"Undo shift(s, 1).\"\"\"\n"),
+     "def shift(s, k):\n    return ''.join(chr(ord(c) + k) for c in s)\n\n\ndef decode(s):\n"
+     "    \"\"\"Undo shift(s, 1).\"\"\"\n"),
     ("numpy array result", "import numpy as np\ndef double(xs):\n    return np.array(xs) * 2\n",
      H + "    import numpy as np\n    assert (candidate([1, 2]) == np.array([2, 4])).all()\n"
-         "    assert np.allclose(candidate([0.5]), [1.0])\n    assert candidate([1, 2]).tolist() == [2, 4]\n", "double", ""),
+         "    assert np.allclose(candidate([0.5]), [1.0])\n    assert candidate([1, 2]).tolist() == [2, 4]\n"
+         "", "double", ""),
     ("numpy scalar result", "import numpy as np\ndef mean(xs):\n    return np.mean(xs)\n",
      H + "    assert candidate([1, 2, 3]) == 2.0\n    assert abs(candidate([1, 2]) - 1.5) < 1e-9\n", "mean", ""),
     ("debug prints while tested", "def inc(x):\n    print('called with', x)\n    return x + 1\n",
@@ -92,7 +96,8 @@ MBPP: list[tuple[str, str, list[str]]] = [
     ("static method of a class", "class Util:\n    @staticmethod\n    def double(x):\n        return 2 * x\n",
      ["assert Util.double(4) == 8"]),
     ("custom container protocols", "class Squares:\n    def __getitem__(self, i):\n        return i * i\n"
-     "    def __contains__(self, x):\n        return int(x ** 0.5) ** 2 == x\n    def __len__(self):\n        return 10\n",
+     "    def __contains__(self, x):\n        return int(x ** 0.5) ** 2 == x\n    def __len__(self):\n"
+     "        return 10\n",
      ["assert Squares()[3] == 9", "assert 16 in Squares()", "assert len(Squares()) == 10"]),
     ("iterator class", "class Countdown:\n    def __init__(self, n):\n        self.n = n\n    def __iter__(self):\n"
      "        return self\n    def __next__(self):\n        if self.n == 0:\n            raise StopIteration\n"
@@ -104,17 +109,20 @@ MBPP: list[tuple[str, str, list[str]]] = [
       "assert window([1, 2, 3], 2) == deque([2, 3])", "assert list(window([1, 2, 3], 2)) == [2, 3]"]),
     ("Fraction constructed in the asserts", "from fractions import Fraction\ndef half(x):\n    return Fraction(x, 2)\n",
      ["assert half(3) == Fraction(3, 2)"]),
-    ("dataclass equality", "from dataclasses import dataclass\n@dataclass(frozen=True)\nclass P:\n    x: int\n    y: int\n"
+    ("dataclass equality", "from dataclasses import dataclass\n@dataclass(frozen=True)\nclass P:\n    x: int\n"
+        "    y: int\n"
      "def swap(p):\n    return P(p.y, p.x)\n",
      ["assert swap(P(1, 2)) == P(2, 1)", "assert len({P(1, 2), swap(P(2, 1))}) == 1"]),
     ("namedtuple passed back", "from collections import namedtuple\nV = namedtuple('V', 'x y')\n"
      "def norm2(v):\n    return v.x * v.x + v.y * v.y\n", ["assert norm2(V(3, 4)) == 25"]),
     ("dataclass method", "from dataclasses import dataclass\n@dataclass\nclass Rect:\n    w: int\n    h: int\n"
-     "    def area(self):\n        return self.w * self.h\n", ["assert Rect(2, 3).area() == 6", "assert Rect(2, 3).w == 2"]),
+     "    def area(self):\n        return self.w * self.h\n"
+     "", ["assert Rect(2, 3).area() == 6", "assert Rect(2, 3).w == 2"]),
     ("dict views", "def keys(d):\n    return d.keys()\n", ["assert sorted(keys({'b': 1, 'a': 2})) == ['a', 'b']"]),
     ("itertools object", "import itertools\ndef pairs(xs):\n    return itertools.combinations(xs, 2)\n",
      ["assert list(pairs([1, 2, 3])) == [(1, 2), (1, 3), (2, 3)]"]),
-    ("set of tuples", "def edges(n):\n    return {(i, i + 1) for i in range(n)}\n", ["assert edges(2) == {(0, 1), (1, 2)}"]),
+    ("set of tuples", "def edges(n):\n    return {(i, i + 1) for i in range(n)}\n"
+        "", ["assert edges(2) == {(0, 1), (1, 2)}"]),
     ("mutual recursion", "def is_even(n):\n    return True if n == 0 else is_odd(n - 1)\n"
      "def is_odd(n):\n    return False if n == 0 else is_even(n - 1)\n", ["assert is_even(10)", "assert is_odd(7)"]),
     ("typing annotations", "from typing import List, Optional\ndef head(xs: List[int]) -> Optional[int]:\n"

@@ -1,6 +1,6 @@
-"""Every reward hack of reward_hacks.py on every row style, in one sandbox mode; for tests/rewards/test_reward_hacking.py.
+"""Every reward hack of reward_hacks.py on every row style, per sandbox mode; for tests/rewards/test_reward_hacking.py.
 
-    python -m tests.helpers.hack_matrix [--no-namespaces]...    # prints one JSON line: {mode: {style: [[score, details]]}}
+    python -m tests.helpers.hack_matrix [--modes namespaces,rlimits]    # one JSON line: {mode: {style: [...]}}
 
 Run in the test process as root and, under ``unshare --map-user=1000``, as a non-root trainer. One worker, so the
 batch runs in order through one zygote: the sibling that leaves its answers behind runs right before the hacks,

@@ -492,13 +492,12 @@ PROMPT = ('def close(x, y):\n    """Whether x and y agree to rounding error."""\
           'def add(a, b):\n    """Return the sum of a and b."""\n')
 MBPP_PROMPT = f"Write a function add(a, b) that returns a + b. Use this helper:\n```python\n{PROMPT}```\n"
 HUMANEVAL_TEST = ("import cmath\n\n\ndef check(candidate):\n    assert candidate(2, 3) == 5\n"
-                  "    assert close(candidate(0.5, 0.25), 0.75)\n    assert close(candidate(1000000000, 7), 1000000007)\n"
+                  "    assert close(candidate(0.5, 0.25), 0.75)\n"
+                  "    assert close(candidate(1000000000, 7), 1000000007)\n"
                   "    assert close(candidate(3, 4), abs(cmath.sqrt(-49)))\n")
 MBPP_TESTS = ["assert add(2, 3) == 5", "assert close(add(0.5, 0.25), 0.75)",
-              "assert math.isclose(add(1000000000, 7), 1000000007, rel_tol=0, abs_tol=1e-9)",
-              "import cmath; assert close(add(3, 4), abs(cmath.sqrt(-49)))"]
-STDIN_CASES = {"inputs": ["2 3\n", "0.5 0.25\n", "1000000000 7\n", "3 4\n"],
-               "outputs": ["5", "0.75", "1000000007", "7"]}
+              "assert math.isclose(add(1000000000, 7), 1000000007, rel_tol=0, abs_tol=1e-9)"]
+STDIN_CASES = {"inputs": ["2 3\n", "0.5 0.25\n", "1000000000 7\n"], "outputs": ["5", "0.75", "1000000007"]}
 STDIN_TOLERANCE = 1e-6   # the stdin rows opt into a float tolerance (class 5)
 
 
@@ -549,7 +548,8 @@ def weaker_harness_scores(reward, weakness: str, names: list[str]) -> list[float
     jobs, nonces = [], []
     for name in names:
         nonces.append(make_nonce())
-        source = f"{WEAKER[weakness]}import _hf_grpo_harness\n_hf_grpo_harness.run({HACKS[name]!r}, {PROMPT_PRELUDE!r})\n"
+        source = (f"{WEAKER[weakness]}import _hf_grpo_harness\n"
+                  f"_hf_grpo_harness.run({HACKS[name]!r}, {PROMPT_PRELUDE!r})\n")
         spec = {"nonce": nonces[-1], "test": HUMANEVAL_TEST, "call": "check(add)", "expose": ["add"]}
         jobs.append(Job(source, json.dumps(spec), report=True))
     results = reward.executor.run(jobs)

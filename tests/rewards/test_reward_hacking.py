@@ -26,10 +26,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _non_root_run() -> subprocess.Popen | None:
     if subprocess.run(["unshare", "--map-user=1000", "--map-group=1000", "true"], capture_output=True).returncode:
         return None
+    path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     return subprocess.Popen(["unshare", "--map-user=1000", "--map-group=1000", sys.executable, "-m",
                              "tests.helpers.hack_matrix"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT,
-                                                                                          os.environ.get("PYTHONPATH")]))))
+                            env=dict(os.environ, PYTHONPATH=path))
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_every_hack_scores_zero(matrix, trainer, mode, style):
     cell = _cell(matrix, trainer, mode)
     assert cell["isolation"] == mode, cell["warnings"]
     rows = cell[style]
-    assert rows[0][0] == 1.0 and list(rows[-1]) == [1.0, {}], f"the sibling or the right one failed: {rows[0]} {rows[-1]}"
+    assert rows[0][0] == 1.0 and list(rows[-1]) == [1.0, {}], f"sibling or right solution failed: {rows[0]} {rows[-1]}"
     passed = {name: score for name, (score, _) in zip(NAMES, rows[1:-1]) if score != 0.0}
     assert not passed, f"{trainer}/{mode}/{style}: hacks that scored: {passed}"
     if style != "stdin":            # stdin/stdout rows have no harness to notice anything

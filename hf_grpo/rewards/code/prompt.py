@@ -28,7 +28,7 @@ def prompt_text(prompt) -> str:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list):
-        return "\n".join(m.get("content", "") for m in prompt if isinstance(m, dict) and isinstance(m.get("content"), str))
+        return "\n".join(m["content"] for m in prompt if isinstance(m, dict) and isinstance(m.get("content"), str))
     return ""
 
 
