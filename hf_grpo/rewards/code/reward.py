@@ -3,15 +3,20 @@
 Tests come from dataset columns, first match wins per row:
 
 * ``test_cases`` = ``{"inputs": [str], "outputs": [str]}`` (ColossalChat code rows): one run per case with the
-  input on stdin; a case passes when the run exits 0 and its stdout matches (:func:`.extract.outputs_match`).
-* ``test`` + ``entry_point`` (HumanEval): one run of ``code + test + check(<entry_point>)``.
-* ``test_list`` = ``[assert statement, ...]`` (MBPP): one run per statement, after the code.
+  input on stdin; a case passes when its stdout matches (:func:`.extract.outputs_match`) and the run exited 0, or
+  ended only by an ``EOFError`` from reading past its input.
+* ``test`` + ``entry_point`` (HumanEval): one run of ``check(<entry_point>)``; the tests see the entry point and the
+  helpers the row's prompt defines (``prompts``, pinned by :mod:`.prompt`), never the candidate's versions of those.
+* ``test_list`` = ``[assert statement, ...]`` (MBPP): one run per statement; the asserts see every top-level
+  callable of the candidate and the modules it imported under their own names (``math``, ``np``).
 
 Assert-style rows run under a harness (``_harness.py``): the candidate's code runs in a child process and the tests
-in its parent, which calls the candidate's functions over pipes, receives plain data back, and alone holds the
-tests and the nonce that authenticates its ``PASS``/``FAIL`` line. Frame walking, ``gc``, always-equal objects,
-patched builtins or test functions and an early ``exit(0)`` cannot produce a pass; the detectable ones are counted
-as ``suspected_hacks`` (see ``docs/sandbox.md``), in total in ``last_stats`` and per completion in ``last_details``.
+in its parent, which calls the candidate's functions over pipes, receives data back, imports nothing the candidate
+could have written, and alone holds the tests, the nonce and the report channel its ``PASS``/``FAIL`` goes out on.
+Frame walking, ``gc``, always-equal objects, patched builtins or test functions, planted modules, redefined prompt
+helpers and an early ``exit(0)`` cannot produce a pass; the detectable ones are counted as ``suspected_hacks`` (see
+``docs/sandbox.md``), in total in ``last_stats`` and per completion in ``last_details``, where a style the harness
+refuses to judge (e.g. two of the candidate's objects compared) is named under ``refused``.
 
 The score is the fraction of passing tests, or with ``all_or_nothing`` 1.0/0.0. A completion without a program
 scores 0.0; a row whose test column is None scores None (not applicable). Every run of a batch goes to the executor
@@ -59,9 +64,11 @@ STAT_KEYS = ("runs", "tests_passed", "crashed", "timeouts", "output_limit", "san
 class CodeReward:
     """Reward function object: pass fraction of the row's tests (see module docstring).
 
-    Options: ``all_or_nothing``; ``float_tolerance`` (None: exact tokens); sandbox ``timeout_s`` (wall clock, and the
-    CPU limit), ``memory_mb``, ``max_processes``, ``output_bytes`` per run; ``workers`` (default: CPUs);
-    ``executor_url`` for a remote executor, with ``request_timeout_s`` and ``retries``.
+    Options: ``all_or_nothing``; ``float_tolerance`` (None: exact tokens; never applied to an expected integer);
+    sandbox ``timeout_s`` (wall clock; the CPU limit is one second more), ``memory_mb``, ``max_processes``,
+    ``output_bytes`` per run; ``workers`` (default: CPUs); ``executor_url`` for a remote executor, with
+    ``request_timeout_s`` and ``retries``. Called with ``prompts`` (as the trainer always does), HumanEval rows get
+    their prompt's helpers pinned for the tests.
     """
 
     def __init__(self, *, all_or_nothing: bool = False, float_tolerance: float | None = None, timeout_s: float = 5.0,
