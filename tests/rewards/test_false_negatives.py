@@ -81,3 +81,13 @@ def test_a_crash_after_correct_output_still_fails(reward):
     eof_then_exit = "print(2)\ninput()\n"
     scores = reward([fenced(crash), fenced(eof_then_exit)], test_cases=[{"inputs": [""], "outputs": ["2"]}] * 2)
     assert scores == [0.0, 1.0]
+
+
+def test_prompt_helpers_come_from_the_datasets_messages_only():
+    """Pinned code runs in the tests' process: an assistant turn of a conversational prompt (maybe the policy's own
+    words) is never a source of it; system and user messages are."""
+    from hf_grpo.rewards.code.prompt import pinned_prelude
+    helper = "```python\ndef close(x, y):\n    return abs(x - y) < 1e-9\n```"
+    assert "def close" in pinned_prelude([{"role": "user", "content": helper}], "add")
+    assert pinned_prelude([{"role": "assistant", "content": helper}], "add") == ""
+    assert pinned_prelude("def add(a, b):\n    \"\"\"stub\"\"\"\n", "add") == ""  # the stub is the candidate's

@@ -11,7 +11,8 @@ What is pinned: from the prompt's Python code, the top-level imports, the functi
 (not a stub: only a docstring, ``pass``, ``...`` or ``raise NotImplementedError``; a stub is what the candidate is
 asked to write), and plain assignments, except anything named like the entry point. Where is the prompt's code: the
 whole prompt when it parses as Python (HumanEval's ``prompt`` column), else its fenced blocks, else the part from the
-first line that starts a definition or an import. Conversational prompts: the text of every message.
+first line that starts a definition or an import. Conversational prompts: the text of the system and user messages
+(never an assistant's or a tool's: pinned code runs in the tests' process, and those turns may be the policy's).
 """
 
 from __future__ import annotations
@@ -24,11 +25,17 @@ _FENCE = re.compile(r"^[ \t]*```[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.DOTALL | re.
 _CODE_START = re.compile(r"^(def |class |import |from |@|async def )", re.MULTILINE)
 
 
+# Only the dataset's own messages: code in an assistant or tool turn (a multi-turn prompt) may be the policy's, and
+# pinned code runs in the tests' process.
+_TRUSTED_ROLES = ("system", "developer", "user")
+
+
 def prompt_text(prompt) -> str:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list):
-        return "\n".join(m["content"] for m in prompt if isinstance(m, dict) and isinstance(m.get("content"), str))
+        return "\n".join(m["content"] for m in prompt if isinstance(m, dict) and m.get("role") in _TRUSTED_ROLES
+                         and isinstance(m.get("content"), str))
     return ""
 
 
