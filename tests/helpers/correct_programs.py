@@ -132,6 +132,9 @@ MBPP: list[tuple[str, str, list[str]]] = [
     ("memo in a global dict", "memo = {}\ndef ways(n):\n    if n <= 1:\n        return 1\n    if n not in memo:\n"
      "        memo[n] = ways(n - 1) + ways(n - 2)\n    return memo[n]\n", ["assert ways(50) == 20365011074"]),
     ("lambda returned", "def scaler(k):\n    return lambda x: k * x\n", ["assert scaler(3)(4) == 12"]),
+    ("dataclass with a private field", "from dataclasses import dataclass, field\n@dataclass\nclass Acc:\n"
+     "    owner: str\n    _total: int = 0\n    def add(self, x):\n        return Acc(self.owner, self._total + x)\n",
+     ["assert Acc('a').add(3) == Acc('a', 3)", "assert Acc('a').add(2)._total == 2"]),
     ("bool and bytes", "def flags(b):\n    return [bool(x) for x in b], bytes(b)\n",
      ["assert flags([0, 1]) == ([False, True], b'\\x00\\x01')"]),
 ]

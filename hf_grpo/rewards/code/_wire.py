@@ -179,11 +179,14 @@ class Record:
 _classes = {}
 
 
-def _names(name, fields):
+def _names(name, fields, private=False):
+    """Identifiers only; a leading underscore only where the type allows it (dataclass fields), never ``__`` or our
+    own ``_hf_`` prefix."""
     if not (type(name) is str and name.isidentifier() and type(fields) is tuple and len(fields) <= 255):
         raise ValueError("bad type name or fields")
     for field in fields:
-        if type(field) is not str or not field.isidentifier() or keyword.iskeyword(field) or field.startswith("_"):
+        if (type(field) is not str or not field.isidentifier() or keyword.iskeyword(field)
+                or field.startswith("__" if private else "_") or field.startswith("_hf_")):
             raise ValueError(f"bad field name {field!r}")
     if len(set(fields)) != len(fields):
         raise ValueError("duplicate field names")
@@ -202,7 +205,7 @@ def namedtuple_value(handle, name, fields, values):
 
 
 def record_value(handle, name, fields, values, frozen):
-    _names(name, fields)
+    _names(name, fields, private=True)
     if len(values) != len(fields) or type(frozen) is not bool:
         raise ValueError("record arity")
     key = ("DC", name, fields, frozen)
