@@ -10,8 +10,9 @@ Two steps, see docs/sandbox.md for what each one contains:
   may sit under ``/root``, mode 0700) and the zygote then drops to an unprivileged uid before creating its user
   namespace, so RLIMIT_NPROC (which never applies to uid 0) holds. Without root the user namespace comes first, as
   ``unshare -Ur`` does. A failure at any point raises: the caller falls back to rlimits only.
-* :func:`confine_program` -- in each program: fresh tmpfs ``/sandbox`` and ``/tmp`` (own mount namespace, pid 1 of its
-  own pid namespace so everything it starts dies with it), rlimits, no capabilities, no new privileges, seccomp.
+* per program (``_zygote.program``): fresh tmpfs ``/sandbox`` and ``/tmp`` (own mount and IPC namespaces, pid 1 of
+  its own pid namespace so everything it starts dies with it), rlimits, no capabilities, no new privileges, seccomp;
+  in the rlimits fallback, :func:`landlock_confine` instead of the private root and namespaces.
 
 Departure from bubblewrap/nsjail (which do the same with a setuid or standalone binary): everything is done from
 Python via libc, so nothing beyond the kernel has to be installed. seccomp uses libseccomp through ctypes when the
