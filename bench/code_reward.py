@@ -48,17 +48,18 @@ def main() -> None:
     args = parser.parse_args()
     problems = list(read_problems().values())
     tests, entries = [p["test"] for p in problems], [p["entry_point"] for p in problems]
+    prompts = [p["prompt"] for p in problems]  # HumanEval/32, /38, /50's tests use the prompt's helpers, pinned
     solutions = [p["prompt"] + p["canonical_solution"] for p in problems]
     completions = [f"```python\n{s}\n```" for s in solutions]
     n = len(problems)
 
     reward = CodeReward(all_or_nothing=True, timeout_s=args.timeout_s, workers=args.workers)
     start = time.perf_counter()
-    first = reward(completions, test=tests, entry_point=entries)
+    first = reward(completions, test=tests, entry_point=entries, prompts=prompts)
     cold = time.perf_counter() - start
     start = time.perf_counter()
     for _ in range(args.repeats):
-        ours = reward(completions, test=tests, entry_point=entries)
+        ours = reward(completions, test=tests, entry_point=entries, prompts=prompts)
     warm = time.perf_counter() - start
     isolation, workers = reward.executor.isolation, reward.executor.workers
     reward.close()

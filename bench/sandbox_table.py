@@ -28,9 +28,9 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hf_grpo.rewards.code import CodeReward  # noqa: E402
-from hf_grpo.rewards.code.reward import HARNESS_PRELOAD  # noqa: E402
+from hf_grpo.rewards.code.reward import HARNESS_PRELOAD, PACKAGES  # noqa: E402
 from hf_grpo.sandbox import LocalExecutor  # noqa: E402
-from tests.helpers.reward_hacks import HACKS, HUMANEVAL_TEST, same_process_scores  # noqa: E402
+from tests.helpers.reward_hacks import HACKS, SIBLING, score_styles, same_process_scores  # noqa: E402
 from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret  # noqa: E402
 
 TIMEOUT_S = 1.0
@@ -44,7 +44,7 @@ def main() -> None:
     os.environ["HF_TOKEN"] = secret  # set before the sandbox starts, as a trainer's token would be
     reward = CodeReward(timeout_s=TIMEOUT_S, memory_mb=256, max_processes=16, workers=1)
     reward.executor = LocalExecutor(reward.limits, workers=1, namespaces=not args.no_namespaces,
-                                    preload=HARNESS_PRELOAD)
+                                    preload=HARNESS_PRELOAD, packages=PACKAGES)
     reward(["```python\npass\n```"], test_cases=[{"inputs": [""], "outputs": [""]}])  # start the zygote
     (sandbox,) = reward.executor.sandboxes
     rows, contained = [], 0
@@ -78,12 +78,14 @@ def main() -> None:
 
 
 def reward_hacks(reward: CodeReward) -> dict[str, tuple[float, int, float]]:
-    """{hack: (our score, suspected hacks counted, the same-process harness's score)}."""
-    completions = [f"```python\n{program}\n```" for program in HACKS.values()]
-    ours = reward(completions, test=[HUMANEVAL_TEST] * len(HACKS), entry_point=["add"] * len(HACKS))
-    suspected = [d.get("suspected_hacks", 0) for d in reward.last_details]
+    """{hack: (our best score over the HumanEval, MBPP and stdin/stdout rows, suspected hacks counted on the
+    HumanEval row, the same-process harness's score on it)}. A correct sibling runs first (for the hacks that look
+    for what an earlier run left)."""
+    reward.all_or_nothing = True  # a hack counts when it passes every test of a row
+    scored = score_styles(reward, [SIBLING] + list(HACKS.values()))
     peer = same_process_scores(reward.executor, list(HACKS))
-    return {name: (o, s, p) for name, o, s, p in zip(HACKS, ours, suspected, peer)}
+    return {name: (max(scored[style][i + 1][0] for style in ("humaneval", "mbpp", "stdin")),
+                   scored["humaneval"][i + 1][1].get("suspected_hacks", 0), peer[i]) for i, name in enumerate(HACKS)}
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ Two steps, see docs/sandbox.md for what each one contains:
   may sit under ``/root``, mode 0700) and the zygote then drops to an unprivileged uid before creating its user
   namespace, so RLIMIT_NPROC (which never applies to uid 0) holds. Without root the user namespace comes first, as
   ``unshare -Ur`` does. A failure at any point raises: the caller falls back to rlimits only.
-* :func:`confine_program` -- in each program: fresh tmpfs ``/sandbox`` and ``/tmp`` (own mount namespace, pid 1 of its
-  own pid namespace so everything it starts dies with it), rlimits, no capabilities, no new privileges, seccomp.
+* per program (``_zygote.program``): fresh tmpfs ``/sandbox`` and ``/tmp`` (own mount and IPC namespaces, pid 1 of
+  its own pid namespace so everything it starts dies with it), rlimits, no capabilities, no new privileges, seccomp;
+  in the rlimits fallback, :func:`landlock_confine` instead of the private root and namespaces.
 
 Departure from bubblewrap/nsjail (which do the same with a setuid or standalone binary): everything is done from
 Python via libc, so nothing beyond the kernel has to be installed. seccomp uses libseccomp through ctypes when the
@@ -40,6 +41,7 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
                 "/etc/group")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+PACKAGES_DIR = "/opt/hf-grpo-packages"  # in the private root: the allowed third-party packages, on programs' sys.path
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -96,7 +98,7 @@ def _bind(source: str, target: str, is_dir: bool) -> None:
     mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | locked)
 
 
-def _build_root(new_root: str, python_dirs: list[str]) -> None:
+def _build_root(new_root: str, python_dirs: list[str], packages: dict[str, str]) -> None:
     mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
@@ -109,6 +111,8 @@ def _build_root(new_root: str, python_dirs: list[str]) -> None:
     for path in SYSTEM_FILES + DEVICES:
         if os.path.exists(path):
             _bind(path, new_root + path, False)
+    for name, source in packages.items():  # allowed third-party packages (numpy), each alone, read-only
+        _bind(source, f"{new_root}{PACKAGES_DIR}/{name}", True)
     for path in ("/sandbox", "/tmp"):  # mount points for the per-program tmpfs
         os.makedirs(new_root + path, exist_ok=True)
     # The host's /proc, for the zygote only: it needs /proc/self to map its user namespace (as root that comes after
@@ -123,18 +127,21 @@ def _build_root(new_root: str, python_dirs: list[str]) -> None:
     os.chdir("/")
 
 
-def enter_zygote_namespaces(new_root: str, python_dirs: list[str], sandbox_uid: int) -> None:
+def enter_zygote_namespaces(new_root: str, python_dirs: list[str], sandbox_uid: int,
+                            packages: dict[str, str]) -> None:
     """Move the calling (single-threaded) process into its own namespaces and private read-only root.
 
     ``new_root`` is an empty directory to mount the root on. ``sandbox_uid`` is the unprivileged uid (and gid) a
-    root caller drops to. Raises OSError if the kernel refuses any step.
+    root caller drops to. ``packages`` maps directory names to host directories bound read-only under
+    ``PACKAGES_DIR`` (and only those: the rest of site-packages stays out). Raises OSError if the kernel refuses any
+    step.
     """
     flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
     if os.geteuid() == 0:
         unshare(flags)
         _call(_libc.sethostname(b"sandbox", ctypes.c_size_t(7)), "sethostname")  # do not show the host's name
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount may propagate back to the host
-        _build_root(new_root, python_dirs)
+        _build_root(new_root, python_dirs, packages)
         os.setgroups([])
         os.setresgid(sandbox_uid, sandbox_uid, sandbox_uid)
         os.setresuid(sandbox_uid, sandbox_uid, sandbox_uid)
@@ -148,7 +155,7 @@ def enter_zygote_namespaces(new_root: str, python_dirs: list[str], sandbox_uid: 
         unshare(flags)
         _call(_libc.sethostname(b"sandbox", ctypes.c_size_t(7)), "sethostname")
         mount(None, "/", None, MS_REC | MS_PRIVATE)
-        _build_root(new_root, python_dirs)
+        _build_root(new_root, python_dirs, packages)
 
 
 def drop_root(sandbox_uid: int) -> None:
@@ -223,7 +230,16 @@ DENIED_SYSCALLS = ("ptrace", "process_vm_readv", "process_vm_writev", "mount", "
                    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
                    "swapon", "swapoff", "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
                    "io_uring_setup", "open_by_handle_at", "name_to_handle_at", "fanotify_init", "quotactl",
-                   "syslog", "vhangup", "lookup_dcookie", "mbind", "move_pages", "personality")
+                   "syslog", "vhangup", "lookup_dcookie", "mbind", "move_pages", "personality",
+                   # Another process's descriptors or their identity: pidfd_getfd would copy a pipe or socket end out
+                   # of a same-uid process (rlimits mode), kcmp compares open files across processes.
+                   "pidfd_getfd", "kcmp")
+# Denied too where a run has no IPC namespace of its own (rlimits mode): SysV shared memory, semaphores and message
+# queues and POSIX message queues outlive the process that created them, so they would carry state from one run to
+# the next (and, created by a killed run, outlive the trainer). With namespaces each run gets a fresh IPC namespace.
+IPC_SYSCALLS = ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd",
+                "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
+                "mq_getsetattr")
 _SCMP_ACT_ALLOW, _SCMP_ACT_ERRNO = 0x7FFF0000, 0x00050000
 _SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 1, 7
 _AF_UNIX = 1
@@ -252,8 +268,9 @@ def _load_libseccomp():
 _seccomp = _load_libseccomp()
 
 
-def install_seccomp(allow_unix_sockets: bool) -> None:
-    """Load the deny-list filter (requires no_new_privs). Raises OSError when libseccomp is missing or refuses."""
+def install_seccomp(allow_unix_sockets: bool, deny_ipc: bool = False) -> None:
+    """Load the deny-list filter (requires no_new_privs); ``deny_ipc`` adds ``IPC_SYSCALLS``. Raises OSError when
+    libseccomp is missing or refuses."""
     if _seccomp is None:
         raise OSError(0, "libseccomp.so.2 not found")
     ctx = _seccomp.seccomp_init(_SCMP_ACT_ALLOW)
@@ -269,7 +286,7 @@ def install_seccomp(allow_unix_sockets: bool) -> None:
             if result != 0:  # libseccomp returns -errno
                 raise OSError(-result, f"seccomp rule for {name}: {os.strerror(-result)}")
 
-        for name in DENIED_SYSCALLS:
+        for name in DENIED_SYSCALLS + (IPC_SYSCALLS if deny_ipc else ()):
             rule(name, 1)  # EPERM
         rule("clone3", 38)  # ENOSYS
         rule("clone", 1, _ArgCmp(0, _SCMP_CMP_MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
@@ -284,3 +301,77 @@ def install_seccomp(allow_unix_sockets: bool) -> None:
             raise OSError(-result, f"seccomp_load: {os.strerror(-result)}")
     finally:
         _seccomp.seccomp_release(ctx)
+
+
+# ---- Landlock (the rlimits fallback's file system, signal and abstract-socket fence) -------------------------------
+# Without namespaces a program shares the host's file system, /proc and uid with the trainer's other processes.
+# Landlock (Linux >= 5.13, unprivileged) confines it anyway: read-only access to the system and Python directories,
+# read-write access to its own working directory, nothing else (no /tmp or /dev/shm to leave state in for the next
+# run, no /proc/<pid>/{fd,mem} of the trainer); from ABI 6 on, no signals to and no abstract unix sockets of processes
+# outside its domain (the trainer, the zygote, other runs). The syscall numbers are the same on x86_64 and aarch64.
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1, 2, 4, 8
+_FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | (1 << 14) | (1 << 15)  # + truncate, ioctl_dev
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1, 2
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1, 2
+WRITABLE_DEVICES = ("/dev/null", "/dev/full")
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 when Landlock is unavailable."""
+    version = _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0),
+                            ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    return max(0, version)
+
+
+def _fs_rights(abi: int) -> int:
+    rights = (1 << 13) - 1                      # ABI 1: execute .. make_sym
+    for version, bit in ((2, 13), (3, 14), (5, 15)):  # refer, truncate, ioctl_dev
+        if abi >= version:
+            rights |= 1 << bit
+    return rights
+
+
+def landlock_confine(read_only: list[str], read_write: list[str]) -> None:
+    """Restrict the calling process (and what it starts) to reading ``read_only`` and everything in ``read_write``,
+    plus the devices programs need. Requires no_new_privs. Raises OSError when Landlock is unavailable."""
+    abi = landlock_abi()
+    if abi < 1:
+        raise OSError(0, "Landlock is not available")
+    handled = _fs_rights(abi)
+    attr = (ctypes.c_uint64 * 3)(handled, _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0,
+                                 _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), attr, ctypes.c_size_t(size),
+                            ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    try:
+        rules = [(p, _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR) for p in read_only]
+        rules += [(p, _FS_READ_FILE | _FS_WRITE_FILE) for p in WRITABLE_DEVICES]
+        rules += [(p, handled) for p in read_write]
+        for path, allowed in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # absent here: nothing to allow
+            try:
+                if not os.path.isdir(path):
+                    allowed &= _FS_FILE_RIGHTS
+                rule = _PathBeneath(allowed & handled, fd)
+                _call(_libc.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset),
+                                    ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)),
+                      f"landlock_add_rule({path})")
+            finally:
+                os.close(fd)
+        _call(_libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
+              "landlock_restrict_self")
+    finally:
+        os.close(ruleset)

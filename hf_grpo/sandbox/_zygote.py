@@ -7,7 +7,7 @@ Why a zygote: starting an interpreter costs ~20-50 ms, more than most test progr
 imports the common standard library, enters its namespaces (``_confine``) and then, per request, forks:
 
     zygote (user/mount/net/ipc/uts namespaces, read-only private root)
-      └─ runner   setsid; new pid + mount namespaces; reports the program's exit status
+      └─ runner   setsid; new pid, mount and IPC namespaces; reports the program's exit status
            └─ program  pid 1 of its namespace: fresh tmpfs /sandbox and /tmp, own /proc, rlimits, no
                        capabilities, seccomp, clean environment; then exec()s the source in a fresh ``__main__``
 
@@ -17,7 +17,8 @@ the rlimits-only fallback (no namespaces) runner and zygote are child subreapers
 
 Protocol on the control socket (fd given in the config), both ways a 4-byte big-endian length + JSON:
 zygote -> ``{"ready": true, "isolation": "namespaces"|"rlimits", "seccomp": bool, "warnings": [...]}``;
-host -> request (with the program's stdin, stdout and stderr pipe ends attached as SCM_RIGHTS to the length prefix);
+host -> request (with the program's stdin, stdout, stderr and, when the request asks for a report channel, report
+socket ends attached as SCM_RIGHTS to the length prefix; they become the program's fds 0-3);
 zygote -> ``{"pid": runner_pid}`` as soon as it forked, then ``{"exit": code, "confined": bool}`` (code: 128 +
 signal when killed; ``confined``: the program reported that its confinement was complete before the source ran,
 so an exit code of 125 can be told apart from a confinement failure).
@@ -40,6 +41,8 @@ if __name__ == "__main__":
     _confine = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_confine)
 
+import fcntl  # noqa: E402
+import gc  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
 import select  # noqa: E402
@@ -52,10 +55,16 @@ import traceback  # noqa: E402
 import types  # noqa: E402
 
 # Imported once here so programs get them for free (copy-on-write after fork). ``random`` reseeds itself after fork.
-PRELOAD = ("array", "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "enum", "fractions",
-           "functools", "hashlib", "heapq", "itertools", "math", "numbers", "operator", "random", "re", "statistics",
-           "string", "textwrap", "typing", "unicodedata")
-CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+# Also what tests commonly import (``cmath``, ``unittest``, ``json``): under the rlimits fallback as root the zygote
+# runs as an unprivileged uid that may not be able to read the Python install afterwards (here it lives under /root).
+PRELOAD = ("array", "bisect", "cmath", "collections", "contextvars", "copy", "dataclasses", "datetime", "decimal",
+           "enum", "fractions", "functools", "hashlib", "heapq", "itertools", "json", "math", "numbers", "operator",
+           "random", "re", "statistics", "string", "textwrap", "typing", "unicodedata", "unittest")
+# One BLAS/OpenMP thread: a program that imports numpy must not start a thread per host core (the process limit).
+CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+             "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# rlimits mode with Landlock: what a program may read (set by main()); empty: no Landlock.
+LANDLOCK_READ: list[str] = []
 
 
 # ---- framing ----------------------------------------------------------------------------------------------------
@@ -75,7 +84,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
 
 
 def receive_request(sock: socket.socket) -> tuple[dict, list[int]] | None:
-    head, fds, _, _ = socket.recv_fds(sock, 4, 3)
+    head, fds, _, _ = socket.recv_fds(sock, 4, 4)
     if not head:
         return None
     rest = _recv_exact(sock, 4 - len(head))
@@ -148,12 +157,19 @@ def program(request: dict, isolation: str, workdir: str | None, seccomp: bool, s
         if isolation == "namespaces":
             _confine.drop_capabilities()
         _confine.prctl(_confine.PR_SET_NO_NEW_PRIVS, 1)
+        if LANDLOCK_READ:
+            _confine.landlock_confine(LANDLOCK_READ, [workdir])
         if seccomp:
-            _confine.install_seccomp(allow_unix_sockets=isolation == "namespaces")
+            _confine.install_seccomp(allow_unix_sockets=isolation == "namespaces", deny_ipc=isolation != "namespaces")
         os.environ.clear()
         os.environ.update(CLEAN_ENV, HOME=workdir, TMPDIR="/tmp" if isolation == "namespaces" else workdir)
+        # Where a program can write, for trusted code in the run (the code reward's harness decides from it what it may
+        # import); without namespaces or Landlock that is anything our uid can write, and the variable is absent.
+        if isolation == "namespaces" or LANDLOCK_READ:
+            os.environ["HF_GRPO_SANDBOX_WRITABLE"] = os.pathsep.join(["/sandbox", "/tmp"] if isolation == "namespaces"
+                                                                     else [workdir])
         os.write(status_fd, b"C")
-        os.closerange(3, 1 << 16)
+        os.closerange(4 if request.get("report") else 3, 1 << 16)  # fd 3: the report channel, when asked for
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
         os._exit(125)  # confinement failed: never run the source unconfined
@@ -170,12 +186,15 @@ def runner(request: dict, fds: list[int], sock: socket.socket, isolation: str, s
         if os.getppid() != zygote_pid:  # the zygote died before the parent-death signal was armed
             os._exit(code)
         sock.close()
-        for target, fd in enumerate(fds):
+        # Out of the way first, so that no target number (0-3) is still one of the sources or the status pipe.
+        status_fd = _move_high(status_fd)
+        high = [_move_high(fd) for fd in fds]
+        for target, fd in enumerate(high):
             os.dup2(fd, target)
             os.close(fd)
         workdir = None
-        if isolation == "namespaces":
-            _confine.unshare(_confine.CLONE_NEWPID | _confine.CLONE_NEWNS)
+        if isolation == "namespaces":  # IPC too: SysV/POSIX IPC objects of one run must not reach the next one
+            _confine.unshare(_confine.CLONE_NEWPID | _confine.CLONE_NEWNS | _confine.CLONE_NEWIPC)
         else:  # no pid namespace: orphans of the program are reparented to us and killed when it ends
             _confine.prctl(_confine.PR_SET_CHILD_SUBREAPER, 1)
             workdir = tempfile.mkdtemp(prefix="run-", dir=base)
@@ -184,7 +203,7 @@ def runner(request: dict, fds: list[int], sock: socket.socket, isolation: str, s
         if pid == 0:
             os.close(alive_w)
             program(request, isolation, workdir, seccomp, status_fd, alive_r)
-        for fd in (0, 1, 2, alive_r, status_fd):
+        for fd in (*range(len(fds)), alive_r, status_fd):
             os.close(fd)
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
@@ -197,14 +216,20 @@ def runner(request: dict, fds: list[int], sock: socket.socket, isolation: str, s
     os._exit(code)
 
 
+def _move_high(fd: int) -> int:
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD, 64)
+    os.close(fd)
+    return high
+
+
 def serve(sock: socket.socket, isolation: str, seccomp: bool, base: str) -> None:
     while True:
         received = receive_request(sock)
         if received is None:
             return
         request, fds = received
-        if len(fds) != 3:
-            raise RuntimeError(f"expected 3 file descriptors with a request, got {len(fds)}")
+        if len(fds) != (4 if request.get("report") else 3):
+            raise RuntimeError(f"expected 3 file descriptors (4 with a report channel), got {len(fds)}")
         status_r, status_w = os.pipe()
         zygote_pid = os.getpid()
         pid = os.fork()
@@ -254,7 +279,7 @@ def _namespaces_work(config: dict) -> None:
     _enter_namespaces(config)
     inner = os.fork()
     if inner == 0:
-        _confine.unshare(_confine.CLONE_NEWPID | _confine.CLONE_NEWNS)
+        _confine.unshare(_confine.CLONE_NEWPID | _confine.CLONE_NEWNS | _confine.CLONE_NEWIPC)
         if os.fork() == 0:
             _confine.mount_private_tmp("/sandbox", 1)
             _confine.mount_private_proc()
@@ -265,13 +290,23 @@ def _namespaces_work(config: dict) -> None:
         raise OSError(0, "a per-run pid/mount namespace with a tmpfs could not be set up")
 
 
+def _landlock_read(config: dict) -> list[str]:
+    return [*_confine.SYSTEM_DIRS, *_confine.SYSTEM_FILES, *_confine.DEVICES, *config["python_dirs"],
+            *config["packages"].values(), config["packages_link_dir"]]
+
+
+def _landlock_works(config: dict) -> None:
+    _confine.prctl(_confine.PR_SET_NO_NEW_PRIVS, 1)
+    _confine.landlock_confine(_landlock_read(config), [config["base"]])
+
+
 def _seccomp_works() -> None:
     _confine.prctl(_confine.PR_SET_NO_NEW_PRIVS, 1)
     _confine.install_seccomp(allow_unix_sockets=False)
 
 
 def _enter_namespaces(config: dict) -> None:
-    _confine.enter_zygote_namespaces(config["root"], config["python_dirs"], config["uid"])
+    _confine.enter_zygote_namespaces(config["root"], config["python_dirs"], config["uid"], config["packages"])
     _confine.drop_bounding_set()
 
 
@@ -292,6 +327,13 @@ def main() -> None:
     load_preloads(config.get("preload", {}))
     for name in PRELOAD:
         __import__(name)
+    # `exit()` and `quit()` come from `site`, which `-S` skips; programs (competitive ones above all) call them.
+    import site
+    site.setquit()
+    # Everything loaded so far is shared copy-on-write with every fork; a collection in a child would write to each
+    # object's header and copy the pages. Frozen objects are never collected (nor copied for it).
+    gc.collect()
+    gc.freeze()
     warnings = []
     isolation = "rlimits"
     if config["namespaces"]:
@@ -305,10 +347,32 @@ def main() -> None:
         warnings.append("namespaces turned off by the caller")
     if isolation == "rlimits":
         _confine.prctl(_confine.PR_SET_CHILD_SUBREAPER, 1)
+        sys.path.append(config["packages_link_dir"])
+        # Imported now, while we may still read them (as root we are about to become a uid that may not read the
+        # Python install their dependencies come from); programs and the code reward's harness find them loaded.
+        os.environ.update({k: v for k, v in CLEAN_ENV.items() if k.endswith("_NUM_THREADS")})
+        for name in config["packages"]:
+            if not name.endswith(".libs"):
+                try:
+                    __import__(name)
+                except ImportError as error:
+                    warnings.append(f"package {name} could not be imported: {error}")
         if os.geteuid() == 0:
             _confine.drop_bounding_set()
             os.chown(config["base"], config["uid"], config["uid"])
             _confine.drop_root(config["uid"])
+        # Programs share our uid here and see the host's /proc: non-dumpable, our /proc/<pid>/{mem,fd} (the control
+        # socket, our memory) need CAP_SYS_PTRACE. Runners and programs inherit it (a program may undo it for itself).
+        _confine.prctl(_confine.PR_SET_DUMPABLE, 0)
+    else:
+        sys.path.append(_confine.PACKAGES_DIR)
+    if isolation == "rlimits":
+        landlock_error = _in_child(lambda: _landlock_works(config))
+        if landlock_error is None:
+            LANDLOCK_READ.extend(_landlock_read(config))
+        else:
+            warnings.append(f"no Landlock ({landlock_error}): programs reach every file, /proc entry and process of "
+                            f"their uid")
     seccomp_error = _in_child(_seccomp_works)
     seccomp = seccomp_error is None
     if not seccomp:

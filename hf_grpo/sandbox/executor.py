@@ -49,12 +49,14 @@ def default_workers() -> int:
 
 class LocalExecutor:
     """A reusable pool of ``workers`` sandboxes (default: the CPUs this process may use). ``preload``: modules every
-    zygote loads before it confines itself (see :class:`~.sandbox.Sandbox`)."""
+    zygote loads before it confines itself; ``packages``: third-party packages programs may import (see
+    :class:`~.sandbox.Sandbox`)."""
 
     def __init__(self, limits: Limits = Limits(), workers: int | None = None, namespaces: bool = True,
-                 preload: Mapping[str, str] | None = None):
+                 preload: Mapping[str, str] | None = None, packages: tuple[str, ...] = ()):
         self.limits = limits
         self.preload = dict(preload or {})
+        self.packages = tuple(packages)
         self.workers = workers or default_workers()
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
@@ -99,7 +101,8 @@ class LocalExecutor:
         except queue.Empty:
             pass
         # Fewer idle sandboxes than threads only before each thread's first job: start one for it.
-        sandbox = Sandbox(self.limits, self.namespaces, processes_per_uid=self.workers, preload=self.preload)
+        sandbox = Sandbox(self.limits, self.namespaces, processes_per_uid=self.workers, preload=self.preload,
+                          packages=self.packages)
         try:
             sandbox.start()
         except SandboxError as e:

@@ -25,6 +25,7 @@ interpreter start.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -50,7 +51,9 @@ SANDBOX_UID = 65534  # "nobody": the uid a root host drops to
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-run limits. ``timeout_s`` is wall clock; the CPU limit is the same number of seconds, rounded up."""
+    """Per-run limits. ``timeout_s`` is wall clock; the CPU limit is one second more, rounded up: the wall clock
+    decides, the CPU limit only backs it up (were both equal, a busy loop would end by either at about the same
+    moment, and which one the host sees first would depend on scheduling)."""
 
     timeout_s: float = 5.0
     memory_mb: int = 512        # address space of each process
@@ -74,18 +77,23 @@ class Job:
     source: str
     stdin: str = ""
     nonce: str | None = None
+    report: bool = False  # give the program a report channel, fd 3 (see RunResult.report)
 
 
 @dataclass
 class RunResult:
     """``status``: ``ok`` (exit 0), ``failed`` (non-zero exit or killed by a signal/rlimit), ``timeout``,
-    ``output_limit`` or ``sandbox_error`` (the sandbox, not the program, failed)."""
+    ``output_limit`` or ``sandbox_error`` (the sandbox, not the program, failed). ``report``: what the program
+    wrote to fd 3 when the job asked for a report channel. Whoever holds fd 3 can write it: the ``code`` reward's
+    harness closes it in the process that runs the candidate before any of the candidate's code runs, so the
+    report is the trusted side's alone."""
 
     status: str
     exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
     seconds: float = 0.0
+    report: str = ""
 
     @property
     def passed(self) -> bool:
@@ -98,6 +106,23 @@ class SandboxError(RuntimeError):
 
 def make_nonce() -> str:
     return f"<<hf-grpo-complete-{secrets.token_hex(8)}>>"
+
+
+def package_dirs(names: tuple[str, ...]) -> dict[str, str]:
+    """Directory name -> host directory of each importable package in ``names`` and its wheel's bundled libraries
+    (``numpy.libs``, which ``numpy``'s extension modules load by a relative path). Packages not installed are
+    left out."""
+    found = {}
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        where = os.path.realpath(list(spec.submodule_search_locations)[0])
+        found[name] = where
+        libs = os.path.join(os.path.dirname(where), f"{name}.libs")
+        if os.path.isdir(libs):
+            found[f"{name}.libs"] = libs
+    return found
 
 
 def python_dirs() -> list[str]:
@@ -115,13 +140,18 @@ class Sandbox:
     it confines itself, and keeps in ``sys.modules``: every program can ``import`` them without the file being
     visible in the sandbox (the ``code`` reward's assert-style harness comes in this way).
 
+    ``packages``: third-party packages (installed on the host) that programs may import, e.g. ``("numpy",)``. With
+    namespaces each one is bound read-only into the private root on its own, the rest of site-packages staying out.
+
     Attributes after :meth:`start`: ``isolation`` (``namespaces`` or ``rlimits``), ``seccomp`` (bool),
     ``warnings`` (why isolation is weaker than it could be), ``zygote_pid``.
     """
 
     def __init__(self, limits: Limits = Limits(), namespaces: bool = True, processes_per_uid: int = 1,
-                 startup_timeout_s: float = 30.0, preload: Mapping[str, str] | None = None):
+                 startup_timeout_s: float = 30.0, preload: Mapping[str, str] | None = None,
+                 packages: tuple[str, ...] = ()):
         self.limits = limits
+        self.packages = tuple(packages)
         self.namespaces = namespaces
         self.preload = {name: os.path.realpath(path) for name, path in (preload or {}).items()}
         # In rlimits mode as root, the process limit counts every run of the shared sandbox uid, so it scales.
@@ -134,17 +164,23 @@ class Sandbox:
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._dir: str | None = None
+        self._inbox = bytearray()  # control-socket bytes received but not yet consumed as a whole message
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
     def start(self) -> None:
         self._dir = tempfile.mkdtemp(prefix="hf-grpo-sandbox-")
         os.chmod(self._dir, 0o711)  # the zygote may run as another uid in fallback mode and must reach runs/
-        for sub in ("root", "runs"):
+        for sub in ("root", "runs", "packages"):
             os.mkdir(os.path.join(self._dir, sub))
+        packages = package_dirs(self.packages)
+        for name, where in packages.items():  # rlimits mode imports through these links (no private root there)
+            os.symlink(where, os.path.join(self._dir, "packages", name))
         host_end, zygote_end = socket.socketpair()
+        self._inbox.clear()
         config = {"control_fd": zygote_end.fileno(), "namespaces": self.namespaces, "uid": SANDBOX_UID,
                   "root": os.path.join(self._dir, "root"), "base": os.path.join(self._dir, "runs"),
-                  "python_dirs": python_dirs(), "preload": self.preload}
+                  "python_dirs": python_dirs(), "preload": self.preload, "packages": packages,
+                  "packages_link_dir": os.path.join(self._dir, "packages")}
         try:
             self._proc = subprocess.Popen(
                 [os.path.realpath(sys.executable), "-I", "-S", str(_ZYGOTE), json.dumps(config)],
@@ -186,54 +222,66 @@ class Sandbox:
             self.start()
         start = time.monotonic()
         deadline = start + self.limits.timeout_s
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        # Socket pairs, not pipes: a pipe end can be reopened through /proc/<pid>/fd/<n> (for reading, too, from a
+        # write end), by any process of the owner's uid; a socket cannot be opened by path at all (ENXIO). So the
+        # program holds exactly the ends it was given, and nobody reaches the ends we hold.
+        pairs = [socket.socketpair() for _ in range(4 if job.report else 3)]
+        ours = [a.detach() for a, _ in pairs]
+        theirs = [b.detach() for _, b in pairs]
         nproc = self.limits.max_processes + 2  # + zygote and runner, which share the program's (namespace, uid)
         if self.isolation == "rlimits":
             nproc = nproc * self.processes_per_uid if os.geteuid() == 0 else None
-        request = {"source": job.source, "nonce": job.nonce, "cpu_s": max(1, int(-(-self.limits.timeout_s // 1))),
-                   "memory_mb": self.limits.memory_mb, "nproc": nproc, "disk_mb": self.limits.disk_mb}
+        request = {"source": job.source, "nonce": job.nonce, "cpu_s": int(-(-self.limits.timeout_s // 1)) + 1,
+                   "memory_mb": self.limits.memory_mb, "nproc": nproc, "disk_mb": self.limits.disk_mb,
+                   "report": job.report}
         try:
             body = json.dumps(request).encode()
-            socket.send_fds(self._sock, [struct.pack(">I", len(body))], [in_r, out_w, err_w])
+            self._sock.settimeout(None)  # blocking again: _receive leaves its last (maybe zero) timeout behind
+            socket.send_fds(self._sock, [struct.pack(">I", len(body))], theirs)
             self._sock.sendall(body)
         except OSError as e:
-            for fd in (in_w, out_r, err_r):
+            for fd in ours:
                 os.close(fd)
             raise SandboxError(f"the sandbox zygote is gone: {e}") from None
         finally:
-            for fd in (in_r, out_w, err_w):
+            for fd in theirs:
                 os.close(fd)
         started = self._receive(time.monotonic() + 10.0)
         if started is None or "pid" not in started:
-            for fd in (in_w, out_r, err_r):
+            for fd in ours:
                 os.close(fd)
             raise SandboxError(f"the sandbox zygote did not start the program (got {started})")
-        stdout, stderr, status = self._pump(started["pid"], in_w, out_r, err_r, job.stdin.encode(), deadline)
+        outputs, status = self._pump(started["pid"], ours[0], ours[1:], job.stdin.encode(), deadline)
+        late = status is None and time.monotonic() >= deadline  # ended past its time (we were slow to look, say)
         # Killed already: the exit report follows at once. Else the program may have closed its output and go on.
         finished = self._receive(time.monotonic() + 10.0 if status else deadline)
         if finished is None and status is None:
             self._kill(started["pid"])
             status = "timeout"
             finished = self._receive(time.monotonic() + 10.0)
+        if late and status is None:
+            status = "timeout"
         if finished is None or "exit" not in finished:
             raise SandboxError(f"the sandbox zygote did not report the program's exit (got {finished})")
         code = finished["exit"]
+        stdout, stderr = outputs[0], outputs[1]
         if status is None:
             if code == _CONFINEMENT_FAILED and not finished.get("confined", False):
                 raise SandboxError(f"confinement failed in the sandbox: {stderr.decode(errors='replace')[-2000:]}")
             status = "ok" if code == 0 else "failed"
+        report = outputs[2].decode("utf-8", errors="replace") if job.report else ""
         return RunResult(status=status, exit_code=code, stdout=stdout.decode("utf-8", errors="replace"),
-                         stderr=stderr[-4096:].decode("utf-8", errors="replace"), seconds=time.monotonic() - start)
+                         stderr=stderr[-4096:].decode("utf-8", errors="replace"), seconds=time.monotonic() - start,
+                         report=report)
 
-    def _pump(self, pid: int, in_w: int, out_r: int, err_r: int, data: bytes,
-              deadline: float) -> tuple[bytes, bytes, str | None]:
-        """Feed stdin and collect stdout/stderr until both close, the deadline passes or output overflows."""
-        buffers = {out_r: bytearray(), err_r: bytearray()}
+    def _pump(self, pid: int, in_w: int, readers: list[int], data: bytes,
+              deadline: float) -> tuple[list[bytes], str | None]:
+        """Feed stdin and collect the outputs (stdout, stderr, report) until all close, the deadline passes or one
+        overflows."""
+        buffers = {fd: bytearray() for fd in readers}
         status = None
         with selectors.DefaultSelector() as selector:
-            for fd in (out_r, err_r):
+            for fd in readers:
                 selector.register(fd, selectors.EVENT_READ)
             if data:
                 os.set_blocking(in_w, False)
@@ -241,7 +289,7 @@ class Sandbox:
             else:
                 os.close(in_w)
                 in_w = -1
-            open_outputs = 2
+            open_outputs = len(readers)
             while open_outputs:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -254,7 +302,7 @@ class Sandbox:
                             written = os.write(in_w, data[:1 << 16])
                         except BlockingIOError:
                             written = 0
-                        except BrokenPipeError:  # the program exited or closed stdin without reading it all
+                        except ConnectionError:  # the program exited or closed stdin without reading it all
                             written = len(data)
                         data = data[written:]
                         if not data:
@@ -262,7 +310,10 @@ class Sandbox:
                             os.close(in_w)
                             in_w = -1
                         continue
-                    chunk = os.read(fd, 1 << 16)
+                    try:
+                        chunk = os.read(fd, 1 << 16)
+                    except ConnectionResetError:  # a socket closed with data of ours unread: its end, as EOF
+                        chunk = b""
                     if not chunk:
                         selector.unregister(fd)
                         open_outputs -= 1
@@ -274,10 +325,12 @@ class Sandbox:
                     break
         if status is not None:
             self._kill(pid)
-        for fd in (in_w, out_r, err_r):
+        for fd in (in_w, *readers):
             if fd >= 0:
                 os.close(fd)
-        return bytes(buffers[out_r][:self.limits.output_bytes]), bytes(buffers[err_r]), status
+        out = [bytes(buffers[fd]) for fd in readers]
+        out[0] = out[0][:self.limits.output_bytes]
+        return out, status
 
     @staticmethod
     def _kill(pid: int) -> None:
@@ -293,25 +346,22 @@ class Sandbox:
                 pass
 
     def _receive(self, deadline: float) -> dict | None:
-        """Next protocol message, or None on timeout or end of stream."""
-        head = self._recv_exact(4, deadline)
-        if head is None:
-            return None
-        body = self._recv_exact(struct.unpack(">I", head)[0], deadline)
-        return None if body is None else json.loads(body)
-
-    def _recv_exact(self, n: int, deadline: float) -> bytes | None:
-        data = b""
-        while len(data) < n:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            self._sock.settimeout(remaining)
+        """Next protocol message, or None on timeout or end of stream. A message is consumed only when whole: bytes
+        of one that has not fully arrived by the deadline stay in ``_inbox`` for the next call, so a timeout never
+        leaves the stream in the middle of a message."""
+        while True:
+            if len(self._inbox) >= 4:
+                size = struct.unpack(">I", self._inbox[:4])[0]
+                if len(self._inbox) >= 4 + size:
+                    body = bytes(self._inbox[4:4 + size])
+                    del self._inbox[:4 + size]
+                    return json.loads(body)
+            # Past the deadline, still one non-blocking look: a message already here is taken, never left behind.
+            self._sock.settimeout(max(0.0, deadline - time.monotonic()))
             try:
-                chunk = self._sock.recv(n - len(data))
-            except (socket.timeout, OSError):
+                chunk = self._sock.recv(1 << 16)
+            except (socket.timeout, OSError):  # BlockingIOError (nothing here at the deadline) is an OSError
                 return None
             if not chunk:
                 return None
-            data += chunk
-        return data
+            self._inbox += chunk

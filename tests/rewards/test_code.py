@@ -61,6 +61,17 @@ def test_outputs_match_normalises_whitespace_and_optionally_floats():
     assert not outputs_match("nan", "nan2", float_tolerance=1.0) and not outputs_match("abc", "abd", 1.0)
 
 
+def test_float_tolerance_never_loosens_integer_tokens():
+    # Expected integers match exactly: 1000000007 vs 1000000000 is within 1e-6 relative, and wrong.
+    assert not outputs_match("1000000000", "1000000007", float_tolerance=1e-6)
+    assert not outputs_match("5.000001", "5", float_tolerance=1e-6)
+    assert outputs_match("1000000007.0000001", "1000000007.0", float_tolerance=1e-6)  # a float answer still may
+    # Only ASCII decimal numbers count as numbers: float() would also read these.
+    assert not outputs_match("1_000", "1000.0", float_tolerance=1e-6)
+    assert not outputs_match("\u0661.0", "1.0", float_tolerance=1e-6)
+    assert outputs_match("-.5e1 2.", "-5.0 2.0", float_tolerance=1e-9)
+
+
 # ---- scoring ----------------------------------------------------------------------------------------------------
 CASES = {"inputs": ["1\n", "2\n", "5\n", "-3\n"], "outputs": ["2", "4\n", "10", "-6"]}
 

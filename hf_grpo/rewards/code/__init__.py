@@ -2,7 +2,10 @@
 
 * :mod:`.extract` -- the program in a completion (last fenced python block) and output comparison.
 * :mod:`.reward` -- ``CodeReward``, the ``code`` reward function object.
-* ``_harness.py`` -- the assert-style test harness, preloaded into every zygote of the reward's pools.
+* :mod:`.prompt` -- the prompt's helpers, pinned for the tests.
+* ``_harness.py`` -- the assert-style test harness, preloaded into every zygote of the reward's pools with
+  ``_wire.py`` (values between the candidate's process and the tests') and ``_trusted.py`` (imports the candidate
+  cannot plant).
 * :mod:`.server` -- ``python -m hf_grpo.rewards.code.server``: the HTTP service behind
   :class:`hf_grpo.sandbox.RemoteExecutor`.
 

@@ -6,8 +6,9 @@
   ``python`` block only; ColossalChat takes the first. The last is taken because models restate and fix their code.
 * :func:`outputs_match`: whitespace-normalised token comparison, as competitive-programming checkers do: both
   outputs are split on any whitespace, so line breaks, trailing spaces and a final newline do not matter. With a
-  ``float_tolerance``, a pair of tokens that both parse as floats matches when
-  ``|got - expected| <= tol * max(1, |expected|)`` (absolute near zero, relative for large values).
+  ``float_tolerance``, a pair of tokens that are both decimal numbers (ASCII digits, finite) matches when
+  ``|got - expected| <= tol * max(1, |expected|)`` (absolute near zero, relative for large values), unless the
+  expected token is an integer: integers always match exactly.
 """
 
 from __future__ import annotations
@@ -32,11 +33,15 @@ def extract_code(text: str) -> str | None:
     return code if code is not None and code.strip() else None
 
 
+# A decimal number as a checker reads one: ASCII digits only (``float()`` would also take "1_000", "١٢" or "nan").
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+
+
 def _float(token: str) -> float | None:
-    try:
-        value = float(token)
-    except ValueError:
+    if not _NUMBER.fullmatch(token):
         return None
+    value = float(token)
     return value if math.isfinite(value) else None
 
 
@@ -47,7 +52,9 @@ def outputs_match(got: str, expected: str, float_tolerance: float | None = None)
     for g, e in zip(got_tokens, expected_tokens):
         if g == e:
             continue
-        if float_tolerance is None:
+        # The tolerance is for floats: an expected integer token (a count, an index, an answer mod p) must match
+        # exactly, or 1000000007 would pass for 1000000000 under a relative tolerance of 1e-6.
+        if float_tolerance is None or _INTEGER.fullmatch(e):
             return False
         g_value, e_value = _float(g), _float(e)
         if g_value is None or e_value is None or abs(g_value - e_value) > float_tolerance * max(1.0, abs(e_value)):

@@ -3,15 +3,20 @@
 Tests come from dataset columns, first match wins per row:
 
 * ``test_cases`` = ``{"inputs": [str], "outputs": [str]}`` (ColossalChat code rows): one run per case with the
-  input on stdin; a case passes when the run exits 0 and its stdout matches (:func:`.extract.outputs_match`).
-* ``test`` + ``entry_point`` (HumanEval): one run of ``code + test + check(<entry_point>)``.
-* ``test_list`` = ``[assert statement, ...]`` (MBPP): one run per statement, after the code.
+  input on stdin; a case passes when its stdout matches (:func:`.extract.outputs_match`) and the run exited 0, or
+  ended only by an ``EOFError`` from reading past its input.
+* ``test`` + ``entry_point`` (HumanEval): one run of ``check(<entry_point>)``; the tests see the entry point and the
+  helpers the row's prompt defines (``prompts``, pinned by :mod:`.prompt`), never the candidate's versions of those.
+* ``test_list`` = ``[assert statement, ...]`` (MBPP): one run per statement; the asserts see every top-level
+  callable of the candidate and the modules it imported under their own names (``math``, ``np``).
 
 Assert-style rows run under a harness (``_harness.py``): the candidate's code runs in a child process and the tests
-in its parent, which calls the candidate's functions over pipes, receives plain data back, and alone holds the
-tests and the nonce that authenticates its ``PASS``/``FAIL`` line. Frame walking, ``gc``, always-equal objects,
-patched builtins or test functions and an early ``exit(0)`` cannot produce a pass; the detectable ones are counted
-as ``suspected_hacks`` (see ``docs/sandbox.md``), in total in ``last_stats`` and per completion in ``last_details``.
+in its parent, which calls the candidate's functions over pipes, receives data back, imports nothing the candidate
+could have written, and alone holds the tests, the nonce and the report channel its ``PASS``/``FAIL`` goes out on.
+Frame walking, ``gc``, always-equal objects, patched builtins or test functions, planted modules, redefined prompt
+helpers and an early ``exit(0)`` cannot produce a pass; the detectable ones are counted as ``suspected_hacks`` (see
+``docs/sandbox.md``), in total in ``last_stats`` and per completion in ``last_details``, where a style the harness
+refuses to judge (e.g. two of the candidate's objects compared) is named under ``refused``.
 
 The score is the fraction of passing tests, or with ``all_or_nothing`` 1.0/0.0. A completion without a program
 scores 0.0; a row whose test column is None scores None (not applicable). Every run of a batch goes to the executor
@@ -39,12 +44,17 @@ from ...data.schema import DataFormatError, validate_test_cases
 from ...sandbox import Job, Limits, LocalExecutor, RemoteExecutor, RunResult, make_nonce
 from ..extract import completion_text
 from .extract import extract_code, outputs_match
+from .prompt import pinned_prelude
 
 logger = logging.getLogger(__name__)
 
 # The assert-style harness, loaded once by every zygote of this reward's pools (local, or the server's) before it
 # confines itself; an assert-style run's source is then two lines (see ``__call__``).
-HARNESS_PRELOAD = {"_hf_grpo_harness": str(Path(__file__).with_name("_harness.py"))}
+# Order matters: the harness imports the other two.
+HARNESS_PRELOAD = {f"_hf_grpo_{name}": str(Path(__file__).with_name(f"_{name}.py"))
+                   for name in ("wire", "trusted", "harness")}
+# Third-party packages programs may import (bound read-only into the sandbox when installed; see docs/sandbox.md).
+PACKAGES = ("numpy",)
 
 # ``last_stats`` keys, the same after every call (zeros after a failed one) so every process logs the same metrics.
 STAT_KEYS = ("runs", "tests_passed", "crashed", "timeouts", "output_limit", "sandbox_errors", "no_code",
@@ -54,9 +64,11 @@ STAT_KEYS = ("runs", "tests_passed", "crashed", "timeouts", "output_limit", "san
 class CodeReward:
     """Reward function object: pass fraction of the row's tests (see module docstring).
 
-    Options: ``all_or_nothing``; ``float_tolerance`` (None: exact tokens); sandbox ``timeout_s`` (wall clock, and the
-    CPU limit), ``memory_mb``, ``max_processes``, ``output_bytes`` per run; ``workers`` (default: CPUs);
-    ``executor_url`` for a remote executor, with ``request_timeout_s`` and ``retries``.
+    Options: ``all_or_nothing``; ``float_tolerance`` (None: exact tokens; never applied to an expected integer);
+    sandbox ``timeout_s`` (wall clock; the CPU limit is one second more), ``memory_mb``, ``max_processes``,
+    ``output_bytes`` per run; ``workers`` (default: CPUs); ``executor_url`` for a remote executor, with
+    ``request_timeout_s`` and ``retries``. Called with ``prompts`` (as the trainer always does), HumanEval rows get
+    their prompt's helpers pinned for the tests.
     """
 
     def __init__(self, *, all_or_nothing: bool = False, float_tolerance: float | None = None, timeout_s: float = 5.0,
@@ -73,7 +85,7 @@ class CodeReward:
         if executor_url:
             self.executor = RemoteExecutor(executor_url, self.limits, request_timeout_s, retries)
         else:
-            self.executor = LocalExecutor(self.limits, workers, preload=HARNESS_PRELOAD)
+            self.executor = LocalExecutor(self.limits, workers, preload=HARNESS_PRELOAD, packages=PACKAGES)
         self.last_stats = dict.fromkeys(STAT_KEYS, 0)
         self.last_details: list[dict] = []
 
@@ -92,7 +104,8 @@ class CodeReward:
 
     # ---- scoring ------------------------------------------------------------------------------------------------
     def __call__(self, completions: list, test_cases: list | None = None, test: list | None = None,
-                 entry_point: list | None = None, test_list: list | None = None, **kwargs: Any) -> list[float | None]:
+                 entry_point: list | None = None, test_list: list | None = None, prompts: list | None = None,
+                 **kwargs: Any) -> list[float | None]:
         self.last_stats = dict.fromkeys(STAT_KEYS, 0)
         if test_cases is None and test is None and test_list is None:
             raise ValueError(f"the '{self.__name__}' reward needs a test column: 'test_cases' ({{'inputs': [...], "
@@ -116,15 +129,20 @@ class CodeReward:
                 plans.append([])
                 continue
             plan = []
-            for test_source, call, stdin, expected in tests:
+            prelude = None
+            for test_source, call, stdin, expected, expose in tests:
                 plan.append((len(jobs), expected))
                 if expected is not None:
                     jobs.append(Job(code, stdin))
                     continue
-                # The nonce and the tests reach the harness on stdin, after it has forked the candidate's process.
+                if prelude is None:  # the prompt's helpers, pinned for the tests (see prompt.py)
+                    prelude = pinned_prelude(prompts[row], expose and expose[0]) if prompts is not None else ""
+                # The nonce and the tests reach the harness on stdin, after it has forked the candidate's process;
+                # its verdict comes back on the report channel, which only the tests' process holds.
                 nonces[len(jobs)] = make_nonce()
-                jobs.append(Job(f"import _hf_grpo_harness\n_hf_grpo_harness.run({code!r})\n",
-                                json.dumps({"nonce": nonces[len(jobs)], "test": test_source, "call": call})))
+                jobs.append(Job(f"import _hf_grpo_harness\n_hf_grpo_harness.run({code!r}, {prelude!r})\n",
+                                json.dumps({"nonce": nonces[len(jobs)], "test": test_source, "call": call,
+                                            "expose": expose}), report=True))
             plans.append(plan)
         results = self.executor.run(jobs)
         scores: list[float | None] = []
@@ -136,18 +154,24 @@ class CodeReward:
                 self.last_details.append({})
                 continue
             verdicts = [self._verdict(index, expected, results[index], nonces.get(index)) for index, expected in plan]
-            n = sum(passed for passed, _ in verdicts)
-            suspected = sum(count for _, count in verdicts)
+            n = sum(passed for passed, _, _ in verdicts)
+            suspected = sum(count for _, count, _ in verdicts)
+            refused = sorted({reason for _, _, reason in verdicts if reason})
             tests_passed += n
             suspected_total += suspected
             scores.append(float(n == len(plan)) if self.all_or_nothing else n / len(plan))
-            self.last_details.append({"suspected_hacks": suspected} if suspected else {})
+            details = {"suspected_hacks": suspected} if suspected else {}
+            if refused:
+                details["refused"] = "; ".join(refused)
+            self.last_details.append(details)
         self._record(results, tests_passed, no_code, suspected_total)
         return scores
 
     def _tests(self, row: int, test_cases, test, entry_point, test_list) -> list[tuple] | None:
-        """``[(test source, call, stdin, expected stdout), ...]`` for one row (the first two None for stdin/stdout
-        cases, the last two ``""``/None for assert-style ones), or None when its test column is None."""
+        """``[(test source, call, stdin, expected stdout, exposed names), ...]`` for one row (test source and call
+        None for stdin/stdout cases; stdin ``""`` and expected None for assert-style ones, whose exposed names are the
+        candidate's names the tests see: the entry point for HumanEval rows, None (all) for MBPP rows), or None when
+        its test column is None."""
         where = f"'{self.__name__}' reward, completion {row}"
         if test_cases is not None and test_cases[row] is not None:
             cases = test_cases[row]
@@ -157,29 +181,47 @@ class CodeReward:
             cases = validate_test_cases(cases, where)
             if not cases["inputs"]:
                 raise DataFormatError(f"{where}: key 'test_cases': has no test cases (empty 'inputs')")
-            return [(None, None, i, o) for i, o in zip(cases["inputs"], cases["outputs"])]
+            return [(None, None, i, o, None) for i, o in zip(cases["inputs"], cases["outputs"])]
         if test is not None and test[row] is not None:
             if not isinstance(test[row], str) or not isinstance(entry_point[row], str) or not entry_point[row]:
                 raise DataFormatError(f"{where}: keys 'test'/'entry_point': expected strings, got "
                                       f"{type(test[row]).__name__}/{type(entry_point[row]).__name__}")
-            return [(test[row], f"check({entry_point[row]})", "", None)]
+            return [(test[row], f"check({entry_point[row]})", "", None, [entry_point[row]])]
         if test_list is not None and test_list[row] is not None:
             asserts = test_list[row]
             if not isinstance(asserts, list) or not asserts or not all(isinstance(a, str) for a in asserts):
                 raise DataFormatError(f"{where}: key 'test_list': expected a non-empty list of assert statements "
                                       f"(str), got {asserts!r:.200}")
-            return [("", a, "", None) for a in asserts]
+            return [("", a, "", None, None) for a in asserts]
         return None
 
-    def _verdict(self, index: int, expected: str | None, result: RunResult, nonce: str | None) -> tuple[bool, int]:
-        """(passed, suspected hacks) of one run. An assert-style run's verdict is the harness's last line, which
-        only the harness can write: it alone knows the nonce."""
+    def _verdict(self, index: int, expected: str | None, result: RunResult,
+                 nonce: str | None) -> tuple[bool, int, str | None]:
+        """(passed, suspected hacks, why the harness refused a style) of one run. An assert-style run's verdict is
+        the report the harness wrote on its report channel, which the candidate's process never held; it must carry
+        this run's nonce as well."""
         if expected is not None:
-            return result.passed and outputs_match(result.stdout, expected, self.float_tolerance), 0
-        words = result.stdout.rstrip().rsplit("\n", 1)[-1].split()
+            return self._output_verdict(expected, result), 0, None
+        try:
+            report = json.loads(result.report)
+            words = report["line"].split()
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return False, 0, None
         if len(words) != 3 or words[0] != nonce or not words[2].startswith("suspected="):
-            return False, 0
-        return result.passed and words[1] == "PASS", int(words[2].removeprefix("suspected="))
+            return False, 0, None
+        refused = report.get("refused") if isinstance(report.get("refused"), str) else None
+        return result.passed and words[1] == "PASS", int(words[2].removeprefix("suspected=")), refused
+
+    def _output_verdict(self, expected: str, result: RunResult) -> bool:
+        """A stdin/stdout case passes when the output matches and the program exited 0, or ended only because it
+        read past the end of its input (``EOFError`` from ``input()`` in a read-until-EOF loop): what it printed is
+        all it will print, and it is compared in full. Any other failure after correct output still fails."""
+        if not outputs_match(result.stdout, expected, self.float_tolerance):
+            return False
+        if result.passed:
+            return True
+        last = result.stderr.rstrip().rsplit("\n", 1)[-1]
+        return result.status == "failed" and result.exit_code == 1 and last.startswith("EOFError")
 
     def _record(self, results: list[RunResult], tests_passed: int, no_code: int, suspected: int) -> None:
         statuses = Counter(r.status for r in results)

@@ -27,7 +27,7 @@ from dataclasses import asdict, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ...sandbox import Job, Limits, LocalExecutor
-from .reward import HARNESS_PRELOAD
+from .reward import HARNESS_PRELOAD, PACKAGES
 
 logger = logging.getLogger(__name__)
 _MAX_BODY = 64 << 20
@@ -51,7 +51,8 @@ class SandboxServer(ThreadingHTTPServer):
         limits = Limits(**{k: min(v, requested.get(k, v)) for k, v in ours.items()})
         with self._lock:
             if limits not in self._executors:
-                self._executors[limits] = LocalExecutor(limits, self.workers, preload=HARNESS_PRELOAD)
+                self._executors[limits] = LocalExecutor(limits, self.workers, preload=HARNESS_PRELOAD,
+                                                             packages=PACKAGES)
             return self._executors[limits]
 
     def server_close(self) -> None:
