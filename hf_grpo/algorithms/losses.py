@@ -1,4 +1,4 @@
-"""Clipped policy-gradient losses for GRPO, DAPO, Dr.GRPO and GSPO, as pure tensor functions.
+"""Policy-gradient losses for GRPO, DAPO, Dr.GRPO, GSPO and TRL's CISPO, SAPO, LUSPO and VESPO, as pure tensor functions.
 
 Every tensor is per completion token: ``[B, T]`` with ``B`` completions of (padded) length ``T`` and a
 ``mask`` that is 1 on real completion tokens. Nothing here touches a model.
@@ -13,6 +13,9 @@ Loss aggregation (``loss_type``; names follow TRL where they overlap):
 - ``dapo``: sum over all tokens / active tokens of the *global* batch (all ranks, all accumulation steps),
   passed in as ``token_normalizer`` so the function stays pure.
 - ``dr_grpo``: sum over all tokens / (B * max_completion_length), a constant.
+- TRL's other loss types (their per-token objectives in `hf_grpo.algorithms.surrogates`) aggregate as TRL does:
+  ``sapo`` like ``grpo``; ``cispo`` and ``vespo`` like ``dapo``; ``luspo`` (clipped surrogate, GSPO's sequence ratio
+  recommended) sums each sequence's tokens, then averages over sequences, so a sequence weighs by its length.
 
 Departures from the papers:
 - GSPO (Zheng et al., 2025) clips the sequence-level ratio ``exp(mean_t log r_t)``; we broadcast it to every
@@ -43,7 +46,12 @@ from dataclasses import dataclass
 
 import torch
 
-LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
+from .surrogates import cispo_per_token, off_policy_mask, sapo_per_token, vespo_per_token, vespo_weights
+
+LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo", "cispo", "sapo", "luspo", "vespo")
+CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo", "luspo")     # the PPO clipped surrogate
+TOKEN_SUM_LOSS_TYPES = ("bnpo", "dr_grpo", "dapo", "cispo")       # sum token terms: a sequence ratio weighs by length
+_AGGREGATION = {"sapo": "grpo", "cispo": "dapo", "vespo": "dapo"}
 KL_ESTIMATORS = ("k1", "k2", "k3", "k3+")
 LOG_RATIO_CLAMP = 20.0     # exp(20) ~ 4.9e8: finite in float32, and far outside any clip range
 K3_CLAMP = 10.0
@@ -89,6 +97,7 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, *, ma
     ``num_sequences`` / ``num_tokens`` override the batch's own sequence and token counts in the denominators, for
     callers that leave out rows known to contribute zero (their numerator terms are 0, their counts still matter).
     """
+    loss_type = _AGGREGATION.get(loss_type, loss_type)
     masked = per_token * mask                                          # [B, T]
     sequences = per_token.shape[0] if num_sequences is None else num_sequences
     if loss_type == "grpo":
@@ -103,6 +112,8 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, *, ma
         if token_normalizer is None:
             raise ValueError("loss_type='dapo' needs token_normalizer (active tokens in the global batch)")
         return masked.sum() / token_normalizer
+    if loss_type == "luspo":
+        return masked.sum() / sequences
     raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {LOSS_TYPES}")
 
 
@@ -117,6 +128,9 @@ class PolicyLossOutput:
     ratio_clamped: torch.Tensor  # [B, T] bool: |log-ratio| exceeded LOG_RATIO_CLAMP
     kl_clamped: torch.Tensor     # [B, T] bool: a KL clamp was active (all False when beta == 0)
     ratio_skipped: torch.Tensor  # [B] bool: left out of the loss by ratio_skip_threshold
+    cispo_clipped: torch.Tensor | None = None   # [B, T] bool (cispo): ratio > cap where the advantage is positive
+    vespo_phi: torch.Tensor | None = None       # [B] (vespo): the detached sequence weights phi(w)
+    off_policy_kept: torch.Tensor | None = None  # [B] float (off_policy_threshold): 1 kept, 0 masked
 
 
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
@@ -126,8 +140,13 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
                 token_normalizer: float | torch.Tensor | None = None, num_sequences: int | None = None,
                 num_tokens: float | None = None, is_weights: torch.Tensor | None = None,
                 use_bias_correction_kl: bool = False, ratio_skip_threshold: float | None = None,
-                delta: float | None = None, entropy_mask: torch.Tensor | None = None) -> PolicyLossOutput:
-    """Clipped surrogate loss  -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A) (+ beta * KL).
+                delta: float | None = None, entropy_mask: torch.Tensor | None = None,
+                sapo_temperature_pos: float = 1.0, sapo_temperature_neg: float = 1.05, vespo_k_pos: float = 2.0,
+                vespo_lambda_pos: float = 3.0, vespo_k_neg: float = 3.0, vespo_lambda_neg: float = 2.0,
+                off_policy_threshold: float | None = None,
+                sampling_logp: torch.Tensor | None = None) -> PolicyLossOutput:
+    """Clipped surrogate loss  -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A) (+ beta * KL), or TRL's cispo,
+    sapo or vespo objective in its place (`hf_grpo.algorithms.surrogates`).
 
     Args:
         logp: ``[B, T]`` log-probs of the sampled tokens under the current policy (requires grad).
@@ -142,7 +161,12 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         delta: cap of the unclipped ratio (two-sided clipping; None: off).
         entropy_mask: optional ``[B, T]`` 0/1 mask of the tokens that carry the policy-gradient term.
         num_sequences, num_tokens: denominators to use instead of this batch's own counts (see `aggregate`).
+        sapo_temperature_pos/neg, vespo_*: TRL's parameters of those loss types.
+        off_policy_threshold: DeepSeek-V3.2's off-policy sequence mask (None: off), measured against
+            ``sampling_logp`` (``[B, T]``, the sampler's log-probs; ``old_logp`` when None).
     """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {LOSS_TYPES}")
     if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
         raise ValueError(f"unknown importance_sampling_level {importance_sampling_level!r}; "
                          f"expected one of {IMPORTANCE_SAMPLING_LEVELS}")
@@ -155,12 +179,27 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         log_ratio = seq_log_ratio.unsqueeze(-1).expand_as(logp)        # [B, T]
     ratio = torch.exp(log_ratio)                                       # [B, T]
     adv = advantages.unsqueeze(-1).to(logp.dtype)                      # [B, 1]
-    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * adv  # [B, T]
-    unclipped = (ratio if delta is None else torch.clamp(ratio, max=delta)) * adv  # [B, T]
-    per_token = -torch.min(unclipped, clipped)                         # [B, T]
+    phi = kept = cispo_clipped = None
+    if loss_type == "cispo":        # epsilon_high is CISPO's absolute cap on the ratio (TRL's meaning)
+        per_token = cispo_per_token(ratio, logp, adv, epsilon_high)    # [B, T]
+        cispo_clipped = (ratio.detach() > epsilon_high) & (adv > 0)    # [B, T]
+    elif loss_type == "sapo":
+        per_token = sapo_per_token(ratio, adv, sapo_temperature_pos, sapo_temperature_neg)   # [B, T]
+    elif loss_type == "vespo":      # per-token log-ratios whatever the level; the train/inference ratio goes into phi
+        phi = vespo_weights(raw_log_ratio, adv, mask, is_weights, k_pos=vespo_k_pos, lambda_pos=vespo_lambda_pos,
+                            k_neg=vespo_k_neg, lambda_neg=vespo_lambda_neg)   # [B, 1]
+        per_token = vespo_per_token(logp, adv, phi)                    # [B, T]
+    else:
+        clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * adv  # [B, T]
+        unclipped = (ratio if delta is None else torch.clamp(ratio, max=delta)) * adv  # [B, T]
+        per_token = -torch.min(unclipped, clipped)                     # [B, T]
+    if off_policy_threshold is not None:
+        kept = off_policy_mask(adv, logp, old_logp if sampling_logp is None else sampling_logp, mask,
+                               off_policy_threshold)                   # [B, 1]
+        per_token = per_token * kept
     if entropy_mask is not None:
         per_token = per_token * entropy_mask.detach()
-    if is_weights is not None:
+    if is_weights is not None and loss_type != "vespo":
         per_token = per_token * is_weights.detach()
     kl = None
     kl_clamped = torch.zeros_like(ratio_clamped)
@@ -180,8 +219,11 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     loss = aggregate(per_token, mask, loss_type, max_completion_length=max_completion_length,
                      token_normalizer=token_normalizer, num_sequences=num_sequences, num_tokens=num_tokens)
     with torch.no_grad():
-        low = (ratio < 1.0 - epsilon_low) & (adv < 0)                   # [B, T]
-        high = (ratio > 1.0 + epsilon_high) & (adv > 0)                 # [B, T]
+        clips = loss_type in CLIPPED_LOSS_TYPES
+        low = (ratio < 1.0 - epsilon_low) & (adv < 0) & clips            # [B, T]
+        high = (ratio > 1.0 + epsilon_high) & (adv > 0) & clips          # [B, T]
     return PolicyLossOutput(loss=loss, per_token_loss=per_token, ratio=ratio.detach(), low_clipped=low,
                             high_clipped=high, kl=None if kl is None else kl.detach(), ratio_clamped=ratio_clamped,
-                            kl_clamped=kl_clamped, ratio_skipped=skipped)
+                            kl_clamped=kl_clamped, ratio_skipped=skipped, cispo_clipped=cispo_clipped,
+                            vespo_phi=None if phi is None else phi.squeeze(-1),
+                            off_policy_kept=None if kept is None else kept.squeeze(-1))
