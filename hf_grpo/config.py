@@ -184,7 +184,9 @@ class GRPOConfig(TRLFields):
                 "loss tokens (`token`, each completion weighted by its length, as verl and OpenRLHF do)."})
     loss_type: str = field(default="dapo", metadata={
         "help": "Loss aggregation: grpo (per-sequence mean), bnpo (local token mean), dapo (global token mean), "
-                "dr_grpo (sum / (batch * max_completion_length))."})
+                "dr_grpo (sum / (batch * max_completion_length)); TRL's objectives: cispo (capped, detached ratio "
+                "times logp; epsilon_high is the cap), sapo (soft gate), luspo (per-sequence sums), vespo (gamma "
+                "weight of the sequence ratio). See hf_grpo.algorithms.losses."})
     epsilon: float = field(default=0.2, metadata={"help": "Lower clip range: ratio >= 1 - epsilon."})
     epsilon_high: float | None = field(default=None, metadata={
         "help": "Upper clip range (DAPO clip-higher, e.g. 0.28); defaults to epsilon."})

@@ -101,14 +101,15 @@ class SamplingFilters:
 
 
 def _logits_logprobs(filters: SamplingFilters | None, logits: torch.Tensor, targets: torch.Tensor,
-                     temperature: float, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                     temperature: float, with_entropy: bool | str) -> tuple[torch.Tensor, torch.Tensor]:
     logits = logits.float() / temperature                                # [c, V]
     if filters is not None:
         logits = logits.masked_fill(~filters.kept(logits, targets), float("-inf"))   # [c, V]
     logz = torch.logsumexp(logits, dim=-1)                               # [c]
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz   # [c]
     if with_entropy:
-        with torch.no_grad():
+        # "grad": the entropy is a loss term (TRL's entropy_coef), so it keeps its gradient.
+        with torch.set_grad_enabled(with_entropy == "grad" and torch.is_grad_enabled()):
             probs = torch.softmax(logits, dim=-1)                        # [c, V]
             entropy = logz - torch.where(probs > 0, probs * logits, 0.0).sum(-1)   # [c] (0 * -inf is not 0)
     else:
@@ -118,7 +119,7 @@ def _logits_logprobs(filters: SamplingFilters | None, logits: torch.Tensor, targ
 
 def _head_logprobs(head: torch.nn.Module, transform: LogitTransform, filters: SamplingFilters | None,
                    hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                   with_entropy: bool | str) -> tuple[torch.Tensor, torch.Tensor]:
     # Under mixed precision accelerate hands back float32 hidden states while a bf16 model's head is bf16: cast to
     # the head's dtype, as the model's own forward would have computed it (an autocast region casts again anyway).
     logits = transform(head(hidden.to(head.weight.dtype)))               # [c, V]
@@ -126,7 +127,7 @@ def _head_logprobs(head: torch.nn.Module, transform: LogitTransform, filters: Sa
 
 
 def _chunked(fn, *args, inputs: torch.Tensor, targets: torch.Tensor, chunk_size: int, temperature: float,
-             with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+             with_entropy: bool | str) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply ``fn(*args, inputs_chunk, targets_chunk, ...)`` over ``chunk_size`` rows at a time, checkpointing each
     chunk under autograd so its ``[chunk, V]`` logits are recomputed in the backward instead of kept."""
     logps, entropies = [], []
@@ -144,9 +145,9 @@ def _chunked(fn, *args, inputs: torch.Tensor, targets: torch.Tensor, chunk_size:
 
 def completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, input_ids: torch.Tensor,
                         attention_mask: torch.Tensor, completion_length: int, *, temperature: float = 1.0,
-                        chunk_size: int = 1024, with_entropy: bool = True,
-                        transform: LogitTransform = LogitTransform(),
-                        filters: SamplingFilters | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        chunk_size: int = 1024, with_entropy: bool | str = True,
+                        transform: LogitTransform = LogitTransform(), filters: SamplingFilters | None = None,
+                        aux_losses: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (and entropy) of the last ``completion_length`` tokens of each row.
 
     Args:
@@ -157,32 +158,39 @@ def completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, in
         completion_length: ``C``.
         transform: the model's logit transform (chunked path only; the model path gets it from the model).
         filters: the sampler's top_k/top_p/min_p truncation to renormalise over (see the module docstring), or None.
+        with_entropy: True for the entropy as a (detached) metric, ``"grad"`` to keep its gradient (a loss term).
+        aux_losses: a list: the (MoE) model is called with ``output_router_logits=True`` and its load-balancing
+            ``aux_loss`` is appended to it.
     Returns:
-        ``([B, C] log-probs, [B, C] entropy)``; entropy is detached (a metric), zeros if not requested.
+        ``([B, C] log-probs, [B, C] entropy)``; zeros for the entropy if not requested.
     """
+    router = {} if aux_losses is None else {"output_router_logits": True}
     C = completion_length
     targets = input_ids[:, -C:]                                          # [B, C]
     batch = input_ids.shape[0]
     if head is None:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=C + 1, use_cache=False)
+        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=C + 1, use_cache=False, **router)
         logits = out.logits[:, :-1, :]                                   # [B, C, V] positions that predict completions
         flat = logits.reshape(-1, logits.shape[-1])                      # [B*C, V]
         logp, entropy = _chunked(_logits_logprobs, filters, inputs=flat, targets=targets.reshape(-1),
                                  chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
     else:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                    logits_to_keep=1, use_cache=False)
+                    logits_to_keep=1, use_cache=False, **router)
         hidden = out.hidden_states[-1][:, -C - 1:-1, :]                  # [B, C, H] states that predict completions
         flat = hidden.reshape(-1, hidden.shape[-1])                      # [B*C, H]
         logp, entropy = _chunked(_head_logprobs, head, transform, filters, inputs=flat, targets=targets.reshape(-1),
                                  chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
-    return logp.view(batch, C), entropy.view(batch, C).detach()          # [B, C] each
+    if aux_losses is not None:
+        aux_losses.append(out.aux_loss)
+    entropy = entropy.view(batch, C)                                     # [B, C]
+    return logp.view(batch, C), entropy if with_entropy == "grad" else entropy.detach()   # [B, C] each
 
 
 def packed_completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, inputs: dict[str, torch.Tensor],
-                               *, temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool = True,
-                               transform: LogitTransform = LogitTransform(),
-                               filters: SamplingFilters | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                               *, temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool | str = True,
+                               transform: LogitTransform = LogitTransform(), filters: SamplingFilters | None = None,
+                               aux_losses: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`completion_logprobs` for packed rows (`hf_grpo.packing`): the same ``([B, C] log-probs, [B, C] entropy)``,
     0 past each completion's end.
 
@@ -194,6 +202,8 @@ def packed_completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | N
     flat = index[index >= 0]                                                   # [N] positions predicting completions
     targets = input_ids.reshape(-1)[flat + 1]                                  # [N]
     forward = {k: inputs[k] for k in ("input_ids", "position_ids", "attention_mask") if k in inputs}
+    if aux_losses is not None:
+        forward["output_router_logits"] = True
     if head is None:
         width = input_ids.shape[1]
         columns = torch.unique(flat % width)                                   # [K] sorted columns used by any row
@@ -208,7 +218,10 @@ def packed_completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | N
         rows = hidden.reshape(-1, hidden.shape[-1])[flat]                      # [N, H]
         logp, entropy = _chunked(_head_logprobs, head, transform, filters, inputs=rows, targets=targets,
                                  chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
-    return unpack(logp, index), unpack(entropy, index).detach()              # [B, C] each
+    if aux_losses is not None:
+        aux_losses.append(out.aux_loss)
+    entropy = unpack(entropy, index)                                           # [B, C]
+    return unpack(logp, index), entropy if with_entropy == "grad" else entropy.detach()   # [B, C] each
 
 
 @torch.no_grad()

@@ -27,7 +27,7 @@ from transformers.trainer_utils import rotate_checkpoints
 
 from .agents import (USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi_turn_rollouts,
                      with_environment_rewards)
-from .algorithms import importance_sampling_weights, logp_difference, masked_mean, policy_loss, scheduled_temperature
+from .algorithms import scheduled_temperature
 from .batching import add_normalizers, build_samples, collate_microbatches, split_microbatches
 from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
@@ -38,7 +38,8 @@ from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_re
                           zero3_init_disabled)
 from .evaluation import evaluate_rows
 from .generation import SamplingParams, build_generator
-from .global_stats import rollout_advantages, top_entropy_mask
+from .global_stats import rollout_advantages
+from .loss_step import micro_batch_loss, setup_loss_terms
 from .logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
                        packed_completion_logprobs)
 from .metrics import MetricsBuffer
@@ -128,6 +129,7 @@ class DistributedGRPOTrainer(Trainer):
                 self.accelerator, self.model,
                 lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation, **init_kwargs))
         self._reference_checked = self.ref_model is None
+        setup_loss_terms(self)       # loss settings checked; aux_loss_enabled, entropy_control (hf_grpo.loss_step)
         self._chunked_logprobs: bool | None = None     # decided at the first log-prob pass (_choose_logprob_path)
         self._logit_transform = LogitTransform.from_config(self.accelerator.unwrap_model(self.model).config)
         self._sampling_filters = SamplingFilters.from_config(args) if args.logprob_sampling_filters else None
@@ -361,10 +363,10 @@ class DistributedGRPOTrainer(Trainer):
         return model_inputs(batch, self.accelerator.device, self._attn_implementation(),
                             self.accelerator.unwrap_model(self.model).dtype)
 
-    def _logprobs(self, model, inputs, completion_length: int, temperature: float, with_entropy: bool = False,
-                  sampled: bool = True):
+    def _logprobs(self, model, inputs, completion_length: int, temperature: float, with_entropy: bool | str = False,
+                  sampled: bool = True, aux_losses: list | None = None):
         """Per-token log-probs of the last ``completion_length`` tokens; ``sampled`` applies the sampler's filters
-        (False for PTX text, scored as plain maximum likelihood at temperature 1)."""
+        (False for PTX text, scored as plain maximum likelihood at temperature 1); see `completion_logprobs`."""
         if self._chunked_logprobs is None:
             self._chunked_logprobs = self._choose_logprob_path(inputs, completion_length)
         unwrapped = self.accelerator.unwrap_model(model)
@@ -372,11 +374,11 @@ class DistributedGRPOTrainer(Trainer):
         if "completion_index" in inputs:      # packed rows (hf_grpo.packing)
             return packed_completion_logprobs(model, head, inputs, temperature=temperature,
                                               chunk_size=self.args.logprob_chunk_size, with_entropy=with_entropy,
-                                              transform=self._logit_transform,
+                                              transform=self._logit_transform, aux_losses=aux_losses,
                                               filters=self._sampling_filters if sampled else None)
         return completion_logprobs(model, head, inputs["input_ids"], inputs["attention_mask"], completion_length,
                                    temperature=temperature, chunk_size=self.args.logprob_chunk_size,
-                                   with_entropy=with_entropy, transform=self._logit_transform,
+                                   with_entropy=with_entropy, transform=self._logit_transform, aux_losses=aux_losses,
                                    filters=self._sampling_filters if sampled else None)
 
     @torch.no_grad()
@@ -400,50 +402,7 @@ class DistributedGRPOTrainer(Trainer):
 
     # ---- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        args, device = self.args, self.accelerator.device
-        mask = inputs["completion_mask"].to(device)                                       # [B, C]
-        logp, entropy = self._logprobs(model, self._model_inputs(inputs), mask.shape[1], inputs["temperature"],
-                                       with_entropy=True)                                  # [B, C] each
-        old_logp = inputs["old_logp"].to(device) if "old_logp" in inputs else logp.detach()
-        ref_logp = inputs["ref_logp"].to(device) if "ref_logp" in inputs else None
-        is_weights = None
-        if "sampling_logp" in inputs:
-            # old_logp is the trainer's view of the sampling policy (same weights): compare it with the sampler's.
-            sampling_logp = inputs["sampling_logp"].to(device)                            # [B, C]
-            diff_mean, diff_max = logp_difference(old_logp, sampling_logp, mask)
-            self._metrics.add("sampling/logp_difference/mean", diff_mean)
-            self._metrics.add("sampling/logp_difference/max", diff_max)
-            if args.vllm_importance_sampling_correction:
-                is_weights = importance_sampling_weights(old_logp, sampling_logp, mask,
-                                                         args.vllm_importance_sampling_mode,
-                                                         args.vllm_importance_sampling_cap,
-                                                         args.vllm_importance_sampling_clip_min)  # [B, C]
-                self._metrics.add("sampling/importance_sampling_ratio/mean", masked_mean(is_weights, mask))
-        out = policy_loss(logp, old_logp, inputs["advantages"].to(device), mask, epsilon_low=args.epsilon,
-                          epsilon_high=args.epsilon_high, loss_type=args.loss_type,
-                          importance_sampling_level=args.importance_sampling_level, beta=args.beta, ref_logp=ref_logp,
-                          kl_estimator=args.kl_estimator, max_completion_length=args.max_completion_length,
-                          token_normalizer=inputs["token_normalizer"], num_sequences=inputs["num_sequences"],
-                          num_tokens=inputs["num_tokens"], is_weights=is_weights,
-                          use_bias_correction_kl=args.use_bias_correction_kl,
-                          ratio_skip_threshold=args.ratio_skip_threshold, delta=args.delta,
-                          entropy_mask=None if args.top_entropy_quantile == 1.0 else
-                          top_entropy_mask(self.accelerator, entropy, mask, args.top_entropy_quantile))
-        m = self._metrics
-        m.add("entropy", masked_mean(entropy, mask))
-        m.add("clip_ratio/low_mean", masked_mean(out.low_clipped.float(), mask))
-        m.add("clip_ratio/high_mean", masked_mean(out.high_clipped.float(), mask))
-        m.add("clip_ratio/region_mean", masked_mean((out.low_clipped | out.high_clipped).float(), mask))
-        # Tokens whose log-ratio or KL hit verl's numerical clamps (their gradient through it is 0): counted.
-        m.add("numerics/log_ratio_clamped_tokens", (out.ratio_clamped * mask).sum(), reduce="sum")
-        if args.ratio_skip_threshold is not None:
-            m.add("numerics/ratio_skipped_samples", out.ratio_skipped.sum(), reduce="sum")
-        if out.kl is not None:
-            m.add("kl", masked_mean(out.kl, mask))
-            m.add("numerics/kl_clamped_tokens", (out.kl_clamped * mask).sum(), reduce="sum")
-        loss = out.loss
-        if self.ptx is not None:
-            loss = loss + args.ptx_coef * self._ptx_loss(model, inputs)
+        loss = micro_batch_loss(self, model, inputs)      # policy, entropy, MoE and PTX terms (hf_grpo.loss_step)
         return (loss, None) if return_outputs else loss
 
     def _ptx_loss(self, model, inputs) -> torch.Tensor:

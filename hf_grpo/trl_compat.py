@@ -19,8 +19,6 @@ from .errors import InputError
 
 # (field, TRL's default, why it is refused / what to use instead). A value other than the default is an error.
 REFUSED: tuple[tuple[str, Any, str], ...] = (
-    ("router_aux_loss_coef", None, "the loss has no MoE auxiliary term; train a dense model or leave it unset"),
-    ("cast_lm_head_to_fp32", False, "the output head computes in the policy's dtype; use dtype: float32"),
     ("num_generations_eval", None, "evaluation is greedy pass@1 (one completion per prompt); see eval_datasets"),
     ("ds3_gather_for_generation", True, "weights are always gathered (one tensor at a time) to push them into vLLM"),
     ("cache_implementation", None, "not implemented; generation_backend: vllm is the fast path"),
@@ -32,22 +30,9 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("vllm_group_port", 51216, "the NCCL weight-transfer group picks a free port itself (see vllm_weight_transfer)"),
     ("multi_objective_aggregation", "sum_then_normalize", "only sum_then_normalize (weighted sum, then advantages) "
                                                           "is implemented"),
-    ("sapo_temperature_neg", 1.05, "loss_type sapo is not implemented; loss_type is one of grpo, bnpo, dapo, dr_grpo"),
-    ("sapo_temperature_pos", 1.0, "loss_type sapo is not implemented"),
-    ("vespo_k_pos", 2.0, "loss_type vespo is not implemented"),
-    ("vespo_lambda_pos", 3.0, "loss_type vespo is not implemented"),
-    ("vespo_k_neg", 3.0, "loss_type vespo is not implemented"),
-    ("vespo_lambda_neg", 2.0, "loss_type vespo is not implemented"),
     ("sync_ref_model", False, "the reference model stays the initial policy; use beta: 0 to train without one"),
     ("ref_model_mixup_alpha", 0.6, "only meaningful with sync_ref_model, which is not implemented"),
     ("ref_model_sync_steps", 512, "only meaningful with sync_ref_model, which is not implemented"),
-    ("entropy_coef", 0.0, "no entropy bonus is implemented; top_entropy_quantile is"),
-    ("use_adaptive_entropy", False, "adaptive entropy control is not implemented"),
-    ("entropy_coef_min", 0.0, "adaptive entropy control is not implemented"),
-    ("entropy_coef_max", 1.0, "adaptive entropy control is not implemented"),
-    ("entropy_coef_delta", 0.005, "adaptive entropy control is not implemented"),
-    ("entropy_target", 0.2, "adaptive entropy control is not implemented"),
-    ("off_policy_mask_threshold", None, "not implemented; ratio_skip_threshold drops completions by their ratio"),
     ("log_completions_hub_repo", None, "completions are written to <output_dir>/rollouts (log_completions_steps)"),
 )
 

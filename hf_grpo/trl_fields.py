@@ -30,11 +30,12 @@ class TRLFields(TrainingArguments):
     trust_remote_code: bool = field(default=False, metadata={
         "help": "TRL's: allow models, tokenizers and reward models that ship custom code (passed to from_pretrained)."})
     router_aux_loss_coef: float | None = field(default=None, metadata={
-        "help": f"TRL's MoE load-balancing loss coefficient; not implemented (the loss has no auxiliary term). "
-                f"{_REFUSED}"})
+        "help": "TRL's: weight of a Mixture-of-Experts model's load-balancing loss, added to the training loss (the "
+                "model is run with output_router_logits). None: the model config's own router_aux_loss_coef; 0 "
+                "turns it off. An error with a model that returns no router logits."})
     cast_lm_head_to_fp32: bool = field(default=False, metadata={
-        "help": f"TRL's ScaleRL option; not implemented (the chunked log-prob path computes in the head's dtype). "
-                f"{_REFUSED}"})
+        "help": "TRL's (ScaleRL): the output head of the policy and reference models holds float32 weights and "
+                "computes float32 logits while the rest of a bf16/fp16 model keeps its dtype (hf_grpo.lm_head)."})
 
     # ---- data and generation ----------------------------------------------------------------------------------------
     num_generations_eval: int | None = field(default=None, metadata={
@@ -115,17 +116,21 @@ class TRLFields(TrainingArguments):
                 "the micro-batch on all processes, carry the policy-gradient term (the KL term keeps all tokens). "
                 "1.0 keeps all; 0.0 keeps only the highest-entropy tokens."})
     sapo_temperature_neg: float = field(default=1.05, metadata={
-        "help": f"TRL's SAPO loss parameter; loss_type sapo is not implemented. {_REFUSED}"})
+        "help": "TRL's: loss_type sapo's gate temperature for completions with a non-positive advantage."})
     sapo_temperature_pos: float = field(default=1.0, metadata={
-        "help": f"TRL's SAPO loss parameter; loss_type sapo is not implemented. {_REFUSED}"})
+        "help": "TRL's: loss_type sapo's gate temperature for completions with a positive advantage."})
     vespo_k_pos: float = field(default=2.0, metadata={
-        "help": f"TRL's VESPO loss parameter; loss_type vespo is not implemented. {_REFUSED}"})
+        "help": "TRL's: vespo's weight phi(w) = exp(lambda) w^k exp(-lambda w) of the sequence ratio w: "
+                "the power k for advantages >= 0 (down-weights sequence ratios below 1)."})
     vespo_lambda_pos: float = field(default=3.0, metadata={
-        "help": f"TRL's VESPO loss parameter; loss_type vespo is not implemented. {_REFUSED}"})
+        "help": "TRL's: vespo's weight phi(w) = exp(lambda) w^k exp(-lambda w) of the sequence ratio w: "
+                "the decay lambda for advantages >= 0 (down-weights sequence ratios above 1)."})
     vespo_k_neg: float = field(default=3.0, metadata={
-        "help": f"TRL's VESPO loss parameter; loss_type vespo is not implemented. {_REFUSED}"})
+        "help": "TRL's: vespo's weight phi(w) = exp(lambda) w^k exp(-lambda w) of the sequence ratio w: "
+                "the power k for negative advantages."})
     vespo_lambda_neg: float = field(default=2.0, metadata={
-        "help": f"TRL's VESPO loss parameter; loss_type vespo is not implemented. {_REFUSED}"})
+        "help": "TRL's: vespo's weight phi(w) = exp(lambda) w^k exp(-lambda w) of the sequence ratio w: "
+                "the decay lambda for negative advantages."})
     sync_ref_model: bool = field(default=False, metadata={
         "help": f"TRL's TR-DPO reference-model mixing; not implemented (the reference stays the initial policy). "
                 f"{_REFUSED}"})
@@ -134,16 +139,22 @@ class TRLFields(TrainingArguments):
     ref_model_sync_steps: int = field(default=512, metadata={
         "help": f"TRL's TR-DPO sync period; only meaningful with sync_ref_model. {_REFUSED}"})
     entropy_coef: float = field(default=0.0, metadata={
-        "help": f"TRL's entropy bonus coefficient; not implemented. {_REFUSED}"})
+        "help": "TRL's: the loss minus entropy_coef times the mean per-token entropy of the loss tokens (the same "
+                "meaning for every loss_type). With use_adaptive_entropy, the starting coefficient. 0: off."})
     use_adaptive_entropy: bool = field(default=False, metadata={
-        "help": f"TRL's adaptive entropy control (Skywork-OR1); not implemented. {_REFUSED}"})
-    entropy_coef_min: float = field(default=0.0, metadata={"help": f"TRL's adaptive entropy bound. {_REFUSED}"})
-    entropy_coef_max: float = field(default=1.0, metadata={"help": f"TRL's adaptive entropy bound. {_REFUSED}"})
-    entropy_coef_delta: float = field(default=0.005, metadata={"help": f"TRL's adaptive entropy step. {_REFUSED}"})
-    entropy_target: float = field(default=0.2, metadata={"help": f"TRL's adaptive entropy target. {_REFUSED}"})
+        "help": "TRL's adaptive entropy control (Skywork-OR1): each optimizer step moves entropy_coef by "
+                "entropy_coef_delta, up when the step's entropy is at or below entropy_target, down otherwise; the "
+                "bonus applies only while the entropy is at or below the target. Saved in checkpoints."})
+    entropy_coef_min: float = field(default=0.0, metadata={"help": "TRL's: lower bound of the adaptive coefficient."})
+    entropy_coef_max: float = field(default=1.0, metadata={"help": "TRL's: upper bound of the adaptive coefficient."})
+    entropy_coef_delta: float = field(default=0.005, metadata={
+        "help": "TRL's: the adaptive coefficient's change per optimizer step."})
+    entropy_target: float = field(default=0.2, metadata={
+        "help": "TRL's: the mean per-token entropy adaptive control steers towards."})
     off_policy_mask_threshold: float | None = field(default=None, metadata={
-        "help": f"TRL's DeepSeek-V3.2 off-policy sequence masking; not implemented (ratio_skip_threshold is the "
-                f"nearest option). {_REFUSED}"})
+        "help": "TRL's DeepSeek-V3.2 off-policy sequence mask: a completion with a negative advantage whose mean "
+                "per-token log pi_sampler - log pi_theta exceeds this leaves the loss (sampler log-probs from vLLM, "
+                "else the old policy's). None: off."})
 
     # ---- logging ----------------------------------------------------------------------------------------------------
     log_completions: bool = field(default=False, metadata={

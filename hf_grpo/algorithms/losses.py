@@ -1,4 +1,4 @@
-"""Policy-gradient losses for GRPO, DAPO, Dr.GRPO, GSPO and TRL's CISPO, SAPO, LUSPO and VESPO, as pure tensor functions.
+"""Policy-gradient losses (GRPO, DAPO, Dr.GRPO, GSPO; TRL's CISPO, SAPO, LUSPO, VESPO) as pure tensor functions.
 
 Every tensor is per completion token: ``[B, T]`` with ``B`` completions of (padded) length ``T`` and a
 ``mask`` that is 1 on real completion tokens. Nothing here touches a model.

@@ -83,7 +83,8 @@ def test_off_policy_mask_matches_trl_in_the_loss(threshold):
 
 def test_hand_computed_values():
     # CISPO: ratio 3 capped at 2, ratio 0.5 kept; the value is -sg(w) * A * logp.
-    ratio, logp, adv = torch.tensor([[3.0, 0.5]]), torch.tensor([[-1.0, -2.0]], requires_grad=True), torch.tensor([[2.0]])
+    ratio, adv = torch.tensor([[3.0, 0.5]]), torch.tensor([[2.0]])
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     loss = cispo_per_token(ratio, logp, adv, cap=2.0)
     torch.testing.assert_close(loss, torch.tensor([[4.0, 2.0]]))
     loss.sum().backward()
