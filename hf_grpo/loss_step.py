@@ -74,6 +74,12 @@ def setup_loss_terms(trainer) -> None:
                          f"Mixture-of-Experts model that returns its router logits: there is no auxiliary loss to "
                          f"weight. Leave router_aux_loss_coef unset (or 0).")
     trainer.aux_loss_enabled = hasattr(text_config, "output_router_logits") and trainer.router_aux_loss_coef != 0.0
+    if trainer.aux_loss_enabled and args.max_tokens_per_microbatch is not None:
+        # transformers' load-balancing losses take a [B, L] padding mask, not a packed row's block mask.
+        raise ValueError(f"GRPOConfig: {type(model).__name__}'s load-balancing loss (router_aux_loss_coef="
+                         f"{trainer.router_aux_loss_coef}) cannot be computed on packed rows "
+                         f"(max_tokens_per_microbatch); leave max_tokens_per_microbatch unset, or set "
+                         f"router_aux_loss_coef: 0")
     control = EntropyControl.from_config(args)
     trainer.entropy_control = None if control is None else EntropyControlCallback(control)
     if control is not None:

@@ -68,6 +68,30 @@ def test_entropy_bonus_is_subtracted_and_logged(tiny_llama_path, tmp_path):
     assert log["loss"] == pytest.approx(log["policy_loss"] - 0.1 * log["entropy"], rel=1e-4)
 
 
+def test_entropy_bonus_gradient_is_minus_coef_times_the_entropy_gradient(tiny_llama_path, tmp_path):
+    """The bonus carries the entropy's own gradient (computed here from the model's full logits by torch)."""
+    trainer = make_trainer(tiny_llama_path, tmp_path, entropy_coef=0.1, skip_zero_advantage=False)
+    trainer.state.max_steps = 1
+    batch = trainer._generate_and_score([trainer.train_dataset[i] for i in range(2)])[0]
+    model = trainer.model
+
+    def grads(loss):
+        model.zero_grad()
+        loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    total = grads(trainer.compute_loss(model, batch))
+    trainer.entropy_control = None
+    policy = grads(trainer.compute_loss(model, batch))
+    mask, C = batch["completion_mask"], batch["completion_mask"].shape[1]
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, -C - 1:-1]
+    entropy = torch.distributions.Categorical(logits=logits.float() / batch["temperature"]).entropy()   # [B, C]
+    bonus = grads((entropy * mask).sum() / mask.sum())
+    assert max(bonus[n].abs().max() for n in bonus) > 1e-4
+    for name in total:
+        torch.testing.assert_close(total[name], policy[name] - 0.1 * bonus[name], atol=1e-6, rtol=1e-4)
+
+
 def test_adaptive_entropy_coefficient_moves_and_continues_after_resume(tiny_llama_path, tmp_path):
     """Entropy (~10.8 nats on a random model) is below the target 100: the coefficient rises by delta each step.
     Resumed at step 2, step 3 continues from 0.2 (a reset would log 0.15) and applies it at once."""
@@ -125,6 +149,8 @@ def test_moe_load_balancing_loss_is_added_and_logged(tiny_moe_path, tmp_path):
     assert math.isfinite(losses(trainer)[0]["aux_loss"])
     off = make_trainer(tiny_moe_path, tmp_path, router_aux_loss_coef=0.0)
     assert not off.aux_loss_enabled
+    with pytest.raises(ValueError, match="load-balancing loss .* cannot be computed on packed rows"):
+        make_trainer(tiny_moe_path, tmp_path, max_tokens_per_microbatch=256, max_prompt_length=128)
 
 
 def test_router_aux_loss_coef_needs_a_moe_model(tiny_llama_path, tmp_path):
