@@ -1,5 +1,5 @@
-"""TRL's cispo, sapo, luspo and vespo losses and its off-policy sequence mask: hand-computed values, and TRL 1.16's
-own `GRPOTrainer._compute_loss` / static helpers on identical tensors (loss value and gradient)."""
+"""TRL's cispo, sapo, luspo and vespo losses, its off-policy sequence mask and its entropy bonus (adaptive too):
+hand-computed values, and TRL 1.16's own `GRPOTrainer._compute_loss` / static helpers on identical tensors (loss value and gradient)."""
 
 import math
 from types import SimpleNamespace
@@ -8,7 +8,8 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from hf_grpo.algorithms import (cispo_per_token, off_policy_mask, policy_loss, sapo_per_token, vespo_weights)
+from hf_grpo.algorithms import cispo_per_token, off_policy_mask, policy_loss, sapo_per_token, vespo_weights
+from hf_grpo.algorithms.entropy_control import EntropyControl, entropy_bonus
 from tests.algorithms.test_trl_reference import TRLLoss, make_inputs
 
 PARAMS = dict(sapo_temperature_pos=0.9, sapo_temperature_neg=1.3, vespo_k_pos=2.5, vespo_lambda_pos=2.0,
@@ -73,7 +74,7 @@ def test_off_policy_mask_matches_trl_in_the_loss(threshold):
     trl_logp = logp.clone().requires_grad_(True)
     trl = trl_loss(trl_logp, "dapo", "token", 0.28, off_policy=threshold)
     expected = trl._compute_loss(None, inputs_for(mask, adv, old, sampling_per_token_logps=sampling))
-    ours = policy_loss(logp, old, adv, mask, epsilon_high=0.28, token_normalizer=mask.sum(),
+    ours = policy_loss(logp, old, adv, mask, epsilon_high=0.28, loss_type="dapo", token_normalizer=mask.sum(),
                        off_policy_threshold=threshold, sampling_logp=sampling)
     assert ours.loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
     theirs = GRPOTrainer.get_off_policy_mask(adv.unsqueeze(1), logp, sampling, mask, threshold)
@@ -108,3 +109,39 @@ def test_hand_computed_values():
 def test_sapo_needs_positive_temperatures():
     with pytest.raises(ValueError, match="sapo_temperature_pos and sapo_temperature_neg must be > 0"):
         sapo_per_token(torch.ones(1, 1), torch.ones(1, 1), 0.0, 1.0)
+
+
+class TRLEntropy(TRLLoss):
+    """TRL's _compute_loss with its entropy bonus on, fed fixed entropies."""
+
+    def __init__(self, logp, entropy, *, coef, adaptive):
+        super().__init__(logp, loss_type="dapo", level="token", beta=0.0, eps_low=0.2, eps_high=0.28, max_len=5)
+        self._entropy = entropy
+        self.entropy_coef, self.use_adaptive_entropy, self._entropy_bonus_enabled = coef, adaptive, True
+        self._last_world_entropy, self._entropy_window_stats = float("inf"), None
+        self.args = SimpleNamespace(**vars(self.args), entropy_target=1.0, entropy_coef_delta=0.05,
+                                    entropy_coef_min=0.0, entropy_coef_max=0.12)
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        return self._logp, self._entropy, None
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_entropy_bonus_and_adaptive_coefficient_match_trl(adaptive):
+    """Five optimizer steps whose entropies cross the target: TRL's loss and coefficient after every step, ours."""
+    logp, old, _, adv, mask = make_inputs(seed=13)
+    ours = EntropyControl(0.1, adaptive, coef_min=0.0, coef_max=0.12, delta=0.05, target=1.0)
+    trl = None
+    for level in (0.5, 0.8, 1.5, 0.9, 2.0):
+        entropy = level * torch.rand(6, 5, generator=torch.Generator().manual_seed(int(level * 10)))
+        if trl is None:
+            trl = TRLEntropy(logp, entropy, coef=0.1, adaptive=adaptive)
+        trl._entropy = entropy
+        expected = trl._compute_loss(None, inputs_for(mask, adv, old))
+        policy = policy_loss(logp, old, adv, mask, epsilon_high=0.28, loss_type="dapo",
+                             token_normalizer=mask.sum()).loss
+        loss = policy - ours.applied() * entropy_bonus(entropy, mask)
+        ours.update(((entropy * mask).sum() / mask.sum()).item())
+        assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
+        assert ours.coef == pytest.approx(trl.entropy_coef)
+    assert trl._metrics["train"]["entropy_coef"][-1] == pytest.approx(ours.coef)
