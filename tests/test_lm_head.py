@@ -3,6 +3,7 @@ weights and returns float32 logits, the rest stays bf16, and the trainer trains 
 
 import math
 
+import pytest
 import torch
 
 from hf_grpo.lm_head import FP32Head, cast_lm_head_to_fp32
@@ -32,3 +33,10 @@ def test_trainer_casts_the_head_and_trains(tiny_llama_path, tmp_path):
     trainer.train()
     log = next(r for r in trainer.state.log_history if "loss" in r)
     assert math.isfinite(log["loss"]) and math.isfinite(log["grad_norm"])
+
+
+def test_a_peft_adapter_on_the_head_is_refused():
+    from peft import LoraConfig, get_peft_model
+    model = get_peft_model(make_tiny_llama(64), LoraConfig(r=2, target_modules=["lm_head"]))
+    with pytest.raises(ValueError, match="a PEFT adapter on lm_head is not supported"):
+        cast_lm_head_to_fp32(model)

@@ -175,3 +175,15 @@ def test_sequence_ratio_with_a_token_summed_loss_warns(tmp_path, caplog, loss_ty
     text = f"importance_sampling_level='sequence' with loss_type='{loss_type}': that loss sums per-token terms"
     assert (text in caplog.text) == warned
     assert ("set loss_type='grpo'" in caplog.text or "use loss_type='grpo'" in caplog.text) == warned
+
+
+def test_trls_other_loss_setting_checks(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="hf_grpo.loss_step"):
+        warn_about_loss_settings(make_config(tmp_path, loss_type="luspo"))
+        warn_about_loss_settings(make_config(tmp_path, loss_type="vespo", importance_sampling_level="sequence"))
+    assert "loss_type='luspo' is meant for importance_sampling_level='sequence'" in caplog.text
+    assert "loss_type='vespo' computes its sequence-level weights itself" in caplog.text
+    config = make_config(tmp_path, loss_type="vespo", generation_backend="vllm",
+                         vllm_importance_sampling_mode="sequence_mask")
+    with pytest.raises(ValueError, match="loss_type='vespo' needs a token-level train/inference correction"):
+        warn_about_loss_settings(config)
