@@ -114,3 +114,12 @@ def test_pip_install_replaces_an_unsupported_torch(tmp_path):
     result = _dry_run(tmp_path, "2.5.0")
     assert result.returncode != 0
     assert "torch" in result.stderr and "2.14" in result.stderr
+
+
+def test_make_install_installs_the_constrained_set():
+    # Every package install in `make install` goes through constraints.txt (pip's own upgrade aside); CI runs it.
+    installs = [line.strip() for line in (ROOT / "Makefile").read_text().splitlines()
+                if "pip install" in line and "--upgrade pip" not in line]
+    assert len(installs) == 3 and all("-c constraints.txt" in line for line in installs), installs
+    assert "constraints.txt" in (ROOT / "Makefile").read_text().split("$(STAMP):")[1].splitlines()[0]
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
