@@ -14,11 +14,16 @@ rule). The Hub check runs on every process when the trainer is built, so that no
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 
 import pandas as pd
+import pyarrow as pa
 
 from .completions_table import print_completions
+
+logger = logging.getLogger(__name__)
 
 
 def completions_frame(records: list[dict], step: int) -> pd.DataFrame:
@@ -29,6 +34,18 @@ def completions_frame(records: list[dict], step: int) -> pd.DataFrame:
     return pd.DataFrame({"step": [step] * len(records), "prompt": [r["prompt"] for r in records],
                          "completion": [r["completion"] for r in records], **rewards,
                          "advantage": [r["advantage"] for r in records]})
+
+
+def write_parquet(frame: pd.DataFrame, path: str) -> None:
+    """``frame`` as parquet. Messages whose shapes Arrow cannot unify in one column (a ``content`` that is a string in
+    one message and a list of parts in another) are written as JSON text instead, so that no row is lost."""
+    try:
+        frame.to_parquet(path)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        logger.warning("completions table %s: messages stored as JSON text (%s)", path, e)
+        as_text = {c: frame[c].map(lambda v: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str))
+                   for c in ("prompt", "completion")}
+        frame.assign(**as_text).to_parquet(path)
 
 
 class CompletionsLog:
@@ -56,7 +73,7 @@ class CompletionsLog:
         os.makedirs(self.folder, exist_ok=True)
         # The scheduler's lock: a commit never uploads a half-written file.
         with self.scheduler.lock if self.scheduler is not None else contextlib.nullcontext():
-            frame.to_parquet(os.path.join(self.folder, f"completions_{step:05d}.parquet"))
+            write_parquet(frame, os.path.join(self.folder, f"completions_{step:05d}.parquet"))
         if "wandb" in self.args.report_to:
             from .wandb_table import log_wandb_table
             log_wandb_table(frame, self.args.log_unique_prompts)

@@ -9,7 +9,7 @@ import os
 import pandas as pd
 import pytest
 
-from hf_grpo.completions_log import completions_frame
+from hf_grpo.completions_log import completions_frame, write_parquet
 from tests.test_trainer import make_trainer
 
 
@@ -40,6 +40,17 @@ def test_parquet_round_trip_keeps_conversations(tmp_path):
 def text(value) -> str:
     """A completion's text: a plain string, or the last message's content (parquet gives arrays, JSON lists)."""
     return value if isinstance(value, str) else list(value)[-1]["content"]
+
+
+def test_messages_arrow_cannot_unify_are_kept_as_json_text(tmp_path):
+    rows = records(2)
+    rows[1]["prompt"] = [{"role": "user", "content": [{"type": "text", "text": "q0"}]}]     # parts, not a string
+    path = tmp_path / "completions_00001.parquet"
+    write_parquet(completions_frame(rows, step=1), path)
+    back = pd.read_parquet(path)
+    assert [json.loads(p) for p in back["prompt"]] == [r["prompt"] for r in rows]
+    assert [json.loads(c) for c in back["completion"]] == [r["completion"] for r in rows]
+    assert back["r"].tolist() == [0.0, 1.0]
 
 
 @pytest.mark.slow
