@@ -33,7 +33,6 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("sync_ref_model", False, "the reference model stays the initial policy; use beta: 0 to train without one"),
     ("ref_model_mixup_alpha", 0.6, "only meaningful with sync_ref_model, which is not implemented"),
     ("ref_model_sync_steps", 512, "only meaningful with sync_ref_model, which is not implemented"),
-    ("log_completions_hub_repo", None, "completions are written to <output_dir>/rollouts (log_completions_steps)"),
 )
 
 # generation_kwargs keys with a config field of the same meaning (they override it, as in TRL).
@@ -187,6 +186,9 @@ def _algorithm(config) -> None:
                          f"({1.0 + (config.epsilon_high or config.epsilon)})")
     if not 0.0 <= config.top_entropy_quantile <= 1.0:
         raise ValueError(f"GRPOConfig: top_entropy_quantile must be in [0, 1], got {config.top_entropy_quantile}")
+    if config.log_completions_hub_repo is not None and not config.log_completions:
+        raise ValueError("GRPOConfig: log_completions_hub_repo is set but log_completions is false; set "
+                         "log_completions: true to push the completions tables, or unset log_completions_hub_repo")
     if config.num_completions_to_print is not None and config.num_completions_to_print < 1:
         raise ValueError(f"GRPOConfig: num_completions_to_print must be >= 1 or None, got "
                          f"{config.num_completions_to_print}")
