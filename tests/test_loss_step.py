@@ -60,27 +60,25 @@ def test_off_policy_mask_drops_negative_advantage_completions_past_the_threshold
     assert logs[1]["off_policy_mask/masked_sequences"] <= negative
 
 
-def test_entropy_bonus_is_subtracted_and_logged(tiny_llama_path, tmp_path):
-    trainer = make_trainer(tiny_llama_path, tmp_path, entropy_coef=0.1, max_steps=1)
-    trainer.train()
-    log = losses(trainer)[0]
-    assert log["entropy_coef"] == pytest.approx(0.1)
-    assert log["loss"] == pytest.approx(log["policy_loss"] - 0.1 * log["entropy"], rel=1e-4)
-
-
 def test_entropy_bonus_gradient_is_minus_coef_times_the_entropy_gradient(tiny_llama_path, tmp_path):
-    """The bonus carries the entropy's own gradient (computed here from the model's full logits by torch)."""
+    """loss = policy loss - 0.1 x mean entropy, and the bonus carries the entropy's own gradient (computed here from
+    the model's full logits by torch)."""
     trainer = make_trainer(tiny_llama_path, tmp_path, entropy_coef=0.1, skip_zero_advantage=False)
     trainer.state.max_steps = 1
     batch = trainer._generate_and_score([trainer.train_dataset[i] for i in range(2)])[0]
     model = trainer.model
+    model.train()          # dropout is off (disable_dropout): train mode records the coefficient
 
     def grads(loss):
         model.zero_grad()
         loss.backward()
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    total = grads(trainer.compute_loss(model, batch))
+    total_loss = trainer.compute_loss(model, batch)
+    total = grads(total_loss)
+    assert trainer._metrics.last("entropy_coef") == 0.1
+    assert total_loss.item() == pytest.approx(trainer._metrics.last("policy_loss") - 0.1 * trainer._metrics.last(
+        "entropy"), rel=1e-5)
     trainer.entropy_control = None
     policy = grads(trainer.compute_loss(model, batch))
     mask, C = batch["completion_mask"], batch["completion_mask"].shape[1]
@@ -92,6 +90,7 @@ def test_entropy_bonus_gradient_is_minus_coef_times_the_entropy_gradient(tiny_ll
         torch.testing.assert_close(total[name], policy[name] - 0.1 * bonus[name], atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_adaptive_entropy_coefficient_moves_and_continues_after_resume(tiny_llama_path, tmp_path):
     """Entropy (~10.8 nats on a random model) is below the target 100: the coefficient rises by delta each step.
     Resumed at step 2, step 3 continues from 0.2 (a reset would log 0.15) and applies it at once."""
@@ -123,6 +122,7 @@ def tiny_moe_path(tmp_path_factory, tokenizer):
     return str(path)
 
 
+@pytest.mark.slow
 def test_moe_load_balancing_loss_is_added_and_logged(tiny_moe_path, tmp_path):
     default = make_trainer(tiny_moe_path, tmp_path, max_steps=1)
     assert default.aux_loss_enabled and default.router_aux_loss_coef == 0.02        # the model config's, as TRL
@@ -144,9 +144,9 @@ def test_moe_load_balancing_loss_is_added_and_logged(tiny_moe_path, tmp_path):
     without, grad_plain = loss_and_router_grad()
     assert aux > 0 and with_aux.item() == pytest.approx(without.item() + 0.5 * float(aux), rel=1e-5)
     assert (grad_aux - grad_plain).abs().max() > 1e-6
-    trainer.aux_loss_enabled = True
-    trainer.train()
-    assert math.isfinite(losses(trainer)[0]["aux_loss"])
+    model.train()
+    trainer.log({"loss": float(with_aux)})      # the training log merges the step's metrics
+    assert trainer.state.log_history[-1]["aux_loss"] == pytest.approx(float(aux))
     off = make_trainer(tiny_moe_path, tmp_path, router_aux_loss_coef=0.0)
     assert not off.aux_loss_enabled
     with pytest.raises(ValueError, match="load-balancing loss .* cannot be computed on packed rows"):
