@@ -249,7 +249,8 @@ class GRPOConfig(TRLFields):
                 "everywhere are dropped."})
     skip_zero_advantage: bool = field(default=True, metadata={
         "help": "Skip the forward/backward of completions whose advantage is exactly 0 (e.g. groups that all succeed "
-                "or all fail): with beta == 0 their gradient is exactly 0. Loss normalisers still count them."})
+                "or all fail): with beta == 0 their gradient is exactly 0. Loss normalisers still count them. Off "
+                "with an entropy bonus or a MoE load-balancing loss, which such completions also carry."})
     logprob_path: str = field(default="auto", metadata={
         "help": "How per-token log-probs are computed. `chunked`: the final hidden states are projected to the "
                 "vocabulary logprob_chunk_size tokens at a time, outside the model's forward (no full [B, C, V] "

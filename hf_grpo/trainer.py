@@ -39,9 +39,9 @@ from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_re
 from .evaluation import evaluate_rows
 from .generation import SamplingParams, build_generator
 from .global_stats import rollout_advantages
-from .loss_step import micro_batch_loss, setup_loss_terms
 from .logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
                        packed_completion_logprobs)
+from .loss_step import micro_batch_loss, setup_loss_terms
 from .metrics import MetricsBuffer
 from .model_card import model_card_text
 from .models import disable_dropout, load_model, load_tokenizer, resolve_model_path
@@ -241,8 +241,8 @@ class DistributedGRPOTrainer(Trainer):
                                 args.mask_truncated_completions, batch.sampling_logprobs, batch.completion_mask,
                                 batch.completion_prompt_ids)
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
-        # Zero-advantage completions have exactly zero gradient unless a KL term pulls on them.
-        skip = args.skip_zero_advantage and args.beta == 0
+        # Zero-advantage completions have exactly zero gradient unless a KL, entropy or MoE term pulls on them.
+        skip = args.skip_zero_advantage and args.beta == 0 and not (self.entropy_control or self.aux_loss_enabled)
         parts, step_tokens, skipped = split_microbatches(samples, args.steps_per_generation,
                                                          args.gradient_accumulation_steps, shuffle,
                                                          skip_zero_advantage=skip,

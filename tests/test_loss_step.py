@@ -12,6 +12,7 @@ import torch
 from transformers import MixtralConfig, MixtralForCausalLM
 
 from hf_grpo.loss_step import warn_about_loss_settings
+from tests.helpers.rewards import half_constant_reward
 from tests.test_trainer import make_config, make_trainer, params
 
 
@@ -187,3 +188,13 @@ def test_trls_other_loss_setting_checks(tmp_path, caplog):
                          vllm_importance_sampling_mode="sequence_mask")
     with pytest.raises(ValueError, match="loss_type='vespo' needs a token-level train/inference correction"):
         warn_about_loss_settings(config)
+
+
+@pytest.mark.parametrize("entropy_coef,skipped", [(0.0, True), (0.1, False)])
+def test_zero_advantage_completions_stay_in_the_loss_under_an_entropy_bonus(tiny_llama_path, tmp_path, entropy_coef,
+                                                                             skipped):
+    """They have no policy gradient but do have an entropy gradient: skip_zero_advantage must not drop them."""
+    trainer = make_trainer(tiny_llama_path, tmp_path, reward_funcs=(half_constant_reward,), entropy_coef=entropy_coef)
+    trainer.state.max_steps = 1
+    trainer._generate_and_score([trainer.train_dataset[i] for i in range(2)])
+    assert (trainer._metrics.last("skipped_zero_advantage_frac") > 0) == skipped
