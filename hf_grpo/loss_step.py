@@ -23,9 +23,8 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from .algorithms import (CLIPPED_LOSS_TYPES, TOKEN_SUM_LOSS_TYPES, importance_sampling_weights, logp_difference,
-                         masked_mean, policy_loss)
-from .algorithms.entropy_control import EntropyControl, entropy_bonus
+from .algorithms import (CLIPPED_LOSS_TYPES, TOKEN_SUM_LOSS_TYPES, EntropyControl, entropy_bonus,
+                         importance_sampling_weights, logp_difference, masked_mean, policy_loss)
 from .global_stats import top_entropy_mask
 from .lm_head import cast_lm_head_to_fp32
 

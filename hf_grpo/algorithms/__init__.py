@@ -2,6 +2,7 @@
 
 from .advantages import (ADVANTAGE_ESTIMATORS, WHITENING_LEVELS, batch_std_group_advantages, batch_whitened_advantages,
                          group_advantages, group_std, unbiased_std, whitening_mean_std, whitening_sums)
+from .entropy_control import EntropyControl, entropy_bonus
 from .entropy_mask import entropy_threshold, high_entropy_mask
 from .losses import (CLIPPED_LOSS_TYPES, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, TOKEN_SUM_LOSS_TYPES,
                      PolicyLossOutput, aggregate, kl_penalty, masked_mean, policy_loss)
@@ -11,7 +12,7 @@ from .schedules import TEMPERATURE_SCHEDULES, scheduled_temperature
 from .shaping import dynamic_sampling_keep, group_success_rate, groups_with_spread, overlong_penalty, truncated_completion_mask
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "CLIPPED_LOSS_TYPES", "TOKEN_SUM_LOSS_TYPES", "cispo_per_token", "off_policy_mask",
+    "ADVANTAGE_ESTIMATORS", "CLIPPED_LOSS_TYPES", "EntropyControl", "entropy_bonus", "TOKEN_SUM_LOSS_TYPES", "cispo_per_token", "off_policy_mask",
     "sapo_per_token", "vespo_per_token", "vespo_weights", "IMPORTANCE_SAMPLING_LEVELS", "IMPORTANCE_SAMPLING_MODES", "batch_std_group_advantages",
     "entropy_threshold", "high_entropy_mask", "importance_sampling_weights", "unbiased_std", "KL_ESTIMATORS", "LOSS_TYPES", "PolicyLossOutput",
     "TEMPERATURE_SCHEDULES", "WHITENING_LEVELS", "aggregate", "batch_whitened_advantages", "dynamic_sampling_keep", "groups_with_spread",
