@@ -21,7 +21,6 @@ from .errors import InputError
 REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("router_aux_loss_coef", None, "the loss has no MoE auxiliary term; train a dense model or leave it unset"),
     ("cast_lm_head_to_fp32", False, "the output head computes in the policy's dtype; use dtype: float32"),
-    ("num_generations_eval", None, "evaluation is greedy pass@1 (one completion per prompt); see eval_datasets"),
     ("ds3_gather_for_generation", True, "weights are always gathered (one tensor at a time) to push them into vLLM"),
     ("cache_implementation", None, "not implemented; generation_backend: vllm is the fast path"),
     ("use_transformers_continuous_batching", False, "use generation_backend: vllm (or hf for transformers generate)"),
@@ -202,6 +201,9 @@ def _algorithm(config) -> None:
                          f"({1.0 + (config.epsilon_high or config.epsilon)})")
     if not 0.0 <= config.top_entropy_quantile <= 1.0:
         raise ValueError(f"GRPOConfig: top_entropy_quantile must be in [0, 1], got {config.top_entropy_quantile}")
+    if config.num_generations_eval is not None and config.num_generations_eval < 1:
+        raise ValueError(f"GRPOConfig: num_generations_eval must be >= 1 or None (num_generations), got "
+                         f"{config.num_generations_eval}")
     if config.num_completions_to_print is not None and config.num_completions_to_print < 1:
         raise ValueError(f"GRPOConfig: num_completions_to_print must be >= 1 or None, got "
                          f"{config.num_completions_to_print}")
