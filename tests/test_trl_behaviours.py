@@ -128,3 +128,19 @@ def test_spawn_dataloader_worker_trains(tiny_llama_path, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     result = next(json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("RESULT "))
     assert result == {"steps": 1, "context": "spawn"}
+
+
+# ---- batch arithmetic: what TRL accepts is accepted; what is refused says why -------------------------------------
+def test_batch_arithmetic_accepts_trls_and_explains_refusals(tmp_path):
+    # TRL: generation_batch_size a multiple of the global batch sets steps_per_generation (here 3, GA 1).
+    assert make_config(tmp_path, generation_batch_size=24, per_device_train_batch_size=8).steps_per_generation == 3
+    assert make_config(tmp_path, steps_per_generation=4, gradient_accumulation_steps=2).prompts_per_generation == 8
+    with pytest.raises(ValueError, match=r"steps_per_generation \(3\) must be a multiple of gradient_accumulation_steps "
+                                         r"\(2\) .*TRL accepts it.*straddling two rounds.*steps_per_generation=4"):
+        make_config(tmp_path, steps_per_generation=3, gradient_accumulation_steps=2)
+    with pytest.raises(ValueError, match=r"multiple of num_generations \(4\); groups never straddle processes"):
+        make_config(tmp_path, per_device_train_batch_size=6)
+    with pytest.raises(ValueError, match="set generation_batch_size or steps_per_generation, not both"):
+        make_config(tmp_path, generation_batch_size=16, steps_per_generation=1)
+    with pytest.raises(ValueError, match="num_generations_eval must be >= 1"):
+        make_config(tmp_path, num_generations_eval=0)
