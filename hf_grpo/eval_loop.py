@@ -28,7 +28,7 @@ import torch
 from .algorithms import group_advantages, policy_loss
 from .batching import build_samples, collate
 from .data.checks import KEEP, model_positions, prepare_datasets
-from .data.streaming import LazyEvalSet
+from .data.streaming import LazyEvalSet, is_streaming
 from .evaluation import evaluate_rows
 from .generation import SamplingParams
 from .rollout import reward_columns
@@ -92,16 +92,18 @@ class EvalLoss:
 
 
 def trainer_evaluate(trainer, eval_dataset=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-    if eval_dataset is not None:      # given here: the checks the constructor runs on its eval sets
-        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-        _, eval_dataset = prepare_datasets(
-            KEEP, eval_dataset, trainer.processing_class, trainer.args, model_positions(unwrapped),
-            encode=trainer.agent.encode_prompt if trainer.agent is not None else None)
     sets = eval_dataset if eval_dataset is not None else trainer.eval_dataset
     if sets is None:
         return {}
     if not isinstance(sets, Mapping):
         sets = {"eval": sets}
+    # Sets given here get the checks the constructor runs; streamed sets are checked as they are drawn.
+    fresh = {name: s for name, s in sets.items() if eval_dataset is not None or is_streaming(s)}
+    if fresh:
+        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+        _, fresh = prepare_datasets(KEEP, fresh, trainer.processing_class, trainer.args, model_positions(unwrapped),
+                                    encode=trainer.agent.encode_prompt if trainer.agent is not None else None)
+        sets = {**sets, **fresh}
     args = trainer.args
     k = args.num_generations_eval or args.num_generations
     greedy = SamplingParams.from_config(args, greedy=True)

@@ -94,8 +94,10 @@ def prepare_datasets(train_dataset, eval_dataset, tokenizer, args, max_position_
         if not is_streaming(source):
             return prepare_dataset(source, tokenizer, args, name, limit, reason, encode)
         checker = RowChecker(tokenizer, args, name, limit, reason, encode)
-        if name != "train_dataset":
+        if train_dataset is KEEP:       # evaluate(): checked as drawn
             return LazyEvalSet(source, checker)
+        if name != "train_dataset":     # kept as given (TRL), wrapped when evaluate() draws it
+            return source
         check_streaming_config(args)
         return StreamedPrompts(source, checker, args.prompts_per_generation * args.world_size,
                                args.steps_per_generation * args.num_iterations)

@@ -14,8 +14,8 @@ epoch's remainder.
 Resume replays the stream from its start and skips the batches already trained on (transformers' data skip), so
 no prompt is repeated provided the stream yields the same rows in the same order (a seeded ``shuffle`` does).
 
-Evaluation: `LazyEvalSet` validates and length-filters an iterable eval set when `evaluate` draws it (up to
-``eval_max_samples`` rows), with the checks of a map-style set.
+Evaluation: an iterable eval set is kept as given (``trainer.eval_dataset``, as in TRL); `LazyEvalSet` validates and
+length-filters it when `evaluate` draws it (up to ``eval_max_samples`` rows), with the checks of a map-style set.
 
 Departures from TRL: TRL validates no row; here a streamed row is checked as it is drawn. TRL overrides
 ``dataloader_num_workers`` to 0 for an iterable train set; so does this module (with a warning, as TRL does).
@@ -45,6 +45,9 @@ def is_streaming(dataset: Any) -> bool:
 
 def check_streaming_config(args) -> None:
     """What a streamed train set needs from the config, checked at construction (as TRL's are)."""
+    if args.accelerator_config.dispatch_batches:
+        raise DataFormatError("Iterable datasets require `dispatch_batches=False` (every process reads the stream and "
+                              "takes its own share of each round), but it is set to `True` in `accelerator_config`")
     if args.max_steps <= 0:
         raise DataFormatError("train_dataset is an IterableDataset (streaming), which has no length: set max_steps "
                               "to a positive value to define the training length (GRPOConfig(max_steps=...))")
