@@ -144,3 +144,21 @@ def test_batch_arithmetic_accepts_trls_and_explains_refusals(tmp_path):
         make_config(tmp_path, generation_batch_size=16, steps_per_generation=1)
     with pytest.raises(ValueError, match="num_generations_eval must be >= 1"):
         make_config(tmp_path, num_generations_eval=0)
+
+
+def test_streaming_resume_continues_the_stream_without_repeating(tiny_llama_path, tmp_path, monkeypatch):
+    from tests.helpers.rewards import recording_reward
+
+    def run(record, out, steps, resume=None):
+        monkeypatch.setenv("HF_GRPO_TEST_RECORD", str(record))
+        args = make_config(tmp_path, output_dir=str(out), max_steps=steps, save_strategy="steps", save_steps=1)
+        trainer = DistributedGRPOTrainer(tiny_llama_path, [recording_reward], args, stream(rows(12)))
+        trainer.train(resume_from_checkpoint=resume)
+        return [json.loads(line) for line in record.read_text().splitlines()]
+
+    full = run(tmp_path / "full.jsonl", tmp_path / "a", 3)
+    run(tmp_path / "part.jsonl", tmp_path / "b", 1)
+    resumed = run(tmp_path / "resumed.jsonl", tmp_path / "b", 3, resume=str(tmp_path / "b" / "checkpoint-1"))
+    assert [r["step"] for r in resumed] == [1, 2]
+    assert [r["prompts"] for r in resumed] == [r["prompts"] for r in full[1:]]
+    assert len({tuple(r["prompts"]) for r in full}) == 3          # each step drew new prompts
