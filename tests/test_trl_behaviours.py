@@ -162,3 +162,22 @@ def test_streaming_resume_continues_the_stream_without_repeating(tiny_llama_path
     assert [r["step"] for r in resumed] == [1, 2]
     assert [r["prompts"] for r in resumed] == [r["prompts"] for r in full[1:]]
     assert len({tuple(r["prompts"]) for r in full}) == 3          # each step drew new prompts
+
+
+def test_streamed_rounds_give_each_process_distinct_prompts(tokenizer, tmp_path):
+    """Two processes: accelerate's shard of the stream (what `prepare` wraps it in with dispatch_batches=False) hands
+    each process its own half of every round, repeated for each micro-batch of the round."""
+    from accelerate.data_loader import IterableDatasetShard
+
+    from hf_grpo.data.streaming import RowChecker, StreamedPrompts
+
+    args = make_config(tmp_path, steps_per_generation=2, per_device_train_batch_size=4, num_generations=4)
+    block = args.prompts_per_generation * 2                          # 2 prompts per process per round, 2 processes
+    streamed = StreamedPrompts(stream(rows(9)), RowChecker(tokenizer, args, "train_dataset", None, None), block,
+                               repeats=args.steps_per_generation)
+    seen = [[r["gt_answer"] for r in IterableDatasetShard(streamed, batch_size=args.prompts_per_generation,
+                                                          num_processes=2, process_index=p)] for p in range(2)]
+    # Rounds of 4 rows (the 9th row is an incomplete round), each process's 2 rows yielded twice.
+    assert seen[0] == ["1", "2", "1", "2", "5", "6", "5", "6"]
+    assert seen[1] == ["3", "4", "3", "4", "7", "8", "7", "8"]
+    assert streamed.incomplete_blocks == 2          # one per pass: each shard above read the stream once

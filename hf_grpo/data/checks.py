@@ -9,6 +9,10 @@ engine's context and the model's positions, so a prompt that cannot be generated
 a count, not found mid-run by the engine. A dataset `load_prompt_dataset` returned is not validated twice, and its
 dropped rows are named by ``file:line``.
 
+A streaming ``IterableDataset`` (train or eval) is not read here: its rows get the same checks as they are drawn
+(`hf_grpo.data.streaming`). A missing ``train_dataset`` is an error here, with TRL's message, unless an
+``environment_factory`` supplies the prompts.
+
 Departure from TRL: TRL validates nothing up front and truncates long prompts (``max_prompt_length``, left-cut);
 here they are dropped and counted instead, so no model sees a cut-off question.
 """
