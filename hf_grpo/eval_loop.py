@@ -91,7 +91,19 @@ class EvalLoss:
         return float(total[0] / total[1].clamp(min=1.0))
 
 
+@contextlib.contextmanager
+def eval_mode(model):
+    """Dropout off while evaluating (as `Trainer`'s evaluation loop does), restored after, also on an error."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 def trainer_evaluate(trainer, eval_dataset=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+    """The metrics of every eval set (see the module docstring), logged and passed to the callbacks."""
     sets = eval_dataset if eval_dataset is not None else trainer.eval_dataset
     if sets is None:
         return {}
@@ -110,11 +122,9 @@ def trainer_evaluate(trainer, eval_dataset=None, metric_key_prefix: str = "eval"
     sampled = SamplingParams.from_config(args)
     multi_turn = trainer.collector.multi_turn
     metrics: dict[str, float] = {}
-    was_training = trainer.model.training
-    trainer.model.eval()
     # With the pipeline running, the engine is taken for the whole evaluation (its generate calls wait).
     with trainer._save_on_crash("evaluation failed"), (trainer.pipeline.lock if trainer.pipeline is not None
-                                                       else contextlib.nullcontext()):
+                                                       else contextlib.nullcontext()), eval_mode(trainer.model):
         trainer._sync_generator()
         for name, dataset in sets.items():
             rows = dataset.rows(args.eval_max_samples) if isinstance(dataset, LazyEvalSet) else dataset
@@ -134,7 +144,6 @@ def trainer_evaluate(trainer, eval_dataset=None, metric_key_prefix: str = "eval"
             if loss is not None:
                 metrics[f"{prefix}_loss"] = loss.value()
                 metrics.setdefault(f"{metric_key_prefix}_loss", metrics[f"{prefix}_loss"])
-    trainer.model.train(was_training)
     if trainer.pipeline is not None:
         trainer.pipeline.publish(trainer.generator.weight_version)
     trainer.log(metrics)
