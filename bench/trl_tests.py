@@ -124,9 +124,11 @@ def build_models(ids: set[str], folder: Path) -> dict[str, str]:
         if not (path / "config.json").exists():
             try:
                 torch.manual_seed(0)
-                config = config_cls(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
-                                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=4,
-                                    max_position_embeddings=512, pad_token_id=tokenizer.pad_token_id,
+                # 64-dim heads: vLLM's CPU attention kernels need them (hf_grpo generates with vLLM when it is
+                # installed); positions as many as the hub models declare, so the engine's context fits.
+                config = config_cls(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=64,
+                                    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                                    max_position_embeddings=32768, pad_token_id=tokenizer.pad_token_id,
                                     eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
                                     num_labels=1, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
                                     num_local_experts=4)
