@@ -59,7 +59,8 @@ _ZEN = ["Beautiful is better than ugly.", "Explicit is better than implicit.", "
         "In the face of ambiguity, refuse the temptation to guess.",
         "There should be one-- and preferably only one --obvious way to do it.",
         "Although that way may not be obvious at first unless you're Dutch.", "Now is better than never.",
-        "Although never is often better than *right* now.", "If the implementation is hard to explain, it's a bad idea.",
+        "Although never is often better than *right* now.",
+        "If the implementation is hard to explain, it's a bad idea.",
         "If the implementation is easy to explain, it may be a good idea.", "Namespaces are one honking great idea."]
 
 
@@ -211,7 +212,8 @@ def main(argv=None) -> None:
     for variant in args.variants.split(","):
         results[variant] = run(variant, prepare(sources, variant, models, work), work, args.keyword)
         counts = collections.Counter(results[variant].values())
-        print(f"{variant:>5}: passed {counts['passed']:4d}  failed {counts['failed']:4d}  skipped {counts['skipped']:4d}")
+        print(f"{variant:>5}: passed {counts['passed']:4d}  failed {counts['failed']:4d}  "
+              f"skipped {counts['skipped']:4d}")
     ours = results.get("ours", {})
     trl = results.get("trl", {})
     failing = [t for t, o in ours.items() if o == "failed"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from datasets import Dataset, IterableDataset, IterableDatasetDict
+from datasets import IterableDataset, IterableDatasetDict
 
 from hf_grpo import DistributedGRPOTrainer
 from hf_grpo.data import DataFormatError, load_prompt_dataset
@@ -135,8 +135,9 @@ def test_batch_arithmetic_accepts_trls_and_explains_refusals(tmp_path):
     # TRL: generation_batch_size a multiple of the global batch sets steps_per_generation (here 3, GA 1).
     assert make_config(tmp_path, generation_batch_size=24, per_device_train_batch_size=8).steps_per_generation == 3
     assert make_config(tmp_path, steps_per_generation=4, gradient_accumulation_steps=2).prompts_per_generation == 8
-    with pytest.raises(ValueError, match=r"steps_per_generation \(3\) must be a multiple of gradient_accumulation_steps "
-                                         r"\(2\) .*TRL accepts it.*straddling two rounds.*steps_per_generation=4"):
+    with pytest.raises(ValueError, match=r"steps_per_generation \(3\) must be a multiple of "
+                                         r"gradient_accumulation_steps \(2\) .*TRL accepts it.*straddling two "
+                                         r"rounds.*steps_per_generation=4"):
         make_config(tmp_path, steps_per_generation=3, gradient_accumulation_steps=2)
     with pytest.raises(ValueError, match=r"multiple of num_generations \(4\); groups never straddle processes"):
         make_config(tmp_path, per_device_train_batch_size=6)
