@@ -95,6 +95,8 @@ class ResumeError(InputError):
 
 def dataset_signature(dataset) -> dict:
     """Rows and a digest of the prompts in order: another dataset, or the same one reordered, changes the epoch."""
+    if not hasattr(dataset, "__len__"):      # a stream (hf_grpo.data.streaming): replayed on resume, not hashed
+        return {"rows": "stream"}
     digest = hashlib.sha256()
     for prompt in dataset["prompt"]:
         digest.update(json.dumps(prompt, sort_keys=True, default=str).encode())

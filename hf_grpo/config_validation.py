@@ -209,10 +209,15 @@ def validate(config) -> None:
     check(per_round % config.num_generations == 0,
           f"each process generates whole groups: per_device_train_batch_size ({config.per_device_train_batch_size})"
           f" x steps_per_generation ({config.steps_per_generation}) = {per_round} completions must be a multiple "
-          f"of num_generations ({config.num_generations})")
-    check(config.steps_per_generation % config.gradient_accumulation_steps == 0,
+          f"of num_generations ({config.num_generations}); groups never straddle processes here (TRL only needs the "
+          f"global batch over all processes to hold whole groups)")
+    ga = config.gradient_accumulation_steps
+    check(config.steps_per_generation % ga == 0,
           f"steps_per_generation ({config.steps_per_generation}) must be a multiple of gradient_accumulation_steps "
-          f"({config.gradient_accumulation_steps}) so a generation round ends on an optimizer step")
+          f"({config.gradient_accumulation_steps}) so a generation round ends on an optimizer step (TRL accepts "
+          f"it; here an optimizer step's loss normaliser counts that step's completion tokens when its round is "
+          f"generated, which a step straddling two rounds cannot). Use steps_per_generation="
+          f"{-(-config.steps_per_generation // ga) * ga} or gradient_accumulation_steps dividing it")
     check(0 <= config.epsilon < 1, f"epsilon must be in [0, 1), got {config.epsilon}")
     check(config.epsilon_high >= 0, f"epsilon_high must be >= 0, got {config.epsilon_high}")
     check(config.beta >= 0, f"beta must be >= 0, got {config.beta}")

@@ -96,10 +96,12 @@ def final_number_reward(completions: list, gt_answer: list | None = None, **kwar
 
 
 def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampling: SamplingParams, accelerator=None,
-                  max_rows: int | None = None, chunk: int = 64, k: int = 1, multi_turn=None) -> EvalResult:
+                  max_rows: int | None = None, chunk: int = 64, k: int = 1, multi_turn=None,
+                  on_chunk=None) -> EvalResult:
     """``multi_turn``: the trainer's agentic rollout hook (`hf_grpo.agents.multi_turn_rollouts`), so that a policy
     trained with tools is evaluated with the same tools; its completions are scored by their last assistant
-    message."""
+    message. ``on_chunk(rows, prompt_ids, result, completions)`` sees each generated chunk (single-turn;
+    e.g. the trainer's eval loss, `hf_grpo.eval_loop`)."""
     world = accelerator.num_processes if accelerator is not None else 1
     rank = accelerator.process_index if accelerator is not None else 0
     total = len(dataset) if max_rows is None else min(max_rows, len(dataset))
@@ -115,7 +117,8 @@ def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampl
         if multi_turn is not None:
             result = multi_turn(rows, sampling, r, n=k)
         else:
-            result = generator.generate(encode_prompts(tokenizer, [row["prompt"] for row in rows]), k, sampling)
+            prompt_ids = encode_prompts(tokenizer, [row["prompt"] for row in rows])
+            result = generator.generate(prompt_ids, k, sampling)
         if not rows:
             continue
         if multi_turn is not None:
@@ -124,6 +127,8 @@ def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampl
         else:
             texts, completions = decode_completions(tokenizer, [row for row in rows for _ in range(k)],
                                                     result.completion_ids)
+            if on_chunk is not None:
+                on_chunk(rows, prompt_ids, result, completions)
         scores = reward_runner(prompts=[row["prompt"] for row in rows for _ in range(k)], completions=completions,
                                completion_ids=result.completion_ids, columns=reward_columns(rows, k))[:, 0]  # [n*k]
         for j, row in enumerate(rows):

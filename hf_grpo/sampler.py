@@ -59,3 +59,9 @@ class RepeatPromptSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return (self.num_rows // self.chunk) * self.chunk * self.repeats
+
+
+def keep_rows(rows: list[dict]) -> list[dict]:
+    """The dataloader's collator: a batch is its list of rows (a module-level function, so that dataloader workers
+    started with ``spawn`` can unpickle it; a lambda cannot be)."""
+    return rows

@@ -36,8 +36,8 @@ from .config import GRPOConfig
 from .data.checks import model_positions, prepare_datasets
 from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_reference_model, warn_if_fsdp_falls_back,
                           zero3_init_disabled)
-from .evaluation import evaluate_rows
-from .generation import SamplingParams, build_generator
+from .eval_loop import trainer_evaluate
+from .generation import build_generator
 from .global_stats import rollout_advantages
 from .logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
                        packed_completion_logprobs)
@@ -50,7 +50,7 @@ from .ptx import PTXBatches, ptx_nll_sum
 from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward_function
 from .pipeline import build_pipeline, pipelined_round
 from .rollout import RolloutBatch, RolloutCollector
-from .sampler import RepeatPromptSampler
+from .sampler import RepeatPromptSampler, keep_rows
 from .trl_compat import check_trainer_arguments, resolve_model_init_kwargs
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class DistributedGRPOTrainer(Trainer):
             self.agent = AgentRollouts(processing_class, args, tools, environment_factory)
         # Every row checked and over-long prompts dropped and counted, before the model loads (hf_grpo.data.checks).
         train_dataset, eval_dataset = prepare_datasets(
-            train_dataset, eval_dataset, processing_class, args, model_positions(model),
+            train_dataset, eval_dataset, processing_class, args, model_positions(model), environment_factory,
             encode=self.agent.encode_prompt if self.agent is not None else None)
         if isinstance(model, str):
             model = load_model(model, dtype, args.attn_implementation, **init_kwargs)
@@ -114,7 +114,7 @@ class DistributedGRPOTrainer(Trainer):
         eval_funcs = [load_reward_function(args.eval_reward, args)] if args.eval_reward else funcs[:1]
         self.eval_reward_runner = RewardRunner(eval_funcs, timeout=args.reward_timeout)
 
-        super().__init__(model=model, args=args, data_collator=lambda rows: rows, train_dataset=train_dataset,
+        super().__init__(model=model, args=args, data_collator=keep_rows, train_dataset=train_dataset,
                          eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks,
                          optimizers=optimizers)
         # compute_loss returns a loss already normalised per micro-batch; Trainer divides by the accumulation steps.
@@ -169,8 +169,6 @@ class DistributedGRPOTrainer(Trainer):
                                    seed=self.args.seed, shuffle=self.args.shuffle_dataset)
 
     def get_train_dataloader(self):
-        if self.train_dataset is None:
-            raise ValueError("DistributedGRPOTrainer: training requires a train_dataset")
         # One batch = the prompts of one generation round on one process (not per_device_train_batch_size).
         return self._get_dataloader(dataset=self.train_dataset, description="Training",
                                     batch_size=self.args.prompts_per_generation,
@@ -444,32 +442,8 @@ class DistributedGRPOTrainer(Trainer):
 
     # ---- evaluation ---------------------------------------------------------------------------------------------
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        """Greedy pass@1 accuracy on each named eval set (correct: eval reward >= 1)."""
-        sets = eval_dataset if eval_dataset is not None else self.eval_dataset
-        if sets is None:
-            return {}
-        if not isinstance(sets, dict):
-            sets = {"eval": sets}
-        sampling = SamplingParams.from_config(self.args, greedy=True)
-        metrics: dict[str, float] = {}
-        # With the pipeline running, the engine is taken for the whole evaluation (its generate calls wait).
-        with self._save_on_crash("evaluation failed"), (self.pipeline.lock if self.pipeline is not None
-                                                         else contextlib.nullcontext()):
-            self._sync_generator()
-            results = {name: evaluate_rows(self.generator, self.processing_class, dataset, self.eval_reward_runner,
-                                           sampling, self.accelerator, max_rows=self.args.eval_max_samples,
-                                           multi_turn=self.collector.multi_turn)
-                       for name, dataset in sets.items()}
-        if self.pipeline is not None:
-            self.pipeline.publish(self.generator.weight_version)
-        for name, result in results.items():
-            metrics[f"{metric_key_prefix}_{name}_accuracy"] = result.accuracy
-            metrics[f"{metric_key_prefix}_{name}_lenient_accuracy"] = result.lenient_accuracy
-            metrics[f"{metric_key_prefix}_{name}_mean_length"] = result.mean_length
-            metrics[f"{metric_key_prefix}_{name}_samples"] = float(result.count)
-        self.log(metrics)
-        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
-        return metrics
+        """Greedy accuracy, sampled mean@k / pass@k and TRL's eval loss per eval set (`hf_grpo.eval_loop`)."""
+        return trainer_evaluate(self, eval_dataset, metric_key_prefix)
 
     # ---- saving -------------------------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):

@@ -19,7 +19,6 @@ from .errors import InputError
 
 # (field, TRL's default, why it is refused / what to use instead). A value other than the default is an error.
 REFUSED: tuple[tuple[str, Any, str], ...] = (
-    ("num_generations_eval", None, "evaluation is greedy pass@1 (one completion per prompt); see eval_datasets"),
     ("ds3_gather_for_generation", True, "weights are always gathered (one tensor at a time) to push them into vLLM"),
     ("cache_implementation", None, "not implemented; generation_backend: vllm is the fast path"),
     ("use_transformers_continuous_batching", False, "use generation_backend: vllm (or hf for transformers generate)"),
@@ -189,6 +188,9 @@ def _algorithm(config) -> None:
     if config.log_completions_hub_repo is not None and not config.log_completions:
         raise ValueError("GRPOConfig: log_completions_hub_repo is set but log_completions is false; set "
                          "log_completions: true to push the completions tables, or unset log_completions_hub_repo")
+    if config.num_generations_eval is not None and config.num_generations_eval < 1:
+        raise ValueError(f"GRPOConfig: num_generations_eval must be >= 1 or None (num_generations), got "
+                         f"{config.num_generations_eval}")
     if config.num_completions_to_print is not None and config.num_completions_to_print < 1:
         raise ValueError(f"GRPOConfig: num_completions_to_print must be >= 1 or None, got "
                          f"{config.num_completions_to_print}")

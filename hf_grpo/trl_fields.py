@@ -39,8 +39,9 @@ class TRLFields(TrainingArguments):
 
     # ---- data and generation ----------------------------------------------------------------------------------------
     num_generations_eval: int | None = field(default=None, metadata={
-        "help": f"TRL's completions per prompt in evaluation; evaluation here is greedy pass@1 (one completion per "
-                f"prompt, hf_grpo.evaluation). {_REFUSED}"})
+        "help": "TRL's completions sampled per prompt in evaluation (None: num_generations). They give "
+                "eval_<name>_mean_accuracy@k, eval_<name>_pass@k and TRL's eval_loss (the GRPO loss on them); the "
+                "greedy accuracy is reported as well (hf_grpo.eval_loop)."})
     ds3_gather_for_generation: bool = field(default=True, metadata={
         "help": "TRL's: under ZeRO-3, gather the policy's weights for generation. Always true here (weights are "
                 "gathered one tensor at a time to push them into vLLM); false is refused."})

@@ -156,10 +156,11 @@ def test_eval_dataset_is_validated_at_init(api, eval_dataset, error, message):
         api(Dataset.from_list([{"prompt": user("a")}]), eval_dataset=eval_dataset)
 
 
-def test_streaming_dataset_is_refused_with_a_way_out(api):
+def test_streaming_dataset_is_accepted_by_the_trainer_and_refused_by_the_eager_loader(api):
     stream = IterableDataset.from_generator(lambda: iter([{"prompt": "a"}]))
-    with pytest.raises(DataFormatError, match="IterableDataset .* not supported yet.*Materialise"):
-        api(stream)
+    assert list(api(stream).train_dataset) == []       # one row, fewer than a round (2 prompts): nothing to train on
+    with pytest.raises(DataFormatError, match="reads every row up front.*pass it to DistributedGRPOTrainer"):
+        load_prompt_dataset(stream)
 
 
 def test_prompt_limit_follows_the_engine_context_and_the_model_positions(tmp_path):

@@ -9,6 +9,10 @@ engine's context and the model's positions, so a prompt that cannot be generated
 a count, not found mid-run by the engine. A dataset `load_prompt_dataset` returned is not validated twice, and its
 dropped rows are named by ``file:line``.
 
+A streaming ``IterableDataset`` (train or eval) is not read here: its rows get the same checks as they are drawn
+(`hf_grpo.data.streaming`). A missing ``train_dataset`` is an error here, with TRL's message, unless an
+``environment_factory`` supplies the prompts.
+
 Departure from TRL: TRL validates nothing up front and truncates long prompts (``max_prompt_length``, left-cut);
 here they are dropped and counted instead, so no model sees a cut-off question.
 """
@@ -24,8 +28,11 @@ from datasets import Dataset
 from ..errors import InputError
 from .loading import load_prompt_dataset, row_locations
 from .prompts import filter_long_prompts
+from .streaming import LazyEvalSet, RowChecker, StreamedPrompts, check_streaming_config, is_streaming
 
 logger = logging.getLogger(__name__)
+
+KEEP = object()      # prepare_datasets(KEEP, eval_dataset, ...): the eval sets given to evaluate(), checked alone
 
 # vLLM colocated without max_prompt_length: the engine's context is sized for this many prompt tokens (vllm_colocate).
 DEFAULT_VLLM_PROMPT_TOKENS = 512
@@ -79,17 +86,32 @@ def prepare_dataset(source: Any, tokenizer, args, name: str, limit: int | None, 
 
 
 def prepare_datasets(train_dataset, eval_dataset, tokenizer, args, max_position_embeddings: int | None,
-                     encode: Callable[[Any], list[int]] | None = None):
+                     environment_factory=None, encode: Callable[[Any], list[int]] | None = None):
     """``(train_dataset, eval_dataset)`` validated and filtered; ``eval_dataset`` keeps its shape (one set or a dict
-    of named sets). Without an ``eval_dataset``, ``args.eval_datasets`` (named paths) is loaded."""
+    of named sets). Without an ``eval_dataset``, ``args.eval_datasets`` (named paths) is loaded. A missing
+    ``train_dataset`` is an error here, at construction (TRL's wording), unless an environment supplies the prompts."""
+    if train_dataset is None and environment_factory is None:    # KEEP: checking eval sets only (evaluate())
+        raise InputError("`train_dataset` is required unless an `environment_factory` is provided.")
     limit, reason = prompt_token_limit(args, max_position_embeddings)
-    if train_dataset is not None:
-        train_dataset = prepare_dataset(train_dataset, tokenizer, args, "train_dataset", limit, reason, encode)
+
+    def prepare(source, name: str):
+        if not is_streaming(source):
+            return prepare_dataset(source, tokenizer, args, name, limit, reason, encode)
+        checker = RowChecker(tokenizer, args, name, limit, reason, encode)
+        if train_dataset is KEEP:       # evaluate(): checked as drawn
+            return LazyEvalSet(source, checker)
+        if name != "train_dataset":     # kept as given (TRL), wrapped when evaluate() draws it
+            return source
+        check_streaming_config(args)
+        return StreamedPrompts(source, checker, args.prompts_per_generation * args.world_size,
+                               args.steps_per_generation * args.num_iterations)
+
+    if train_dataset is not None and train_dataset is not KEEP:
+        train_dataset = prepare(train_dataset, "train_dataset")
     if eval_dataset is None and args.eval_datasets:
         eval_dataset = dict(args.eval_datasets)
-    if isinstance(eval_dataset, Mapping):
-        eval_dataset = {key: prepare_dataset(value, tokenizer, args, f"eval_dataset[{key!r}]", limit, reason, encode)
-                        for key, value in eval_dataset.items()}
+    if isinstance(eval_dataset, Mapping):       # also a DatasetDict / IterableDatasetDict: its splits are named sets
+        eval_dataset = {key: prepare(value, f"eval_dataset[{key!r}]") for key, value in eval_dataset.items()}
     elif eval_dataset is not None:
-        eval_dataset = prepare_dataset(eval_dataset, tokenizer, args, "eval_dataset", limit, reason, encode)
+        eval_dataset = prepare(eval_dataset, "eval_dataset")
     return train_dataset, eval_dataset

@@ -156,9 +156,10 @@ def _load_rows(source: Any, prompt_column: str, seed: int, name: str,
     if isinstance(source, (list, tuple)):
         return (*_rows_from_records(list(source), name, prompt_column, locations, indexed=True), name)
     if isinstance(source, IterableDataset):
-        raise DataFormatError(f"{name}: an IterableDataset (streaming) is not supported yet: every row is validated "
-                              f"and the epoch is a seeded permutation, which need the rows up front. Materialise it, "
-                              f"e.g. Dataset.from_list(list(iterable_dataset.take(n)))")
+        raise DataFormatError(f"{name}: load_prompt_dataset reads every row up front, which an IterableDataset "
+                              f"(streaming) does not have; pass it to DistributedGRPOTrainer as train_dataset or "
+                              f"eval_dataset (rows are checked as they are drawn, hf_grpo.data.streaming), or "
+                              f"materialise it, e.g. Dataset.from_list(list(iterable_dataset.take(n)))")
     hint = " (for a pandas DataFrame: Dataset.from_pandas(df))" if type(source).__name__ == "DataFrame" else ""
     raise DataFormatError(
         f"{name}: unsupported prompt source of type {type(source).__name__}; expected a path, 'arithmetic[:N]', "

@@ -33,6 +33,8 @@ from ..errors import InputError
 ROLES = ("system", "user", "assistant", "tool")
 # TRL's vision-language columns: refused rather than silently ignored (the images would never reach the model).
 MULTIMODAL_COLUMNS = ("image", "images")
+# Content-part types of a vision-language message (``{"type": "image", ...}`` in a content list): refused the same way.
+MULTIMODAL_PARTS = ("image", "image_url", "input_image", "video", "audio", "input_audio")
 
 
 def format_help(prompt_column: str) -> str:
@@ -94,6 +96,14 @@ def validate_messages(value: Any, where: str, key: str) -> list[dict]:
         if message["role"] not in ROLES:
             raise DataFormatError(
                 f"{where}: key '{item}.role': expected one of {', '.join(ROLES)}, got {_short(message['role'])}"
+            )
+        parts = message["content"] if isinstance(message["content"], list) else []
+        media = next((j for j, part in enumerate(parts)
+                      if isinstance(part, Mapping) and part.get("type") in MULTIMODAL_PARTS), None)
+        if media is not None:
+            raise DataFormatError(
+                f"{where}: key '{item}.content[{media}]': a {parts[media]['type']!r} content part; multimodal prompts "
+                f"are not supported (the policy is a text-only causal LM). Give the message string content"
             )
         if not isinstance(message["content"], str):
             raise DataFormatError(
