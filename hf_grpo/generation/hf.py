@@ -25,12 +25,13 @@ from .base import GenerationResult, Generator, SamplingParams
 
 class HFGenerator(Generator):
     def __init__(self, accelerator, model, tokenizer, chunk_size: int | None = None,
-                 checkpointing_kwargs: dict | None = None):
+                 checkpointing_kwargs: dict | None = None, cache_implementation: str | None = None):
         self.accelerator = accelerator
         self.model = model            # the wrapped model the trainer holds; unwrapped per call
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
         self.checkpointing_kwargs = checkpointing_kwargs   # to switch gradient checkpointing back on as it was
+        self.cache_implementation = cache_implementation   # TRL's: e.g. "static"; None keeps generate's default
 
     @contextlib.contextmanager
     def _generation_mode(self, unwrapped):
@@ -81,6 +82,8 @@ class HFGenerator(Generator):
             attention_mask[row, width - len(ids):] = 1
         kwargs = dict(max_new_tokens=sampling.max_tokens, num_return_sequences=n, pad_token_id=pad_id,
                       eos_token_id=eos_id, use_cache=True, synced_gpus=synced)
+        if self.cache_implementation is not None:
+            kwargs.update(cache_implementation=self.cache_implementation)
         if sampling.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
