@@ -73,11 +73,12 @@ def test_greedy_matches_hf_generate_and_stops_at_eos(smol_path, tokenizer):
     assert model.config._attn_implementation == "sdpa", "the paged attention leaked into the training model"
 
 
-@pytest.mark.slow
-def test_cache_implementation_reaches_generate(smol_path, tokenizer):
-    model = load_model(smol_path).eval()
-    prompts = encode_prompts(tokenizer, PROMPTS[:1])
-    greedy = SamplingParams(max_tokens=12, greedy=True)
+def test_cache_implementation_reaches_generate(tiny):
+    """TRL's cache_implementation (HF backend): a static cache decodes the same tokens; an unknown one is generate's
+    error (so the value does reach generate)."""
+    model, tokenizer = tiny[0].model, tiny[0].tokenizer
+    prompts = tiny[1][:1]
+    greedy = SamplingParams(max_tokens=6, greedy=True)
     accelerator = Accelerator(cpu=True)
     dynamic = HFGenerator(accelerator, model, tokenizer).generate(prompts, 1, greedy)
     static = HFGenerator(accelerator, model, tokenizer, cache_implementation="static").generate(prompts, 1, greedy)
