@@ -22,10 +22,6 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("router_aux_loss_coef", None, "the loss has no MoE auxiliary term; train a dense model or leave it unset"),
     ("cast_lm_head_to_fp32", False, "the output head computes in the policy's dtype; use dtype: float32"),
     ("num_generations_eval", None, "evaluation is greedy pass@1 (one completion per prompt); see eval_datasets"),
-    ("ds3_gather_for_generation", True, "weights are always gathered (one tensor at a time) to push them into vLLM"),
-    ("vllm_model_impl", "vllm", "vLLM's own model implementation is the only one used"),
-    ("vllm_structured_outputs_regex", None, "constrained generation is not implemented"),
-    ("vllm_group_port", 51216, "the NCCL weight-transfer group picks a free port itself (see vllm_weight_transfer)"),
     ("multi_objective_aggregation", "sum_then_normalize", "only sum_then_normalize (weighted sum, then advantages) "
                                                           "is implemented"),
     ("sapo_temperature_neg", 1.05, "loss_type sapo is not implemented; loss_type is one of grpo, bnpo, dapo, dr_grpo"),

@@ -57,6 +57,17 @@ def parse_request_outputs(outputs) -> GenerationResult:
 QUIET_LEVEL = "ERROR"
 
 
+def engine_sampling_params(sampling: SamplingParams, n: int, **extra):
+    """``vllm.SamplingParams`` for an in-process engine: the regex constraint as vLLM's `StructuredOutputsParams`."""
+    from vllm import SamplingParams as VLLMSamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    kwargs = sampling.vllm_kwargs(n)
+    if "structured_outputs" in kwargs:
+        kwargs["structured_outputs"] = StructuredOutputsParams(**kwargs["structured_outputs"])
+    return VLLMSamplingParams(**kwargs, **extra)
+
+
 def vllm_logging_level(verbose: bool) -> str:
     """vLLM's logging level for a run: ``QUIET_LEVEL``, or with ``verbose`` vLLM's own (``VLLM_LOGGING_LEVEL``, read,
     never set)."""
@@ -123,7 +134,8 @@ class VLLMColocateGenerator(Generator):
                       max_model_len=args.vllm_max_model_len or (args.max_prompt_length or 512)
                       + args.max_completion_length,
                       enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-                      enforce_eager=args.vllm_enforce_eager, worker_extension_cls=WORKER_EXTENSION)
+                      enforce_eager=args.vllm_enforce_eager, worker_extension_cls=WORKER_EXTENSION,
+                      model_impl=args.vllm_model_impl)      # TRL's: "vllm" (vLLM's model code) or "transformers"
         if on_cuda:
             kwargs.update(gpu_memory_utilization=args.vllm_gpu_memory_utilization, tensor_parallel_size=self.tp,
                           enable_sleep_mode=args.vllm_enable_sleep_mode)
@@ -171,7 +183,6 @@ class VLLMColocateGenerator(Generator):
             self._sleep()
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
-        from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
         if sampling.greedy and n > 1:
@@ -184,7 +195,7 @@ class VLLMColocateGenerator(Generator):
             prompt_ids = [p for part in parts for p in part]
         if not prompt_ids:
             return GenerationResult(completion_ids=[], finished=[], logprobs=[])
-        params = VLLMSamplingParams(**sampling.vllm_kwargs(n))
+        params = engine_sampling_params(sampling, n)
         self._wake()
         with _keep_torch_threads():
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
