@@ -286,7 +286,7 @@ def validate(config) -> None:
 # TRL fields that apply to one generation backend: (field, its "off" value, the backend it needs).
 BACKEND_OPTIONS = (("cache_implementation", None, "hf"), ("ds3_gather_for_generation", True, "hf"),
                    ("transformers_continuous_batching_config", None, "hf_continuous"),
-                   ("vllm_structured_outputs_regex", None, "vllm"), ("vllm_model_impl", "vllm", "vllm"))
+                   ("vllm_structured_outputs_regex", None, "vllm"))
 
 
 def _check_backend_options(config) -> None:
@@ -299,13 +299,6 @@ def _check_backend_options(config) -> None:
     if config.vllm_group_port is not None and not 1 <= config.vllm_group_port <= 65535:
         raise ConfigError(f"vllm_group_port must be a port 1..65535 or None (a free one), got {config.vllm_group_port}",
                           "vllm_group_port")
-    if config.vllm_model_impl not in ("vllm", "transformers"):
-        raise ConfigError(f"vllm_model_impl={config.vllm_model_impl!r} is not one of ('vllm', 'transformers')",
-                          "vllm_model_impl")
-    if config.vllm_model_impl != "vllm" and config.vllm_mode == "server":
-        raise ConfigError(f"vllm_model_impl={config.vllm_model_impl!r}: in server mode the server loads the model; "
-                          f"start it with `hf-grpo serve --model <model> --model-impl {config.vllm_model_impl}`",
-                          "vllm_model_impl")
     if config.generation_backend == "hf_continuous":
         from .generation.continuous import check_config
         check_config(config)

@@ -22,6 +22,10 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("router_aux_loss_coef", None, "the loss has no MoE auxiliary term; train a dense model or leave it unset"),
     ("cast_lm_head_to_fp32", False, "the output head computes in the policy's dtype; use dtype: float32"),
     ("num_generations_eval", None, "evaluation is greedy pass@1 (one completion per prompt); see eval_datasets"),
+    ("vllm_model_impl", "vllm", "vLLM's transformers backend decorates the transformers model classes in the "
+                                "process that builds the engine, after which the colocated trainer's own model fails "
+                                "(AttributeError: 'LlamaModel' object has no attribute 'do_not_compile', vllm 0.32); "
+                                "in server mode start the server with `hf-grpo serve --model-impl transformers`"),
     ("multi_objective_aggregation", "sum_then_normalize", "only sum_then_normalize (weighted sum, then advantages) "
                                                           "is implemented"),
     ("sapo_temperature_neg", 1.05, "loss_type sapo is not implemented; loss_type is one of grpo, bnpo, dapo, dr_grpo"),

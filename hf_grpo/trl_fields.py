@@ -80,8 +80,9 @@ class TRLFields(TrainingArguments):
         "help": "TRL's: true is generation_backend=vllm, false generation_backend=hf. None: generation_backend "
                 "decides (its default `auto` uses vLLM when installed, unlike TRL, which defaults to false)."})
     vllm_model_impl: str = field(default="vllm", metadata={
-        "help": "TRL's: the colocated vLLM engine's model code, `vllm` (vLLM's own) or `transformers` (vLLM's "
-                "transformers modeling backend). In server mode pass `--model-impl` to `hf-grpo serve` instead."})
+        "help": f"TRL's vLLM model implementation. Only `vllm` here: vLLM's `transformers` backend breaks the "
+                f"colocated trainer's model (see docs/trl_compatibility.md); for a server pass `--model-impl "
+                f"transformers` to `hf-grpo serve`. {_REFUSED}"})
     vllm_structured_outputs_regex: str | None = field(default=None, metadata={
         "help": "TRL's: a regex every completion must match (vLLM structured outputs), for training and evaluation "
                 "generation; generation_backend vllm only (colocated or server). None: unconstrained."})

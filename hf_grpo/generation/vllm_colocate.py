@@ -134,8 +134,7 @@ class VLLMColocateGenerator(Generator):
                       max_model_len=args.vllm_max_model_len or (args.max_prompt_length or 512)
                       + args.max_completion_length,
                       enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-                      enforce_eager=args.vllm_enforce_eager, worker_extension_cls=WORKER_EXTENSION,
-                      model_impl=args.vllm_model_impl)      # TRL's: "vllm" (vLLM's model code) or "transformers"
+                      enforce_eager=args.vllm_enforce_eager, worker_extension_cls=WORKER_EXTENSION)
         if on_cuda:
             kwargs.update(gpu_memory_utilization=args.vllm_gpu_memory_utilization, tensor_parallel_size=self.tp,
                           enable_sleep_mode=args.vllm_enable_sleep_mode)
