@@ -68,3 +68,15 @@ def test_group_port_is_the_configured_one_or_a_free_one():
     port = group_port(None)
     with socket.socket() as s:
         s.bind(("", port))          # free: binds
+
+
+def test_engine_params_carry_the_regex_as_vllms_object():
+    """The colocated engine and the multi-turn engine loop build vLLM's SamplingParams through one helper."""
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+    from hf_grpo.generation.vllm_colocate import engine_sampling_params
+    params = engine_sampling_params(SamplingParams(max_tokens=4, regex=REGEX), 3,
+                                    output_kind=RequestOutputKind.FINAL_ONLY)
+    assert params.structured_outputs == StructuredOutputsParams(regex=REGEX)
+    assert (params.n, params.output_kind) == (3, RequestOutputKind.FINAL_ONLY)
+    assert engine_sampling_params(SamplingParams(max_tokens=4), 1).structured_outputs is None
