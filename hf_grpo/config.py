@@ -74,8 +74,9 @@ class GRPOConfig(TRLFields):
 
     # ---- generation ---------------------------------------------------------------------------------
     generation_backend: str = field(default="auto", metadata={
-        "help": "Who samples completions: `vllm`, `hf` (transformers generate on the training processes) or "
-                "`auto` (vllm when it is installed, else hf)."})
+        "help": "Who samples completions: `vllm`, `hf` (transformers generate on the training processes), "
+                "`hf_continuous` (transformers' continuous batching with a paged KV cache, TRL's "
+                "use_transformers_continuous_batching) or `auto` (vllm when it is installed, else hf)."})
     num_generations: int = field(default=8, metadata={"help": "Completions sampled per prompt (the group size G)."})
     max_completion_length: int = field(default=256, metadata={"help": "Maximum new tokens per completion."})
     temperature: float = field(default=1.0, metadata={

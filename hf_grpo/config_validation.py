@@ -19,7 +19,7 @@ from .algorithms import (ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ES
                          TEMPERATURE_SCHEDULES, WHITENING_LEVELS)
 from .errors import InputError
 
-GENERATION_BACKENDS = ("auto", "hf", "vllm")
+GENERATION_BACKENDS = ("auto", "hf", "hf_continuous", "vllm")
 VLLM_MODES = ("colocate", "server")
 VLLM_WEIGHT_TRANSFERS = ("auto", "disk", "nccl")
 LOGPROB_PATHS = ("auto", "chunked", "model")
@@ -182,6 +182,7 @@ def validate(config) -> None:
     if config.generation_backend == "vllm" and config.vllm_mode == "server":
         check(bool(config.vllm_server_urls), "vllm_mode=server needs vllm_server_urls (start servers with "
               "`hf-grpo serve --model <model> --port <port>`)")
+    _check_backend_options(config)
     check(not config.old_logprobs_from_sampler or config.generation_backend == "vllm",
           f"old_logprobs_from_sampler needs the sampler's log-probs, which generation_backend="
           f"{config.generation_backend!r} does not return; use generation_backend=vllm")
@@ -285,6 +286,27 @@ def validate(config) -> None:
     check(config.code_memory_mb > 0, f"code_memory_mb must be > 0, got {config.code_memory_mb}")
     check(config.code_workers is None or config.code_workers >= 1,
           f"code_workers must be >= 1 or None (one per CPU), got {config.code_workers}")
+
+
+# TRL fields that apply to one generation backend: (field, its "off" value, the backend it needs).
+BACKEND_OPTIONS = (("cache_implementation", None, "hf"), ("ds3_gather_for_generation", True, "hf"),
+                   ("transformers_continuous_batching_config", None, "hf_continuous"),
+                   ("vllm_structured_outputs_regex", None, "vllm"))
+
+
+def _check_backend_options(config) -> None:
+    """A backend's option set while another backend generates is an error (TRL ignores it), and the continuous
+    batching backend's sampling limits are checked where they are known."""
+    for name, off, backend in BACKEND_OPTIONS:
+        if getattr(config, name) != off and config.generation_backend != backend:
+            raise ConfigError(f"{name}={getattr(config, name)!r} applies to generation_backend={backend!r}, but "
+                              f"generation_backend={config.generation_backend!r}; remove it or switch backend", name)
+    if config.vllm_group_port is not None and not 1 <= config.vllm_group_port <= 65535:
+        raise ConfigError(f"vllm_group_port must be a port 1..65535 or None (a free one), got {config.vllm_group_port}",
+                          "vllm_group_port")
+    if config.generation_backend == "hf_continuous":
+        from .generation.continuous import check_config
+        check_config(config)
 
 
 def _check_sampler_logprobs(config, check) -> None:

@@ -19,14 +19,10 @@ from .errors import InputError
 
 # (field, TRL's default, why it is refused / what to use instead). A value other than the default is an error.
 REFUSED: tuple[tuple[str, Any, str], ...] = (
-    ("ds3_gather_for_generation", True, "weights are always gathered (one tensor at a time) to push them into vLLM"),
-    ("cache_implementation", None, "not implemented; generation_backend: vllm is the fast path"),
-    ("use_transformers_continuous_batching", False, "use generation_backend: vllm (or hf for transformers generate)"),
-    ("transformers_continuous_batching_config", None, "use generation_backend: vllm (or hf)"),
-    ("use_transformers_paged", False, "use generation_backend: vllm (or hf)"),
-    ("vllm_model_impl", "vllm", "vLLM's own model implementation is the only one used"),
-    ("vllm_structured_outputs_regex", None, "constrained generation is not implemented"),
-    ("vllm_group_port", 51216, "the NCCL weight-transfer group picks a free port itself (see vllm_weight_transfer)"),
+    ("vllm_model_impl", "vllm", "vLLM's transformers backend decorates the transformers model classes in the "
+                                "process that builds the engine, after which the colocated trainer's own model fails "
+                                "(AttributeError: 'LlamaModel' object has no attribute 'do_not_compile', vllm 0.32); "
+                                "in server mode start the server with `hf-grpo serve --model-impl transformers`"),
     ("multi_objective_aggregation", "sum_then_normalize", "only sum_then_normalize (weighted sum, then advantages) "
                                                           "is implemented"),
     ("sync_ref_model", False, "the reference model stays the initial policy; use beta: 0 to train without one"),
@@ -137,7 +133,17 @@ def _generation(config) -> None:
 
 
 def _vllm(config) -> None:
-    if config.use_vllm is not None:
+    """The generation backend TRL's flags choose, and the vLLM fields. Backend-specific fields set for another backend
+    are errors in `config_validation` (after ``auto`` is resolved), not ignored as in TRL."""
+    if config.use_transformers_paged:          # TRL's deprecated name of use_transformers_continuous_batching
+        config.use_transformers_continuous_batching = True
+    config.transformers_continuous_batching_config = _as_dict(config, "transformers_continuous_batching_config")
+    if config.use_transformers_continuous_batching:
+        if config.use_vllm:                    # TRL silently prefers vLLM
+            raise ValueError("GRPOConfig: use_vllm=True and use_transformers_continuous_batching=True each choose "
+                             "the generation backend; set only one of them")
+        _set(config, "generation_backend", "hf_continuous", "use_transformers_continuous_batching=True")
+    elif config.use_vllm is not None:
         _set(config, "generation_backend", "vllm" if config.use_vllm else "hf", f"use_vllm={config.use_vllm}")
     url = config.vllm_server_base_url
     if url is None and (config.vllm_server_host is not None or config.vllm_server_port is not None

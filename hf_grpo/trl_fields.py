@@ -43,8 +43,9 @@ class TRLFields(TrainingArguments):
                 "eval_<name>_mean_accuracy@k, eval_<name>_pass@k and TRL's eval_loss (the GRPO loss on them); the "
                 "greedy accuracy is reported as well (hf_grpo.eval_loop)."})
     ds3_gather_for_generation: bool = field(default=True, metadata={
-        "help": "TRL's: under ZeRO-3, gather the policy's weights for generation. Always true here (weights are "
-                "gathered one tensor at a time to push them into vLLM); false is refused."})
+        "help": "TRL's: under ZeRO-3, gather the whole policy once per HF generate call (true) or let ZeRO-3 "
+                "gather each layer as its forward runs (false: slower, for models that do not fit on one device). "
+                "false needs generation_backend hf (vLLM gets its weights one tensor at a time either way)."})
     shuffle_dataset: bool = field(default=True, metadata={
         "help": "TRL's: shuffle the training prompts (a seeded permutation per epoch); false keeps the dataset order."})
     pad_to_multiple_of: int | str | None = field(default="auto", metadata={
@@ -61,13 +62,17 @@ class TRLFields(TrainingArguments):
         "help": "TRL's: extra keyword arguments for tokenizer.apply_chat_template when encoding conversational "
                 "prompts (e.g. {enable_thinking: false})."})
     cache_implementation: str | None = field(default=None, metadata={
-        "help": f"TRL's KV-cache implementation for transformers generate; not implemented. {_REFUSED}"})
+        "help": "TRL's: KV-cache implementation passed to transformers generate (e.g. `static`), with "
+                "generation_backend hf only. None: generate's default."})
     use_transformers_continuous_batching: bool = field(default=False, metadata={
-        "help": f"TRL's transformers continuous-batching generation; use generation_backend. {_REFUSED}"})
+        "help": "TRL's: generate with transformers' continuous batching (paged KV cache); true is "
+                "generation_backend=hf_continuous."})
     transformers_continuous_batching_config: dict | str | None = field(default=None, metadata={
-        "help": f"TRL's continuous-batching configuration; not implemented. {_REFUSED}"})
+        "help": "TRL's: keyword arguments for transformers.generation.ContinuousBatchingConfig (a dict, or a JSON "
+                "string on the command line), with generation_backend hf_continuous only. Without a device the "
+                "KV cache is sized to each call's workload unless this sets num_blocks or max_memory_percent."})
     use_transformers_paged: bool = field(default=False, metadata={
-        "help": f"TRL's deprecated name of use_transformers_continuous_batching. {_REFUSED}"})
+        "help": "TRL's deprecated name of use_transformers_continuous_batching (true sets it)."})
     max_tool_calling_iterations: int | None = field(default=None, metadata={
         "help": "TRL's: the most tool rounds per rollout (None: unlimited, bounded by max_completion_length). A turn "
                 "that calls tools after the limit ends the rollout (termination reason max_turns)."})
@@ -77,9 +82,12 @@ class TRLFields(TrainingArguments):
         "help": "TRL's: true is generation_backend=vllm, false generation_backend=hf. None: generation_backend "
                 "decides (its default `auto` uses vLLM when installed, unlike TRL, which defaults to false)."})
     vllm_model_impl: str = field(default="vllm", metadata={
-        "help": f"TRL's vLLM model implementation; only `vllm` (vLLM's own) is used here. {_REFUSED}"})
+        "help": f"TRL's vLLM model implementation. Only `vllm` here: vLLM's `transformers` backend breaks the "
+                f"colocated trainer's model (see docs/trl_compatibility.md); for a server pass `--model-impl "
+                f"transformers` to `hf-grpo serve`. {_REFUSED}"})
     vllm_structured_outputs_regex: str | None = field(default=None, metadata={
-        "help": f"TRL's regex-constrained generation; not implemented. {_REFUSED}"})
+        "help": "TRL's: a regex every completion must match (vLLM structured outputs), for training and evaluation "
+                "generation; generation_backend vllm only (colocated or server). None: unconstrained."})
     vllm_server_base_url: str | None = field(default=None, metadata={
         "help": "TRL's server URL; becomes vllm_server_urls=[url]. Takes precedence over host and port."})
     vllm_server_host: str | None = field(default=None, metadata={
@@ -87,9 +95,10 @@ class TRLFields(TrainingArguments):
                 "set (TRL's 0.0.0.0 is used when only the port is given, or for vllm_mode=server with use_vllm)."})
     vllm_server_port: int | None = field(default=None, metadata={
         "help": "TRL's server port (TRL's default 8000 when only the host is given); see vllm_server_host."})
-    vllm_group_port: int = field(default=51216, metadata={
-        "help": "TRL's port of the weight-update group. The NCCL group here picks a free port itself, so any "
-                "other value is refused; see vllm_weight_transfer."})
+    vllm_group_port: int | None = field(default=None, metadata={
+        "help": "TRL's: the rendezvous port of the NCCL weight-transfer group with the vLLM servers (server mode, "
+                "vllm_weight_transfer nccl), opened on the trainer's main process. None: a free port is picked "
+                "(TRL's default is the fixed 51216)."})
     vllm_max_model_length: int | None = field(default=None, metadata={
         "help": "TRL's name of vllm_max_model_len (the vLLM context length)."})
     vllm_importance_sampling_mode: str | None = field(default=None, metadata={

@@ -39,7 +39,7 @@ def test_doc_table_lists_every_trl_field_with_a_status():
     assert set(table.values()) <= {"ours", "implemented", "mapped", "accepted", "refused"}
     refused = {name for name, _, _ in REFUSED}
     # Refused rows are exactly the fields whose non-default values are refused, or accepted where the default is
-    # all there is (ds3_gather_for_generation: true).
+    # all there is.
     assert {n for n, s in table.items() if s == "refused"} <= refused
     assert {table[n] for n in refused} <= {"refused", "accepted"}
     ours = {f.name for f in dataclasses.fields(GRPOConfig)} - {f.name for f in dataclasses.fields(trl.GRPOConfig)}

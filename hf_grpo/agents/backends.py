@@ -41,11 +41,11 @@ class EngineTurns:
         return self.generator.engine_session()
 
     def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams) -> None:
-        from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        params = VLLMSamplingParams(**sampling.vllm_kwargs(1), output_kind=RequestOutputKind.FINAL_ONLY)
+        from ..generation.vllm_colocate import engine_sampling_params
+        params = engine_sampling_params(sampling, 1, output_kind=RequestOutputKind.FINAL_ONLY)
         request_id = f"hf_grpo-turn-{next(self._ids)}"
         self._keys[request_id] = key
         self.engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(prompt_ids)), params)

@@ -21,20 +21,23 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     stop: tuple[str, ...] = ()
     greedy: bool = False      # evaluation: argmax decoding, temperature ignored
+    regex: str | None = None  # TRL's vllm_structured_outputs_regex: every completion matches it (vLLM backends only)
 
     @classmethod
     def from_config(cls, args, greedy: bool = False) -> "SamplingParams":
         return cls(max_tokens=args.max_completion_length, temperature=args.temperature, top_p=args.top_p,
                    top_k=args.top_k, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-                   stop=tuple(args.stop or ()), greedy=greedy)
+                   stop=tuple(args.stop or ()), greedy=greedy, regex=args.vllm_structured_outputs_regex)
 
     def vllm_kwargs(self, n: int) -> dict:
         """The same settings as vLLM sampling arguments (for ``vllm.SamplingParams`` or a /v1/completions body).
 
         ``logprobs=0`` returns the sampled token's log-prob; the stop string stays in the output so the token ids
-        and the text agree (as with the HF backend).
+        and the text agree (as with the HF backend). ``structured_outputs`` is the request body's form (a dict); an
+        in-process engine needs `vllm_colocate.engine_sampling_params`, which builds vLLM's object from it.
         """
-        return dict(n=n, max_tokens=self.max_tokens, temperature=0.0 if self.greedy else self.temperature,
+        structured = {} if self.regex is None else {"structured_outputs": {"regex": self.regex}}
+        return dict(**structured, n=n, max_tokens=self.max_tokens, temperature=0.0 if self.greedy else self.temperature,
                     top_p=1.0 if self.greedy else self.top_p, top_k=0 if self.greedy else self.top_k,
                     min_p=0.0 if self.greedy else self.min_p, repetition_penalty=self.repetition_penalty,
                     stop=list(self.stop), include_stop_str_in_output=True, logprobs=0)

@@ -10,7 +10,10 @@ Under DeepSpeed ZeRO-3 and FSDP every forward pass gathers parameters from the o
 the same number of forward passes although their prompts finish at different steps (or they have different numbers
 of prompts, e.g. in a dynamic-sampling refill): each ``generate`` call runs with ``synced_gpus`` (a rank that is done
 keeps stepping until all are), and every rank makes the same number of calls, a rank out of prompts generating a
-one-token dummy. Under ZeRO-3 the parameters are also gathered once per call instead of once per step per layer.
+one-token dummy. Under ZeRO-3 the parameters are also gathered once per call instead of once per step per layer,
+unless TRL's ``ds3_gather_for_generation`` is false: then each layer is gathered when its forward runs (ZeRO-3's own
+hooks), for a model whose whole weights do not fit on one device. TRL's ``cache_implementation`` (e.g. ``static``)
+is passed to ``generate``.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ from .base import GenerationResult, Generator, SamplingParams
 
 class HFGenerator(Generator):
     def __init__(self, accelerator, model, tokenizer, chunk_size: int | None = None,
-                 checkpointing_kwargs: dict | None = None):
+                 checkpointing_kwargs: dict | None = None, cache_implementation: str | None = None,
+                 gather_for_generation: bool = True):
         self.accelerator = accelerator
         self.model = model            # the wrapped model the trainer holds; unwrapped per call
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
         self.checkpointing_kwargs = checkpointing_kwargs   # to switch gradient checkpointing back on as it was
+        self.cache_implementation = cache_implementation   # TRL's: e.g. "static"; None keeps generate's default
+        self.gather_for_generation = gather_for_generation  # TRL's ds3_gather_for_generation
 
     @contextlib.contextmanager
     def _generation_mode(self, unwrapped):
@@ -40,7 +46,7 @@ class HFGenerator(Generator):
         if checkpointing:
             unwrapped.gradient_checkpointing_disable()
         gather = contextlib.nullcontext()
-        if is_zero3(self.accelerator):
+        if is_zero3(self.accelerator) and self.gather_for_generation:
             import deepspeed
             gather = deepspeed.zero.GatheredParameters(list(unwrapped.parameters()))
         try:
@@ -81,6 +87,8 @@ class HFGenerator(Generator):
             attention_mask[row, width - len(ids):] = 1
         kwargs = dict(max_new_tokens=sampling.max_tokens, num_return_sequences=n, pad_token_id=pad_id,
                       eos_token_id=eos_id, use_cache=True, synced_gpus=synced)
+        if self.cache_implementation is not None:
+            kwargs.update(cache_implementation=self.cache_implementation)
         if sampling.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:

@@ -36,6 +36,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def group_port(configured: int | None) -> int:
+    """The NCCL group's rendezvous port: TRL's ``vllm_group_port`` when set, else one free now on this host."""
+    return free_port() if configured is None else configured
+
+
 def trainer_address(urls: list[str], configured: str | None = None) -> str:
     """The address servers use to reach this process (see the module docstring)."""
     if configured:
@@ -50,7 +55,8 @@ def trainer_address(urls: list[str], configured: str | None = None) -> str:
 
 
 class NCCLWeightSync:
-    def __init__(self, accelerator, clients, address: str | None = None, dtype: torch.dtype | None = None):
+    def __init__(self, accelerator, clients, address: str | None = None, dtype: torch.dtype | None = None,
+                 port: int | None = None):
         from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
         from vllm.distributed.weight_transfer.nccl_common import NCCLWeightTransferInitInfo, worker_init_payload
         from vllm.distributed.weight_transfer.nccl_common import trainer_init as open_trainer_endpoint
@@ -65,7 +71,7 @@ class NCCLWeightSync:
         worlds = [c._call("GET", "/get_world_size").json()["world_size"] for c in clients]
         offsets = [1 + sum(worlds[:k]) for k in range(len(worlds))]
         rendezvous = {"master_address": trainer_address([c.url for c in clients], address),
-                      "master_port": free_port(), "world_size": 1 + sum(worlds)}
+                      "master_port": group_port(port), "world_size": 1 + sum(worlds)}
         # Every server's workers block in init until the whole group has joined: start them all, then join.
         with ThreadPoolExecutor(max_workers=len(clients)) as pool:
             pending = [pool.submit(t.init_weight_transfer_engine, worker_init_payload(

@@ -57,6 +57,17 @@ def parse_request_outputs(outputs) -> GenerationResult:
 QUIET_LEVEL = "ERROR"
 
 
+def engine_sampling_params(sampling: SamplingParams, n: int, **extra):
+    """``vllm.SamplingParams`` for an in-process engine: the regex constraint as vLLM's `StructuredOutputsParams`."""
+    from vllm import SamplingParams as VLLMSamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    kwargs = sampling.vllm_kwargs(n)
+    if "structured_outputs" in kwargs:
+        kwargs["structured_outputs"] = StructuredOutputsParams(**kwargs["structured_outputs"])
+    return VLLMSamplingParams(**kwargs, **extra)
+
+
 def vllm_logging_level(verbose: bool) -> str:
     """vLLM's logging level for a run: ``QUIET_LEVEL``, or with ``verbose`` vLLM's own (``VLLM_LOGGING_LEVEL``, read,
     never set)."""
@@ -171,7 +182,6 @@ class VLLMColocateGenerator(Generator):
             self._sleep()
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
-        from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
         if sampling.greedy and n > 1:
@@ -184,7 +194,7 @@ class VLLMColocateGenerator(Generator):
             prompt_ids = [p for part in parts for p in part]
         if not prompt_ids:
             return GenerationResult(completion_ids=[], finished=[], logprobs=[])
-        params = VLLMSamplingParams(**sampling.vllm_kwargs(n))
+        params = engine_sampling_params(sampling, n)
         self._wake()
         with _keep_torch_threads():
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,

@@ -151,7 +151,7 @@ class VLLMServerGenerator(Generator):
         if self.transfer == "nccl":
             from .nccl_sync import NCCLWeightSync
             self._nccl = NCCLWeightSync(accelerator, self.clients, args.vllm_server_trainer_address,
-                                        DTYPES[self.weights_dtype])
+                                        DTYPES[self.weights_dtype], args.vllm_group_port)
 
     # ---- generation ---------------------------------------------------------------------------------------------
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:

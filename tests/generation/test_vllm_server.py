@@ -120,6 +120,14 @@ def test_prompts_are_spread_over_both_servers_and_returned_in_order(servers, set
         assert result.completion_ids[2 * i:2 * i + 2] == alone
 
 
+def test_regex_constrains_completions_from_both_servers(servers, setup, tokenizer):
+    """TRL's vllm_structured_outputs_regex in server mode: sent as ``structured_outputs: {regex}`` in the request."""
+    generator, _ = setup
+    result = generator.generate(PROMPTS[:4], 3, SamplingParams(max_tokens=8, regex="[0-9]{3}"))
+    texts = [tokenizer.decode(c, skip_special_tokens=True) for c in result.completion_ids]
+    assert len(texts) == 12 and all(re.fullmatch("[0-9]{3}", t) for t in texts), texts
+
+
 def test_weight_sync_reaches_every_server(servers, setup):
     generator, model = setup
     prompt, completion = PROMPTS[0], [500, 600, 700, 800]
