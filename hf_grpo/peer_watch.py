@@ -33,8 +33,8 @@ from pathlib import Path
 
 import torch
 
-ADVICE = ("lower per_device_train_batch_size, vllm_kv_cache_gib or max_completion_length, or set "
-          "gradient_checkpointing: true")
+ADVICE = ("lower per_device_train_batch_size (raise gradient_accumulation_steps to keep the batch), "
+          "max_completion_length or vllm_kv_cache_gib, and keep gradient_checkpointing on")
 
 
 def _status_kib(pid: int, key: str) -> int | None:

@@ -40,7 +40,7 @@ def test_survivor_names_the_rank_killed_by_sigkill(tiny_llama_path, tmp_path):
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: "'loss'" in log.read_text(), proc, timeout=240)      # training has started on both ranks
+        wait_for(lambda: "step 3 |" in log.read_text(), proc, timeout=240)      # both ranks are training
         victim = _ranks(proc)[1]
         victim.send_signal(signal.SIGKILL)
         proc.wait(timeout=120)
