@@ -83,7 +83,8 @@ class PeerWatch:
         self.available_gib = _available_gib()
 
     def mark_exit(self) -> None:
-        (self.marks / f"rank{self.rank}.exited").touch()
+        with contextlib.suppress(OSError):       # the directory is rank 0's; at interpreter exit, never raise
+            (self.marks / f"rank{self.rank}.exited").touch()
 
     def killed_peers(self) -> list[int]:
         """Peers that ended without exiting through Python."""
