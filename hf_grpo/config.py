@@ -150,8 +150,9 @@ class GRPOConfig(TRLFields):
         "help": "vLLM context length; defaults to max_prompt_length + max_completion_length."})
     vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
         "help": "Colocate on GPU: fraction of GPU memory vLLM may take (weights + KV cache)."})
-    vllm_kv_cache_gib: float = field(default=2.0, metadata={
-        "help": "Colocate on CPU: GiB of host memory for vLLM's KV cache."})
+    vllm_kv_cache_gib: float | None = field(default=None, metadata={
+        "help": "Colocate on CPU: GiB of host memory for vLLM's KV cache. None: sized for one generation round of "
+                "this process (hf_grpo/generation/kv_budget.py)."})
     vllm_tensor_parallel_size: int = field(default=1, metadata={
         "help": "Colocate on GPU: shard each vLLM engine over this many training processes (must divide them)."})
     vllm_enable_sleep_mode: bool = field(default=False, metadata={
@@ -348,8 +349,8 @@ class GRPOConfig(TRLFields):
         "help": "bf16 mixed precision. None: what `accelerate launch` was configured with (mixed_precision), else "
                 "on when a CUDA device supports bf16 and off on CPU."})
     gradient_checkpointing: bool | None = field(default=None, metadata={
-        "help": "Recompute activations in the backward pass to save memory. None: on with CUDA, off on CPU (where "
-                "memory is rarely the limit and recomputation costs ~30% of the step)."})
+        "help": "Recompute activations in the backward pass to save memory. None: on, as in TRL (on CPU too: without "
+                "it the quickstart's 32-completion micro-batch took 11 GiB per process; docs/benchmarks.md, Memory)."})
     output_dir: str | None = field(default="outputs/hf_grpo", metadata={"help": "Where checkpoints and logs go."})
     learning_rate: float = field(default=1e-6, metadata={"help": "Initial AdamW learning rate."})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Completions per process per micro-batch."})
@@ -403,7 +404,7 @@ class GRPOConfig(TRLFields):
                                  f"with mixed_precision={launcher!r}; drop `{launcher}` from the recipe (it follows "
                                  f"the launcher by default) or set mixed_precision in the accelerate config")
         if self.gradient_checkpointing is None:
-            self.gradient_checkpointing = cuda
+            self.gradient_checkpointing = True
         if self.gradient_checkpointing and self.gradient_checkpointing_kwargs is None:
             # Non-reentrant checkpointing works with frozen inputs (LoRA) and with ZeRO-3/FSDP2 parameter hooks.
             self.gradient_checkpointing_kwargs = {"use_reentrant": False}

@@ -23,6 +23,7 @@ from .errors import run_command
 from .generation.vllm_colocate import vllm_logging_level
 from .heldout import HeldoutAccuracy, evaluate_heldout, heldout_dataset
 from .models import load_tokenizer
+from .peer_watch import watch_peers
 from .recipes import parse_config
 from .trainer import DistributedGRPOTrainer
 
@@ -55,6 +56,12 @@ def train(argv: list[str]) -> DistributedGRPOTrainer:
     logger.info("config: model=%s dataset=%s rewards=%s estimator=%s loss=%s", args.model_name_or_path,
                 args.dataset_name, args.reward_funcs, args.advantage_estimator, args.loss_type)
     set_seed(args.seed)
+    # A peer rank killed by the OS (out of memory) is reported in one line by the survivors (hf_grpo.peer_watch).
+    with watch_peers(args.verbose):
+        return _train(args)
+
+
+def _train(args) -> DistributedGRPOTrainer:
 
     # 3. Tokenizer (the embedded model is converted to safetensors on first use).
     tokenizer = load_tokenizer(args.model_name_or_path)

@@ -39,6 +39,7 @@ from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_re
 from .eval_loop import trainer_evaluate
 from .generation import build_generator
 from .global_stats import rollout_advantages
+from .host_memory import ReleaseHostMemory
 from .logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
                        packed_completion_logprobs)
 from .loss_step import micro_batch_loss, setup_loss_terms
@@ -147,6 +148,7 @@ class DistributedGRPOTrainer(Trainer):
             None if args.max_train_minutes is None else args.max_train_minutes * 60,
             None if args.save_every_minutes is None else args.save_every_minutes * 60)
         self.add_callback(self.clock)
+        self.add_callback(ReleaseHostMemory())    # freed host memory back to the OS after each step
         self.generator = build_generator(args, self.accelerator, self.model_wrapped, processing_class,
                                          resolve_model_path(model_id))
         self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args,

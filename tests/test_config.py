@@ -13,7 +13,9 @@ def config(tmp_path, **kw):
 def test_cpu_defaults_without_a_launcher(tmp_path, monkeypatch):
     monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
     args = config(tmp_path)
-    assert args.bf16 is False and args.gradient_checkpointing is False
+    # Gradient checkpointing is on by default, as in TRL, on CPU too (docs/benchmarks.md, Memory).
+    assert args.bf16 is False and args.gradient_checkpointing is True
+    assert args.gradient_checkpointing_kwargs == {"use_reentrant": False}
     assert args.policy_dtype(peft=False) == args.policy_dtype(peft=True) == "float32"
     assert args.engine_dtype == "float32"
 

@@ -31,6 +31,7 @@ import torch
 
 from ..distributed import is_zero3
 from .base import GenerationResult, Generator, SamplingParams
+from .kv_budget import kv_cache_bytes
 from .weights import iter_policy_weights, policy_weight_metadata
 
 logger = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class VLLMColocateGenerator(Generator):
             if world > 1:
                 kwargs.update(distributed_executor_backend="external_launcher")
         else:
-            kwargs.update(kv_cache_memory_bytes=int(args.vllm_kv_cache_gib * (1 << 30)))
+            kwargs.update(kv_cache_memory_bytes=kv_cache_bytes(args, model_path, kwargs["max_model_len"]))
         vllm_log_level(kwargs, args.verbose)
         self.sleep_mode = on_cuda and args.vllm_enable_sleep_mode
         # None: not decided yet (decided at the first sync); only CUDA engines are tried, see direct_copy.py.

@@ -22,12 +22,14 @@ PROMPTS = [[{"role": "user", "content": "What is 12+7?"}], [{"role": "user", "co
 @pytest.fixture(scope="module")
 def setup(smol_path, tokenizer, tmp_path_factory):
     args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("colocate")), generation_backend="vllm",
-                      vllm_enforce_eager=True, vllm_kv_cache_gib=0.5, max_prompt_length=256, max_completion_length=24,
+                      vllm_enforce_eager=True, max_prompt_length=256, max_completion_length=24,
                       use_cpu=True, report_to="none")
     accelerator = Accelerator(cpu=True)
     threads = torch.get_num_threads()
     generator = VLLMColocateGenerator(args, accelerator, smol_path)
     assert torch.get_num_threads() == threads, "vLLM's serving default of 1 thread leaked into the trainer"
+    # vllm_kv_cache_gib unset: one round (8 sequences x 384 tokens x 46080 float32 K/V bytes), not a fixed GiB
+    assert generator.llm.llm_engine.vllm_config.cache_config.kv_cache_memory_bytes == int(8 * 384 * 46080 * 1.1)
     model = load_model(smol_path).eval()
     yield generator, model, accelerator, encode_prompts(tokenizer, PROMPTS)
     generator.close()
