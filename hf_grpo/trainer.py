@@ -50,6 +50,7 @@ from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward
 from .pipeline import build_pipeline, pipelined_round
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
+from .step_log import record_rollout_metrics, step_logs
 from .trl_compat import check_trainer_arguments, resolve_model_init_kwargs
 
 logger = logging.getLogger(__name__)
@@ -233,7 +234,7 @@ class DistributedGRPOTrainer(Trainer):
                 raise error
             raise RewardFunctionError("a reward function failed on another process (its error is in that "
                                       "process's log)", function_name="<other process>")
-        advantages = rollout_advantages(batch, args, self.accelerator)                    # [P*G]
+        advantages = rollout_advantages(batch, args, self.accelerator, self.reward_runner.weights)  # [P*G]
         samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
                                 args.mask_truncated_completions, batch.sampling_logprobs, batch.completion_mask,
                                 batch.completion_prompt_ids)
@@ -459,26 +460,10 @@ class DistributedGRPOTrainer(Trainer):
     # ---- logging ------------------------------------------------------------------------------------------------
     def _record_rollout_metrics(self, batch: RolloutBatch, advantages: torch.Tensor, seconds: float,
                                 version: int) -> None:
-        # weight_version: of the weights that sampled the round; reward_log: per function seconds, errors, own stats.
-        extra = {"weight_version": float(version), "timing/rollout_s": seconds, **batch.reward_log}
-        if self.args.overlong_buffer_length:
-            extra["overlong_penalty/mean"] = batch.overlong.mean()
-        if self.args.dynamic_sampling:
-            extra.update({f"dynamic_sampling/{k}": v for k, v in self.collector.dynamic_sampling_stats.items()})
-        for key, value in {**batch.metrics(advantages, self.args.num_generations, self.reward_runner.names),
-                           **extra}.items():
-            self._metrics.add(key, value)
-        self._round_tokens = self._metrics.last("num_tokens")
+        record_rollout_metrics(self, batch, advantages, seconds, version)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.model.training and "loss" in logs:
-            logs = {**logs, **self._metrics.reduce(self.accelerator)}
-            # Prompt + completion tokens through the trainer per wall-clock second, all processes.
-            now = time.perf_counter()
-            logs["throughput/tokens_per_s"] = (self._tokens_since_log * self.accelerator.num_processes
-                                               / max(now - self._last_log_wall, 1e-9))
-            self._tokens_since_log, self._last_log_wall = 0.0, now
-            logs["time/train_minutes"] = self.clock.elapsed() / 60
+        logs = step_logs(self, logs)
         with self._save_on_crash("logging failed"):     # a logger (wandb, a callback) that raises
             super().log(logs, start_time)
 

@@ -30,8 +30,6 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("vllm_model_impl", "vllm", "vLLM's own model implementation is the only one used"),
     ("vllm_structured_outputs_regex", None, "constrained generation is not implemented"),
     ("vllm_group_port", 51216, "the NCCL weight-transfer group picks a free port itself (see vllm_weight_transfer)"),
-    ("multi_objective_aggregation", "sum_then_normalize", "only sum_then_normalize (weighted sum, then advantages) "
-                                                          "is implemented"),
     ("sapo_temperature_neg", 1.05, "loss_type sapo is not implemented; loss_type is one of grpo, bnpo, dapo, dr_grpo"),
     ("sapo_temperature_pos", 1.0, "loss_type sapo is not implemented"),
     ("vespo_k_pos", 2.0, "loss_type vespo is not implemented"),
@@ -55,6 +53,7 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
 GENERATION_KWARGS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
                      "repetition_penalty": "repetition_penalty", "stop": "stop",
                      "max_tokens": "max_completion_length", "max_new_tokens": "max_completion_length"}
+AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 SCALE_REWARDS = {"group": "grpo", "batch": "grpo_batch_std", "none": "dr_grpo"}
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -114,6 +113,7 @@ def resolve_trl_fields(config) -> None:
     _generation(config)
     _vllm(config)
     _algorithm(config)
+    _aggregation(config)
 
 
 def resolve_model_init_kwargs(config) -> dict:
@@ -205,6 +205,25 @@ def _algorithm(config) -> None:
     if config.num_completions_to_print is not None and config.num_completions_to_print < 1:
         raise ValueError(f"GRPOConfig: num_completions_to_print must be >= 1 or None, got "
                          f"{config.num_completions_to_print}")
+
+
+def _aggregation(config) -> None:
+    how = config.multi_objective_aggregation
+    if how not in AGGREGATIONS:
+        raise ValueError(f"GRPOConfig: multi_objective_aggregation={how!r} is not one of {AGGREGATIONS}")
+    if how != "normalize_then_sum":
+        return
+    # GDPO's advantage is built from the per-function rewards: nothing that only changes the total may be dropped.
+    if config.advantage_estimator != "grpo":
+        raise ValueError(f"GRPOConfig: multi_objective_aggregation=normalize_then_sum whitens the weighted sum over "
+                         f"the batch itself (TRL ignores scale_rewards there); it needs advantage_estimator grpo "
+                         f"(scale_rewards group), got advantage_estimator={config.advantage_estimator!r}")
+    shaping = [name for name in ("gated_reward_funcs", "non_stop_penalty", "overlong_buffer_length")
+               if getattr(config, name)]
+    if shaping:
+        raise ValueError(f"GRPOConfig: multi_objective_aggregation=normalize_then_sum computes advantages from each "
+                         f"reward function's own rewards, so {', '.join(shaping)} (which shape the total reward) "
+                         f"would have no effect; use sum_then_normalize with them")
 
 
 def check_trainer_arguments(quantization_config=None, tools=None, rollout_func=None, environment_factory=None,

@@ -108,8 +108,10 @@ class TRLFields(TrainingArguments):
                 "whole step's batch on all processes, `none` (or false): r - group mean. Maps onto "
                 "advantage_estimator (grpo, grpo_batch_std, dr_grpo). None: advantage_estimator decides."})
     multi_objective_aggregation: str = field(default="sum_then_normalize", metadata={
-        "help": f"TRL's: `sum_then_normalize` (weighted sum, then advantages: what hf_grpo does). "
-                f"normalize_then_sum (GDPO) is not implemented. {_REFUSED}"})
+        "help": "TRL's: `sum_then_normalize` (weighted sum of the reward functions, then advantages) or "
+                "`normalize_then_sum` (GDPO: each function normalised within its group, the weighted sum then "
+                "whitened over the step's batch on all processes; needs advantage_estimator grpo and no reward "
+                "shaping)."})
     top_entropy_quantile: float = field(default=1.0, metadata={
         "help": "TRL's rho (Beyond the 80/20 rule): only the top-rho quantile of completion tokens by entropy, over "
                 "the micro-batch on all processes, carry the policy-gradient term (the KL term keeps all tokens). "
