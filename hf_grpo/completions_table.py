@@ -1,8 +1,9 @@
 """TRL's ``log_completions``: a rich table of a step's prompts, completions, rewards and advantages.
 
 Printed on the main process every ``logging_steps`` from the records every process gathered (the same records the
-rollout log writes). Columns reward functions logged with ``log_extra`` follow the rewards, as in TRL. Departures from TRL: no wandb table (``report_to`` integrations get the scalar metrics only);
-conversational prompts and completions are shown as their last message's text.
+rollout log writes). Columns reward functions logged with ``log_extra`` follow the rewards, as in TRL. Departures
+from TRL: no wandb table (``report_to`` integrations get the scalar metrics only); conversational prompts and
+completions are shown as their last message's text.
 """
 
 from __future__ import annotations

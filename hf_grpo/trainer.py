@@ -246,7 +246,8 @@ class DistributedGRPOTrainer(Trainer):
                                                          skip_zero_advantage=skip,
                                                          balance_tokens=args.max_tokens_per_microbatch is not None)
         micro, padding = collate_microbatches(parts, self.processing_class.pad_token_id,
-                                              args.max_tokens_per_microbatch, single_row(self._attn_implementation()))
+                                              args.max_tokens_per_microbatch, single_row(self._attn_implementation()),
+                                              args.pad_to_multiple_of)
         micro = [{**m, "temperature": temperature} for m in micro]
         for key, value in padding.items():
             self._metrics.add(key, value)

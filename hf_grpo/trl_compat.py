@@ -105,15 +105,27 @@ def resolve_trl_fields(config) -> None:
         if getattr(config, name) != default:
             raise ValueError(f"GRPOConfig: TRL's {name}={getattr(config, name)!r} is not supported ({instead}); "
                              f"leave it at {default!r}")
-    if config.pad_to_multiple_of not in (None, "auto"):
-        raise ValueError(f"GRPOConfig: TRL's pad_to_multiple_of={config.pad_to_multiple_of!r} is not supported "
-                         f"(micro-batches are padded to their own longest sequence); leave it at 'auto'")
+    config.pad_to_multiple_of = resolve_pad_to_multiple_of(config.pad_to_multiple_of)
     config.model_init_kwargs = resolve_model_init_kwargs(config)
     config.chat_template_kwargs = _as_dict(config, "chat_template_kwargs")
     _generation(config)
     _vllm(config)
     _algorithm(config)
     _aggregation(config)
+
+
+def resolve_pad_to_multiple_of(value) -> int | None:
+    """TRL's pad_to_multiple_of: an integer >= 1, or None; `auto` is None here (TRL pads only on Neuron)."""
+    if isinstance(value, str):               # from the command line
+        text = value.strip().lower()
+        if text in ("auto", "none", "null"):
+            return None
+        if not text.isdigit():
+            raise ValueError(f"GRPOConfig: pad_to_multiple_of={value!r} must be an integer >= 1, 'auto' or None")
+        value = int(text)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"GRPOConfig: pad_to_multiple_of={value!r} must be an integer >= 1, 'auto' or None")
+    return value
 
 
 def resolve_model_init_kwargs(config) -> dict:

@@ -46,8 +46,9 @@ class TRLFields(TrainingArguments):
     shuffle_dataset: bool = field(default=True, metadata={
         "help": "TRL's: shuffle the training prompts (a seeded permutation per epoch); false keeps the dataset order."})
     pad_to_multiple_of: int | str | None = field(default="auto", metadata={
-        "help": f"TRL's padding of prompt and completion ids to a multiple (for Neuron). Micro-batches are padded to "
-                f"their own length here; `auto` and None are accepted (they do not pad off Neuron). {_REFUSED}"})
+        "help": "TRL's: pad each micro-batch's prompt and completion lengths (a packed row's length) up to a multiple "
+                "of this integer. `auto` and None: no padding beyond the micro-batch's own longest (TRL's `auto` pads "
+                "only on Neuron)."})
     generation_batch_size: int | None = field(default=None, metadata={
         "help": "TRL's: completions per generation round over all processes. Sets steps_per_generation = "
                 "generation_batch_size / (per_device_train_batch_size x processes); give one of the two."})

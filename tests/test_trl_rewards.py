@@ -1,6 +1,8 @@
 """TRL 1.16's reward options on the real trainer (tiny random Llama, HF generation): normalize_then_sum, the logged
 reward under reward_weights, log_extra / log_metric, and the final log entry."""
 
+import math
+
 import pytest
 
 from hf_grpo import GRPOConfig
@@ -55,3 +57,11 @@ def test_completions_table_extra_columns():
     table = completions_table(records, 1)
     assert [c.header for c in table.columns] == ["prompt", "completion", "r", "first_chars", "advantage"]
     assert list(table.columns[3].cells) == ["None", "a1"]
+
+
+def test_pad_to_multiple_of_pads_the_trained_micro_batches(tiny_llama_path, tmp_path):
+    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, pad_to_multiple_of=16, max_completion_length=9)
+    trainer.train()
+    assert trainer._buffer and all(m["input_ids"].shape[1] % 16 == 0 and m["completion_mask"].shape[1] == 16
+                                   for m in trainer._buffer)
+    assert math.isfinite(trainer.state.log_history[0]["loss"])
