@@ -46,7 +46,7 @@ from .model_card import model_card_text
 from .models import disable_dropout, load_model, load_tokenizer, resolve_model_path
 from .packing import first_sequence, model_inputs, single_row
 from .ptx import PTXBatches, ptx_nll_sum
-from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward_function
+from .rewards import RewardFunctionError, RewardRunner, load_reward_function, reward_functions
 from .pipeline import build_pipeline, pipelined_round
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
@@ -98,12 +98,8 @@ class DistributedGRPOTrainer(Trainer):
         if args.disable_dropout:     # old, current and reference log-probs: one deterministic function
             logger.info("disable_dropout: %d dropout probabilities set to 0", disable_dropout(model))
         self.rollout_func = rollout_func
-        funcs = reward_funcs if reward_funcs is not None else args.reward_funcs
-        funcs = [] if not funcs else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
         with zero3_init_disabled(args):      # reward models load whole on every rank, never partitioned
-            # A sequence-classification model module (TRL) is scored with reward_processing_classes[i].
-            funcs = [RewardModel(f, tokenizer=reward_processing_classes[i] if reward_processing_classes else None)
-                     if isinstance(f, PreTrainedModel) else load_reward_function(f, args) for i, f in enumerate(funcs)]
+            funcs, self.reward_processing_classes = reward_functions(reward_funcs, reward_processing_classes, args)
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
         funcs = with_environment_rewards(funcs, self.agent, args)
