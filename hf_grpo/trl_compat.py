@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from .errors import InputError
+from .generation.kwargs import resolve_generation_kwargs
 
 # (field, TRL's default, why it is refused / what to use instead). A value other than the default is an error.
 REFUSED: tuple[tuple[str, Any, str], ...] = (
@@ -49,10 +50,6 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("log_completions_hub_repo", None, "completions are written to <output_dir>/rollouts (log_completions_steps)"),
 )
 
-# generation_kwargs keys with a config field of the same meaning (they override it, as in TRL).
-GENERATION_KWARGS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-                     "repetition_penalty": "repetition_penalty", "stop": "stop",
-                     "max_tokens": "max_completion_length", "max_new_tokens": "max_completion_length"}
 AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 SCALE_REWARDS = {"group": "grpo", "batch": "grpo_batch_std", "none": "dr_grpo"}
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
@@ -149,11 +146,8 @@ def resolve_model_init_kwargs(config) -> dict:
 def _generation(config) -> None:
     if config.min_p is None:                  # TRL's "off"
         config.min_p = 0.0
-    for key, value in (_as_dict(config, "generation_kwargs") or {}).items():
-        if key not in GENERATION_KWARGS:
-            raise ValueError(f"GRPOConfig: generation_kwargs key {key!r} has no equivalent here; supported keys: "
-                             f"{sorted(GENERATION_KWARGS)} (each overrides the config field of that meaning)")
-        setattr(config, GENERATION_KWARGS[key], value)        # TRL: generation_kwargs override the fields
+    # TRL: generation_kwargs override the fields; what is left goes to the backend (hf_grpo.generation.kwargs).
+    config.generation_kwargs = resolve_generation_kwargs(config, _as_dict(config, "generation_kwargs") or {})
     if config.generation_batch_size is not None:
         per_step = config.per_device_train_batch_size * config.world_size
         if config.generation_batch_size % per_step:

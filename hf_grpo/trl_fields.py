@@ -54,8 +54,11 @@ class TRLFields(TrainingArguments):
                 "generation_batch_size / (per_device_train_batch_size x processes); give one of the two."})
     generation_kwargs: dict | str | None = field(default=None, metadata={
         "help": "TRL's extra sampling arguments. Keys with a config field of the same meaning (temperature, top_p, "
-                "top_k, min_p, repetition_penalty, stop, max_tokens / max_new_tokens) override that field, as in TRL; "
-                "any other key is an error naming it."})
+                "top_k, min_p, repetition_penalty, stop / stop_strings, max_tokens / max_new_tokens) override that "
+                "field, as in TRL; do_sample false is greedy decoding; other arguments of the backend "
+                "(vllm.SamplingParams fields, or GenerationConfig attributes with generation_backend hf) are passed "
+                "to it; keys the trainer sets itself (n, logprobs, num_beams, eos_token_id, ...) and unknown keys "
+                "are errors naming them."})
     chat_template_kwargs: dict | str | None = field(default=None, metadata={
         "help": "TRL's: extra keyword arguments for tokenizer.apply_chat_template when encoding conversational "
                 "prompts (e.g. {enable_thinking: false})."})
