@@ -48,6 +48,7 @@ from .packing import first_sequence, model_inputs, single_row
 from .ptx import PTXBatches, ptx_nll_sum
 from .rewards import RewardFunctionError, RewardRunner, load_reward_function, reward_functions
 from .pipeline import build_pipeline, pipelined_round
+from .ref_sync import SyncRefModelCallback
 from .rollout import RolloutBatch, RolloutCollector
 from .sampler import RepeatPromptSampler
 from .step_log import record_rollout_metrics, step_logs
@@ -125,6 +126,8 @@ class DistributedGRPOTrainer(Trainer):
                 self.accelerator, self.model,
                 lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation, **init_kwargs))
         self._reference_checked = self.ref_model is None
+        if args.sync_ref_model:      # TRL's TR-DPO mixing (hf_grpo.ref_sync)
+            self.add_callback(SyncRefModelCallback(self.accelerator, self.ref_model))
         self._chunked_logprobs: bool | None = None     # decided at the first log-prob pass (_choose_logprob_path)
         self._logit_transform = LogitTransform.from_config(self.accelerator.unwrap_model(self.model).config)
         self._sampling_filters = SamplingFilters.from_config(args) if args.logprob_sampling_filters else None

@@ -37,9 +37,6 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("vespo_lambda_pos", 3.0, "loss_type vespo is not implemented"),
     ("vespo_k_neg", 3.0, "loss_type vespo is not implemented"),
     ("vespo_lambda_neg", 2.0, "loss_type vespo is not implemented"),
-    ("sync_ref_model", False, "the reference model stays the initial policy; use beta: 0 to train without one"),
-    ("ref_model_mixup_alpha", 0.6, "only meaningful with sync_ref_model, which is not implemented"),
-    ("ref_model_sync_steps", 512, "only meaningful with sync_ref_model, which is not implemented"),
     ("entropy_coef", 0.0, "no entropy bonus is implemented; top_entropy_quantile is"),
     ("use_adaptive_entropy", False, "adaptive entropy control is not implemented"),
     ("entropy_coef_min", 0.0, "adaptive entropy control is not implemented"),
@@ -109,6 +106,7 @@ def resolve_trl_fields(config) -> None:
     _vllm(config)
     _algorithm(config)
     _aggregation(config)
+    _reference_sync(config)
 
 
 def resolve_pad_to_multiple_of(value) -> int | None:
@@ -230,6 +228,20 @@ def _aggregation(config) -> None:
         raise ValueError(f"GRPOConfig: multi_objective_aggregation=normalize_then_sum computes advantages from each "
                          f"reward function's own rewards, so {', '.join(shaping)} (which shape the total reward) "
                          f"would have no effect; use sum_then_normalize with them")
+
+
+def _reference_sync(config) -> None:
+    if not 0.0 <= config.ref_model_mixup_alpha <= 1.0:
+        raise ValueError(f"GRPOConfig: ref_model_mixup_alpha must be in [0, 1], got {config.ref_model_mixup_alpha}")
+    if isinstance(config.ref_model_sync_steps, bool) or not isinstance(config.ref_model_sync_steps, int) \
+            or config.ref_model_sync_steps < 1:
+        raise ValueError(f"GRPOConfig: ref_model_sync_steps must be an integer >= 1, got {config.ref_model_sync_steps!r}")
+    if config.sync_ref_model and config.beta == 0:
+        raise ValueError("GRPOConfig: sync_ref_model mixes the policy into the reference model, but beta=0 trains "
+                         "without one; set beta > 0 or sync_ref_model: false (TRL's rule)")
+    if config.sync_ref_model and config.use_peft:
+        raise ValueError("GRPOConfig: sync_ref_model needs a separate reference model, but with use_peft the reference "
+                         "is the policy with its adapter disabled (TRL refuses this too); set sync_ref_model: false")
 
 
 def check_trainer_arguments(quantization_config=None, tools=None, rollout_func=None, environment_factory=None,

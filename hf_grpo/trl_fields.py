@@ -133,12 +133,13 @@ class TRLFields(TrainingArguments):
     vespo_lambda_neg: float = field(default=2.0, metadata={
         "help": f"TRL's VESPO loss parameter; loss_type vespo is not implemented. {_REFUSED}"})
     sync_ref_model: bool = field(default=False, metadata={
-        "help": f"TRL's TR-DPO reference-model mixing; not implemented (the reference stays the initial policy). "
-                f"{_REFUSED}"})
+        "help": "TRL's TR-DPO: every ref_model_sync_steps optimizer steps the reference model becomes "
+                "ref_model_mixup_alpha x policy + (1 - alpha) x reference (every backend; needs beta > 0 and no "
+                "LoRA, as in TRL)."})
     ref_model_mixup_alpha: float = field(default=0.6, metadata={
-        "help": f"TRL's TR-DPO mixing weight; only meaningful with sync_ref_model. {_REFUSED}"})
+        "help": "TRL's TR-DPO alpha in [0, 1]: the policy's share of the reference after a sync_ref_model sync."})
     ref_model_sync_steps: int = field(default=512, metadata={
-        "help": f"TRL's TR-DPO sync period; only meaningful with sync_ref_model. {_REFUSED}"})
+        "help": "TRL's TR-DPO tau: optimizer steps between sync_ref_model syncs."})
     entropy_coef: float = field(default=0.0, metadata={
         "help": f"TRL's entropy bonus coefficient; not implemented. {_REFUSED}"})
     use_adaptive_entropy: bool = field(default=False, metadata={
