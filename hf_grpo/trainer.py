@@ -49,7 +49,7 @@ from .ptx import PTXBatches, ptx_nll_sum
 from .rewards import RewardFunctionError, RewardRunner, load_reward_function, reward_functions
 from .pipeline import build_pipeline, pipelined_round
 from .ref_sync import SyncRefModelCallback
-from .rollout import RolloutBatch, RolloutCollector
+from .rollout import RolloutCollector
 from .sampler import RepeatPromptSampler
 from .step_log import record_rollout_metrics, step_logs
 from .trl_compat import check_trainer_arguments, resolve_model_init_kwargs
@@ -256,7 +256,7 @@ class DistributedGRPOTrainer(Trainer):
         self._metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
         self._add_logprob_inputs(micro)
         add_normalizers(micro, step_tokens, len(samples), args.gradient_accumulation_steps, self.accelerator)
-        self._record_rollout_metrics(batch, advantages, time.perf_counter() - start, version)
+        record_rollout_metrics(self, batch, advantages, time.perf_counter() - start, version)
         step = self.state.global_step + 1
         rollout_log = args.log_completions_steps and step % args.log_completions_steps == 0
         if rollout_log or args.log_completions:
@@ -458,10 +458,6 @@ class DistributedGRPOTrainer(Trainer):
         return nll / inputs["ptx_normalizer"]
 
     # ---- logging ------------------------------------------------------------------------------------------------
-    def _record_rollout_metrics(self, batch: RolloutBatch, advantages: torch.Tensor, seconds: float,
-                                version: int) -> None:
-        record_rollout_metrics(self, batch, advantages, seconds, version)
-
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         logs = step_logs(self, logs)
         with self._save_on_crash("logging failed"):     # a logger (wandb, a callback) that raises
