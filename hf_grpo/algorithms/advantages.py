@@ -22,7 +22,8 @@ Departures from the papers:
 - TRL's ``multi_objective_aggregation="normalize_then_sum"`` (GDPO): `normalize_then_sum` normalises each reward
   function's column within its group first (the ``grpo`` formula per column, a function's None left out of its own
   column only), then takes the weighted sum; the caller then whitens that sum over the step's batch on all processes
-  (mean, Bessel std), as TRL does whatever ``scale_rewards`` says.
+  (mean, Bessel std), as TRL does whatever ``scale_rewards`` says. The logged ``frac_reward_zero_std`` stays the share
+  of groups whose weighted total has no spread (TRL logs whether the whole batch's has none under this option).
 """
 
 from __future__ import annotations
