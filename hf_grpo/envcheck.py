@@ -15,7 +15,7 @@ def check() -> list[str]:
     problems = []
     import torch
     if torch.__version__.split("+")[0] != "2.13.0":
-        problems.append(f"torch {torch.__version__} installed; the tested set pins 2.13.0")
+        problems.append(f"torch {torch.__version__} installed; the tested set (constraints.txt) pins 2.13.0")
     if importlib.util.find_spec("torchvision") is not None:
         try:
             import torchvision  # noqa: F401

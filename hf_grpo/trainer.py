@@ -31,7 +31,7 @@ from .algorithms import importance_sampling_weights, logp_difference, masked_mea
 from .batching import add_normalizers, build_samples, collate_microbatches, split_microbatches
 from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
-from .completions_table import print_completions
+from .completions_log import CompletionsLog
 from .config import GRPOConfig
 from .data.checks import model_positions, prepare_datasets
 from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_reference_model, warn_if_fsdp_falls_back,
@@ -118,6 +118,7 @@ class DistributedGRPOTrainer(Trainer):
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
         warn_if_fsdp_falls_back(self.accelerator)
+        self.completions_log = CompletionsLog(args, self.accelerator.is_main_process)     # checks the Hub first
         # With PEFT the reference is the policy with its adapter disabled; otherwise a frozen copy, prepared the way
         # the backend needs (hf_grpo.distributed) and checked against the policy at the first step.
         self.ref_model = None
@@ -265,7 +266,7 @@ class DistributedGRPOTrainer(Trainer):
                                                   weight_version=version))
             if rollout_log:
                 write_rollout_log(args.output_dir, step, records, self.accelerator.is_main_process)
-            print_completions(records, step, args, self.accelerator.is_main_process)
+            self.completions_log.add(records, step)
         return micro
 
     def _sync_generator(self) -> None:

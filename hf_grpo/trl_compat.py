@@ -44,7 +44,6 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
     ("entropy_coef_delta", 0.005, "adaptive entropy control is not implemented"),
     ("entropy_target", 0.2, "adaptive entropy control is not implemented"),
     ("off_policy_mask_threshold", None, "not implemented; ratio_skip_threshold drops completions by their ratio"),
-    ("log_completions_hub_repo", None, "completions are written to <output_dir>/rollouts (log_completions_steps)"),
 )
 
 AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
@@ -206,6 +205,9 @@ def _algorithm(config) -> None:
                          f"({1.0 + (config.epsilon_high or config.epsilon)})")
     if not 0.0 <= config.top_entropy_quantile <= 1.0:
         raise ValueError(f"GRPOConfig: top_entropy_quantile must be in [0, 1], got {config.top_entropy_quantile}")
+    if config.log_completions_hub_repo is not None and not config.log_completions:
+        raise ValueError("GRPOConfig: log_completions_hub_repo is set but log_completions is false; set "
+                         "log_completions: true to push the completions tables, or unset log_completions_hub_repo")
     if config.num_completions_to_print is not None and config.num_completions_to_print < 1:
         raise ValueError(f"GRPOConfig: num_completions_to_print must be >= 1 or None, got "
                          f"{config.num_completions_to_print}")

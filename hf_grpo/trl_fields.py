@@ -155,7 +155,8 @@ class TRLFields(TrainingArguments):
     # ---- logging ----------------------------------------------------------------------------------------------------
     log_completions: bool = field(default=False, metadata={
         "help": "TRL's: every logging_steps, print a table of the step's prompts, completions, rewards and "
-                "advantages on the main process (rich), and write them to <output_dir>/rollouts."})
+                "advantages on the main process (rich), write it to <output_dir>/completions/completions_<step>.parquet "
+                "and, with report_to wandb, log it as a wandb.Table (key `completions`)."})
     num_completions_to_print: int | None = field(default=None, metadata={
         "help": "TRL's: rows of the log_completions table; None prints all of the step's completions."})
     log_unique_prompts: bool = field(default=False, metadata={
@@ -163,5 +164,5 @@ class TRLFields(TrainingArguments):
     log_multimodal: bool = field(default=True, metadata={
         "help": "TRL's: log images with completions. Accepted; hf_grpo trains on text only, so it has nothing to log."})
     log_completions_hub_repo: str | None = field(default=None, metadata={
-        "help": f"TRL's Hub upload of completions; not implemented (completions go to <output_dir>/rollouts). "
-                f"{_REFUSED}"})
+        "help": "TRL's: a Hub dataset repo id; the <output_dir>/completions parquet files are pushed to it every 2 "
+                "minutes and at exit (needs log_completions and a token; checked when the trainer is built)."})

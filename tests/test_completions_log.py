@@ -1,0 +1,92 @@
+"""TRL's log_completions outputs: the parquet file per logged step (what log_completions_hub_repo pushes) and the
+W&B table, from a real short training with W&B in offline mode (its files read back from disk)."""
+
+import glob
+import json
+import math
+import os
+
+import pandas as pd
+import pytest
+
+from hf_grpo.completions_log import completions_frame, write_parquet
+from tests.test_trainer import make_trainer
+
+
+def records(n=4):
+    return [{"prompt": [{"role": "user", "content": f"q{i // 2}"}], "completion": [{"role": "assistant",
+             "content": f"a{i}"}], "rewards": {"r": float(i), "other": None if i % 2 else 1.0},
+             "advantage": 0.25 * i, "reward": 0.0, "finished": True, "reward_details": None} for i in range(n)]
+
+
+def test_completions_frame_has_trls_columns_and_keeps_every_row():
+    frame = completions_frame(records(), step=7)
+    assert list(frame.columns) == ["step", "prompt", "completion", "r", "other", "advantage"]
+    assert frame["step"].tolist() == [7] * 4 and frame["r"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert frame["other"].tolist()[0] == 1.0 and math.isnan(frame["other"].tolist()[1])     # None -> NaN (TRL)
+    assert frame["advantage"].tolist() == [0.0, 0.25, 0.5, 0.75]
+    assert frame["completion"][3] == [{"role": "assistant", "content": "a3"}]             # messages stay messages
+    assert completions_frame([], step=1).empty
+
+
+def test_parquet_round_trip_keeps_conversations(tmp_path):
+    path = tmp_path / "completions_00007.parquet"
+    completions_frame(records(), step=7).to_parquet(path)
+    back = pd.read_parquet(path)
+    assert [list(m) for m in back["prompt"]][2] == [{"role": "user", "content": "q1"}]
+    assert back["r"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def text(value) -> str:
+    """A completion's text: a plain string, or the last message's content (parquet gives arrays, JSON lists)."""
+    return value if isinstance(value, str) else list(value)[-1]["content"]
+
+
+def test_messages_arrow_cannot_unify_are_kept_as_json_text(tmp_path):
+    rows = records(2)
+    rows[1]["prompt"] = [{"role": "user", "content": [{"type": "text", "text": "q0"}]}]     # parts, not a string
+    path = tmp_path / "completions_00001.parquet"
+    write_parquet(completions_frame(rows, step=1), path)
+    back = pd.read_parquet(path)
+    assert [json.loads(p) for p in back["prompt"]] == [r["prompt"] for r in rows]
+    assert [json.loads(c) for c in back["completion"]] == [r["completion"] for r in rows]
+    assert back["r"].tolist() == [0.0, 1.0]
+
+
+@pytest.mark.slow
+def test_training_writes_parquet_per_step_and_a_wandb_table(tiny_llama_path, tmp_path, monkeypatch):
+    import wandb
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_PROJECT", "hf-grpo-test")
+    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=2, log_completions=True, log_unique_prompts=True,
+                           report_to="wandb")
+    try:
+        trainer.train()
+    finally:
+        wandb.finish()
+    # Every completion of each logged step, locally (the files log_completions_hub_repo pushes).
+    per_step = trainer.args.per_device_train_batch_size
+    for step in (1, 2):
+        frame = pd.read_parquet(tmp_path / "out" / "completions" / f"completions_{step:05d}.parquet")
+        assert list(frame.columns) == ["step", "prompt", "completion", "even_token_reward", "advantage"]
+        assert len(frame) == per_step and set(frame["step"]) == {step}
+        assert frame["even_token_reward"].notna().all()
+        # Group-relative advantages: they sum to zero over each prompt's completions.
+        sums = frame.groupby(frame["prompt"].astype(str))["advantage"].sum()
+        assert len(sums) == per_step // trainer.args.num_generations and (sums.abs() < 1e-5).all()
+    # The W&B table as the offline run stored it: TRL's columns, one row per prompt (log_unique_prompts).
+    tables = sorted(glob.glob(os.path.join(tmp_path, "wandb", "offline-run-*", "files", "media", "table",
+                                           "completions_*.table.json")))
+    assert len(tables) == 2
+    first = json.loads(open(tables[0]).read())
+    assert first["columns"] == ["step", "prompt", "completion", "even_token_reward", "advantage"]
+    step1 = pd.read_parquet(tmp_path / "out" / "completions" / "completions_00001.parquet")
+    prompts = step1["prompt"].astype(str).drop_duplicates()
+    assert len(first["data"]) == len(prompts) == per_step // trainer.args.num_generations
+    # Row by row: each prompt's first completion, with its reward and advantage.
+    expected = step1.loc[prompts.index]
+    assert [(text(row[2]), row[3], row[4]) for row in first["data"]] == \
+        [(text(c), r, a) for c, r, a in zip(expected["completion"], expected["even_token_reward"],
+                                            expected["advantage"])]
