@@ -3,6 +3,7 @@ reward under reward_weights, log_extra / log_metric, and the final log entry."""
 
 import math
 
+import pandas as pd
 import pytest
 
 from hf_grpo import GRPOConfig
@@ -26,7 +27,7 @@ def test_logged_reward_reflects_weights_and_user_logs_reach_the_logs(tiny_llama_
     # steps with logging_steps 2: step 3 is logged only by the end-of-training summary, which carries it (TRL).
     trainer = make_trainer(tiny_llama_path, tmp_path, reward_funcs=(constant_one, constant_zero), max_steps=3,
                            logging_steps=2, reward_weights=[0.7, 0.3], multi_objective_aggregation=aggregation,
-                           log_completions_steps=3, learning_rate=0.1)
+                           log_completions_steps=3, learning_rate=0.1, log_completions=True)
     trainer.train()
     final = trainer.state.log_history[-1]
     assert "train_loss" in final
@@ -38,6 +39,10 @@ def test_logged_reward_reflects_weights_and_user_logs_reach_the_logs(tiny_llama_
     # log_extra: a column of the rollout log (and of the completions table: test_completions_table_extra_columns).
     rollout = (tmp_path / "out" / "rollouts" / "step_000003.jsonl").read_text()
     assert '"extra": {"first_chars": ' in rollout
+    table = pd.read_parquet(tmp_path / "out" / "completions" / "completions_00002.parquet")
+    assert list(table.columns) == ["step", "prompt", "completion", "constant_one", "constant_zero", "first_chars",
+                                   "advantage"]
+    assert all(isinstance(v, str) and len(v) <= 3 for v in table["first_chars"])
 
 
 def test_normalize_then_sum_refuses_what_it_would_ignore(tmp_path):
