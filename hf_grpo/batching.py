@@ -1,11 +1,12 @@
 """From a scored rollout to padded or packed training micro-batches.
 
-Each micro-batch is padded only to its own longest prompt and completion, not to the longest of the whole
-generation round, so short micro-batches cost less compute (the round's samples are shuffled first, which also
-decorrelates micro-batches from prompt groups). With packing (``max_tokens_per_microbatch``) an optimizer step's
-samples are instead split into its ``gradient_accumulation_steps`` micro-batches by token count (`balance_by_tokens`)
-and each micro-batch is packed into rows of at most that many tokens (`hf_grpo.packing`). The number of micro-batches
-per optimizer step stays fixed because `transformers.Trainer` accumulates a fixed number of them per step; the token
+Each micro-batch is padded only to its own longest prompt and completion (rounded up to TRL's ``pad_to_multiple_of``
+when set: prompt and completion lengths each, or a packed row's length), not to the longest of the whole generation
+round, so short micro-batches cost less compute (the round's samples are shuffled first, which also decorrelates
+micro-batches from prompt groups). With packing (``max_tokens_per_microbatch``) an optimizer step's samples are
+instead split into its ``gradient_accumulation_steps`` micro-batches by token count (`balance_by_tokens`) and each
+micro-batch is packed into rows of at most that many tokens (`hf_grpo.packing`). The number of micro-batches per
+optimizer step stays fixed because `transformers.Trainer` accumulates a fixed number of them per step; the token
 budget bounds each row, not the number of rows in a micro-batch.
 """
 
@@ -51,10 +52,15 @@ def build_samples(prompt_ids: list[list[int]], completion_ids: list[list[int]], 
     return samples
 
 
-def collate(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-    """Left-pad prompts and right-pad completions into ``[B, P + C]`` model inputs."""
-    P = max(len(s["prompt_ids"]) for s in samples)
-    C = max(1, max(len(s["completion_ids"]) for s in samples))
+def round_up(length: int, multiple: int | None) -> int:
+    return length if multiple is None else -(-length // multiple) * multiple
+
+
+def collate(samples: list[dict], pad_id: int, multiple: int | None = None) -> dict[str, torch.Tensor]:
+    """Left-pad prompts and right-pad completions into ``[B, P + C]`` model inputs; ``multiple``: P and C are rounded
+    up to a multiple of it (TRL's ``pad_to_multiple_of``)."""
+    P = round_up(max(len(s["prompt_ids"]) for s in samples), multiple)
+    C = round_up(max(1, max(len(s["completion_ids"]) for s in samples)), multiple)
     B = len(samples)
     input_ids = torch.full((B, P + C), pad_id, dtype=torch.long)                # [B, P+C]
     attention_mask = torch.zeros((B, P + C), dtype=torch.long)                  # [B, P+C]
@@ -65,20 +71,22 @@ def collate(samples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
         if c:
             input_ids[row, P:P + len(c)] = torch.tensor(c, dtype=torch.long)
             attention_mask[row, P:P + len(c)] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask, **completion_fields(samples)}
+    return {"input_ids": input_ids, "attention_mask": attention_mask, **completion_fields(samples, C)}
 
 
-def collate_packed(samples: list[dict], pad_id: int, max_tokens: int, one_row: bool) -> dict[str, torch.Tensor]:
-    """Packed model inputs (`hf_grpo.packing.pack`) with the same ``[B, C]`` loss fields as `collate`."""
+def collate_packed(samples: list[dict], pad_id: int, max_tokens: int, one_row: bool,
+                   multiple: int | None = None) -> dict[str, torch.Tensor]:
+    """Packed model inputs (`hf_grpo.packing.pack`, rows ``multiple``-padded) with `collate`'s ``[B, C]`` loss
+    fields."""
     packed = pack([s["prompt_ids"] for s in samples], [s["completion_ids"] for s in samples], max_tokens, pad_id,
-                  one_row)
+                  one_row, multiple)
     return {**packed, **completion_fields(samples)}
 
 
-def completion_fields(samples: list[dict]) -> dict[str, torch.Tensor]:
-    """The loss's per-sample tensors, in the order of ``samples``: completion mask (and sampler log-probs) ``[B, C]``,
-    advantages and indices ``[B]``."""
-    C = max(1, max(len(s["completion_ids"]) for s in samples))
+def completion_fields(samples: list[dict], C: int | None = None) -> dict[str, torch.Tensor]:
+    """The loss's per-sample tensors, in the order of ``samples``: completion mask (and sampler log-probs) ``[B, C]``
+    (``C``: the longest completion unless given), advantages and indices ``[B]``."""
+    C = C or max(1, max(len(s["completion_ids"]) for s in samples))
     B = len(samples)
     completion_mask = torch.zeros((B, C), dtype=torch.float32)                  # [B, C]
     for row, s in enumerate(samples):
@@ -154,14 +162,14 @@ def split_microbatches(samples: list[dict], num_micro: int, micro_per_step: int,
     return micro, step_tokens, len(samples) - kept
 
 
-def collate_microbatches(parts: list[list[dict]], pad_id: int, max_tokens: int | None,
-                         one_row: bool) -> tuple[list[dict], dict[str, float]]:
-    """Padded micro-batches (``max_tokens`` None) or packed ones, and their padding metrics
-    (`hf_grpo.packing.padding_metrics`)."""
+def collate_microbatches(parts: list[list[dict]], pad_id: int, max_tokens: int | None, one_row: bool,
+                         multiple: int | None = None) -> tuple[list[dict], dict[str, float]]:
+    """Padded micro-batches (``max_tokens`` None) or packed ones, lengths rounded up to ``multiple`` when set, and
+    their padding metrics (`hf_grpo.packing.padding_metrics`)."""
     if max_tokens is None:
-        micro = [collate(m, pad_id) for m in parts]
+        micro = [collate(m, pad_id, multiple) for m in parts]
     else:
-        micro = [collate_packed(m, pad_id, max_tokens, one_row) for m in parts]
+        micro = [collate_packed(m, pad_id, max_tokens, one_row, multiple) for m in parts]
     real = sum(len(s["prompt_ids"]) + len(s["completion_ids"]) for m in parts for s in m)
     return micro, padding_metrics(real, micro, max_tokens)
 

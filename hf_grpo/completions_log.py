@@ -3,7 +3,8 @@ step's completions as a table written to ``<output_dir>/completions/completions_
 (`hf_grpo.wandb_table`) and pushed to ``log_completions_hub_repo`` (`hf_grpo.hub_completions`).
 
 The table has TRL's columns: ``step``, ``prompt``, ``completion``, one column per reward function (NaN where it
-returned None) and ``advantage``; conversational prompts and completions stay message lists, as in TRL.
+returned None), the columns reward functions logged with ``log_extra``, and ``advantage``; conversational prompts and
+completions stay message lists, as in TRL.
 
 Departure from TRL (cadence): TRL writes, at every ``log()``, the last generation batch's completions, so with
 ``steps_per_generation > 1`` the same completions appear under several steps. Here a round's completions are written
@@ -31,8 +32,11 @@ def completions_frame(records: list[dict], step: int) -> pd.DataFrame:
     names = list(records[0]["rewards"]) if records else []
     rewards = {name: [float("nan") if r["rewards"][name] is None else r["rewards"][name] for r in records]
                for name in names}
+    # Reward functions' log_extra columns, after the rewards as in TRL (None where a call did not log one).
+    columns = sorted({column for r in records for column in r.get("extra", {})})
+    extra = {column: [r.get("extra", {}).get(column) for r in records] for column in columns}
     return pd.DataFrame({"step": [step] * len(records), "prompt": [r["prompt"] for r in records],
-                         "completion": [r["completion"] for r in records], **rewards,
+                         "completion": [r["completion"] for r in records], **rewards, **extra,
                          "advantage": [r["advantage"] for r in records]})
 
 

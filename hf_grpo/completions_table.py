@@ -1,8 +1,9 @@
 """TRL's ``log_completions``: a rich table of a step's prompts, completions, rewards and advantages.
 
 Printed on the main process every ``logging_steps`` from the records every process gathered (the same records the
-rollout log writes). Departures from TRL: no wandb table (``report_to`` integrations get the scalar metrics only);
-conversational prompts and completions are shown as their last message's text.
+rollout log writes). Columns reward functions logged with ``log_extra`` follow the rewards, as in TRL. Departures
+from TRL: no wandb table (``report_to`` integrations get the scalar metrics only); conversational prompts and
+completions are shown as their last message's text.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ def completions_table(records: list[dict], step: int, max_rows: int | None = Non
     if max_rows is not None:
         records = records[:max_rows]
     reward_names = list(records[0]["rewards"]) if records else []
+    # Every log_extra column of any record (a record of a call that did not log it shows None).
+    extra = sorted({column for r in records for column in r.get("extra", {})})
     table = Table(title=f"step {step}", show_lines=True)
-    for column in ("prompt", "completion", *reward_names, "advantage"):
+    for column in ("prompt", "completion", *reward_names, *extra, "advantage"):
         table.add_column(column)
     for r in records:
         rewards = ["None" if r["rewards"][n] is None else f"{r['rewards'][n]:.2f}" for n in reward_names]
-        table.add_row(_text(r["prompt"]), _text(r["completion"]), *rewards, f"{r['advantage']:.2f}")
+        logged = [str(r.get("extra", {}).get(column)) for column in extra]
+        table.add_row(_text(r["prompt"]), _text(r["completion"]), *rewards, *logged, f"{r['advantage']:.2f}")
     return table
 
 

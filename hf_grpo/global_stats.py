@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .algorithms import (batch_std_group_advantages, batch_whitened_advantages, entropy_threshold, group_advantages,
-                         high_entropy_mask, unbiased_std, whitening_mean_std, whitening_sums)
+                         high_entropy_mask, normalize_then_sum, unbiased_std, whitening_mean_std, whitening_sums)
 
 
 def _sum(accelerator, sums: torch.Tensor) -> torch.Tensor:
@@ -19,9 +19,16 @@ def _sum(accelerator, sums: torch.Tensor) -> torch.Tensor:
     return accelerator.reduce(sums.to(accelerator.device), reduction="sum").cpu()
 
 
-def rollout_advantages(batch, args, accelerator) -> torch.Tensor:
-    """``[P*G]`` advantages; completions no reward function scored get 0 and stay out of the statistics."""
+def rollout_advantages(batch, args, accelerator, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """``[P*G]`` advantages; completions no reward function scored get 0 and stay out of the statistics.
+    ``weights`` ``[F]``: the reward weights, for ``multi_objective_aggregation="normalize_then_sum"``."""
     scored = batch.scored                                                                 # [P*G] bool
+    if args.multi_objective_aggregation == "normalize_then_sum":
+        # GDPO: per-function group normalisation, weighted sum, then whitened over the step on all processes.
+        summed = normalize_then_sum(batch.rewards_per_func, weights, args.num_generations, args.advantage_eps)
+        sums = _sum(accelerator, whitening_sums(summed, scored.double()))                 # [3]
+        mean, _ = whitening_mean_std(sums)
+        return batch_whitened_advantages(summed, mean, unbiased_std(sums), args.advantage_eps, valid=scored)
     if args.advantage_estimator == "grpo_batch_std":
         std = unbiased_std(_sum(accelerator, whitening_sums(batch.rewards, scored.double())))
         return batch_std_group_advantages(batch.rewards, args.num_generations, std, args.advantage_eps, valid=scored)

@@ -60,13 +60,14 @@ def single_row(attn_implementation: str | None) -> bool:
 
 
 def pack(prompts: list[list[int]], completions: list[list[int]], capacity: int, pad_id: int,
-         one_row: bool = False) -> dict[str, torch.Tensor]:
+         one_row: bool = False, multiple: int | None = None) -> dict[str, torch.Tensor]:
     """Pack ``prompt + completion`` sequences into rows of at most ``capacity`` tokens.
 
     Returns ``input_ids`` and ``position_ids`` ``[R, L]`` (rows right-padded to the longest; a padding tail gets
     positions restarting at 0, so it is a separate block that no real token attends to) and ``completion_index``
     ``[B, C]`` with ``C = max(1, longest completion)``. With ``one_row`` the rows are concatenated into ``[1, N]``
-    without padding. ``packed_rows`` counts the budget's rows either way.
+    without padding. ``multiple`` (TRL's ``pad_to_multiple_of``): ``L`` is rounded up to a multiple of it (a padding
+    tail). ``packed_rows`` counts the budget's rows either way.
     """
     for b, prompt in enumerate(prompts):
         if not prompt:
@@ -78,6 +79,8 @@ def pack(prompts: list[list[int]], completions: list[list[int]], capacity: int, 
     if one_row:
         rows = [[i for row in rows for i in row]]
     width = max(sum(lengths[i] for i in row) for row in rows)
+    if multiple is not None:
+        width = -(-width // multiple) * multiple
     C = max(1, max(len(c) for c in completions))
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)                   # [R, L]
     position_ids = torch.zeros((len(rows), width), dtype=torch.long)                       # [R, L]

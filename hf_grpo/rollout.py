@@ -45,6 +45,9 @@ class RolloutBatch:
     agent_metrics: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     reward_log: dict[str, float] = field(default_factory=dict)   # the reward runner's statistics for this batch
+    # TRL's log_extra / log_metric from the reward functions: [P*G] dicts of columns, and each metric's values.
+    extra: list[dict] = field(default_factory=list)
+    logged_metrics: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def scored(self) -> torch.Tensor:
@@ -64,6 +67,7 @@ class RolloutBatch:
             completion_mask=None if self.completion_mask is None else [self.completion_mask[i] for i in rows_idx],
             completion_prompt_ids=None if self.completion_prompt_ids is None else
             [self.completion_prompt_ids[i] for i in rows_idx], agent_metrics=self.agent_metrics,
+            extra=[self.extra[i] for i in rows_idx] if self.extra else [], logged_metrics=self.logged_metrics,
         )
 
     def model_tokens(self) -> list[int]:
@@ -109,7 +113,7 @@ class RolloutBatch:
         return [{**fields, "prompt": self.rows[i // num_generations]["prompt"], "completion": self.completions[i],
                  "rewards": dict(zip(reward_names, [None if v != v else v for v in self.rewards_per_func[i].tolist()])),
                  "reward": float(self.rewards[i]), "advantage": float(advantages[i]), "finished": self.finished[i],
-                 "reward_details": self.details[i]}
+                 "reward_details": self.details[i], "extra": self.extra[i] if self.extra else {}}
                 for i in range(len(self.completions))]
 
     @staticmethod
@@ -127,7 +131,18 @@ class RolloutBatch:
             [x for p in parts for x in p.sampling_logprobs], details=[x for p in parts for x in p.details],
             completion_mask=None if first.completion_mask is None else [x for p in parts for x in p.completion_mask],
             completion_prompt_ids=None if first.completion_prompt_ids is None else
-            [x for p in parts for x in p.completion_prompt_ids], agent_metrics=first.agent_metrics)
+            [x for p in parts for x in p.completion_prompt_ids], agent_metrics=first.agent_metrics,
+            extra=[x for p in parts for x in (p.extra or [{}] * len(p.completions))],
+            logged_metrics=_merge_metrics(parts))
+
+
+def _merge_metrics(parts: list[RolloutBatch]) -> dict[str, list[float]]:
+    """The logged metrics of the scoring calls behind ``parts`` (parts selected from one call share its dict)."""
+    merged: dict[str, list[float]] = {}
+    for values in {id(p.logged_metrics): p.logged_metrics for p in parts}.values():
+        for name, v in values.items():
+            merged.setdefault(name, []).extend(v)
+    return merged
 
 
 def decode_completions(tokenizer, rows: list[dict], completion_ids: list[list[int]]) -> tuple[list[str], list]:
@@ -223,6 +238,8 @@ class RolloutCollector:
                             finished=result.finished, completions=completions, rewards_per_func=per_func,
                             rewards=total + overlong, overlong=overlong, sampling_logprobs=result.logprobs,
                             details=details, reward_log=self.reward_runner.log_entries() if rows else {},
+                            extra=self.reward_runner.last_extra if rows else [],
+                            logged_metrics=self.reward_runner.last_logged_metrics if rows else {},
                             timings={"generation": generation_s, "rewards": t2 - t1},
                             completion_mask=result.completion_mask if multi_turn else None,
                             completion_prompt_ids=result.prompt_ids if multi_turn else None,

@@ -48,10 +48,12 @@ from .model_card import model_card_text
 from .models import disable_dropout, load_model, load_tokenizer, resolve_model_path
 from .packing import first_sequence, model_inputs, single_row
 from .ptx import PTXBatches, ptx_nll_sum
-from .rewards import RewardFunctionError, RewardModel, RewardRunner, load_reward_function
+from .rewards import RewardFunctionError, RewardRunner, load_reward_function, reward_functions
 from .pipeline import build_pipeline, pipelined_round
-from .rollout import RolloutBatch, RolloutCollector
+from .ref_sync import SyncRefModelCallback
+from .rollout import RolloutCollector
 from .sampler import RepeatPromptSampler, keep_rows
+from .step_log import record_rollout_metrics, step_logs
 from .trl_compat import check_trainer_arguments, resolve_model_init_kwargs
 
 logger = logging.getLogger(__name__)
@@ -99,12 +101,8 @@ class DistributedGRPOTrainer(Trainer):
         if args.disable_dropout:     # old, current and reference log-probs: one deterministic function
             logger.info("disable_dropout: %d dropout probabilities set to 0", disable_dropout(model))
         self.rollout_func = rollout_func
-        funcs = reward_funcs if reward_funcs is not None else args.reward_funcs
-        funcs = [] if not funcs else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
         with zero3_init_disabled(args):      # reward models load whole on every rank, never partitioned
-            # A sequence-classification model module (TRL) is scored with reward_processing_classes[i].
-            funcs = [RewardModel(f, tokenizer=reward_processing_classes[i] if reward_processing_classes else None)
-                     if isinstance(f, PreTrainedModel) else load_reward_function(f, args) for i, f in enumerate(funcs)]
+            funcs, self.reward_processing_classes = reward_functions(reward_funcs, reward_processing_classes, args)
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
         funcs = with_environment_rewards(funcs, self.agent, args)
@@ -132,6 +130,8 @@ class DistributedGRPOTrainer(Trainer):
                 lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation, **init_kwargs))
         self._reference_checked = self.ref_model is None
         setup_loss_terms(self)       # loss settings checked; aux_loss_enabled, entropy_control (hf_grpo.loss_step)
+        if args.sync_ref_model:      # TRL's TR-DPO mixing (hf_grpo.ref_sync)
+            self.add_callback(SyncRefModelCallback(self.accelerator, self.ref_model))
         self._chunked_logprobs: bool | None = None     # decided at the first log-prob pass (_choose_logprob_path)
         self._logit_transform = LogitTransform.from_config(self.accelerator.unwrap_model(self.model).config)
         self._sampling_filters = SamplingFilters.from_config(args) if args.logprob_sampling_filters else None
@@ -236,7 +236,7 @@ class DistributedGRPOTrainer(Trainer):
                 raise error
             raise RewardFunctionError("a reward function failed on another process (its error is in that "
                                       "process's log)", function_name="<other process>")
-        advantages = rollout_advantages(batch, args, self.accelerator)                    # [P*G]
+        advantages = rollout_advantages(batch, args, self.accelerator, self.reward_runner.weights)  # [P*G]
         samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
                                 args.mask_truncated_completions, batch.sampling_logprobs, batch.completion_mask,
                                 batch.completion_prompt_ids)
@@ -248,7 +248,8 @@ class DistributedGRPOTrainer(Trainer):
                                                          skip_zero_advantage=skip,
                                                          balance_tokens=args.max_tokens_per_microbatch is not None)
         micro, padding = collate_microbatches(parts, self.processing_class.pad_token_id,
-                                              args.max_tokens_per_microbatch, single_row(self._attn_implementation()))
+                                              args.max_tokens_per_microbatch, single_row(self._attn_implementation()),
+                                              args.pad_to_multiple_of)
         micro = [{**m, "temperature": temperature} for m in micro]
         for key, value in padding.items():
             self._metrics.add(key, value)
@@ -258,7 +259,7 @@ class DistributedGRPOTrainer(Trainer):
         self._metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
         self._add_logprob_inputs(micro)
         add_normalizers(micro, step_tokens, len(samples), args.gradient_accumulation_steps, self.accelerator)
-        self._record_rollout_metrics(batch, advantages, time.perf_counter() - start, version)
+        record_rollout_metrics(self, batch, advantages, time.perf_counter() - start, version)
         step = self.state.global_step + 1
         rollout_log = args.log_completions_steps and step % args.log_completions_steps == 0
         if rollout_log or args.log_completions:
@@ -417,28 +418,8 @@ class DistributedGRPOTrainer(Trainer):
         return nll / inputs["ptx_normalizer"]
 
     # ---- logging ------------------------------------------------------------------------------------------------
-    def _record_rollout_metrics(self, batch: RolloutBatch, advantages: torch.Tensor, seconds: float,
-                                version: int) -> None:
-        # weight_version: of the weights that sampled the round; reward_log: per function seconds, errors, own stats.
-        extra = {"weight_version": float(version), "timing/rollout_s": seconds, **batch.reward_log}
-        if self.args.overlong_buffer_length:
-            extra["overlong_penalty/mean"] = batch.overlong.mean()
-        if self.args.dynamic_sampling:
-            extra.update({f"dynamic_sampling/{k}": v for k, v in self.collector.dynamic_sampling_stats.items()})
-        for key, value in {**batch.metrics(advantages, self.args.num_generations, self.reward_runner.names),
-                           **extra}.items():
-            self._metrics.add(key, value)
-        self._round_tokens = self._metrics.last("num_tokens")
-
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.model.training and "loss" in logs:
-            logs = {**logs, **self._metrics.reduce(self.accelerator)}
-            # Prompt + completion tokens through the trainer per wall-clock second, all processes.
-            now = time.perf_counter()
-            logs["throughput/tokens_per_s"] = (self._tokens_since_log * self.accelerator.num_processes
-                                               / max(now - self._last_log_wall, 1e-9))
-            self._tokens_since_log, self._last_log_wall = 0.0, now
-            logs["time/train_minutes"] = self.clock.elapsed() / 60
+        logs = step_logs(self, logs)
         with self._save_on_crash("logging failed"):     # a logger (wandb, a callback) that raises
             super().log(logs, start_time)
 

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from .errors import InputError
+from .generation.kwargs import resolve_generation_kwargs
 
 # (field, TRL's default, why it is refused / what to use instead). A value other than the default is an error.
 REFUSED: tuple[tuple[str, Any, str], ...] = (
@@ -23,17 +24,9 @@ REFUSED: tuple[tuple[str, Any, str], ...] = (
                                 "process that builds the engine, after which the colocated trainer's own model fails "
                                 "(AttributeError: 'LlamaModel' object has no attribute 'do_not_compile', vllm 0.32); "
                                 "in server mode start the server with `hf-grpo serve --model-impl transformers`"),
-    ("multi_objective_aggregation", "sum_then_normalize", "only sum_then_normalize (weighted sum, then advantages) "
-                                                          "is implemented"),
-    ("sync_ref_model", False, "the reference model stays the initial policy; use beta: 0 to train without one"),
-    ("ref_model_mixup_alpha", 0.6, "only meaningful with sync_ref_model, which is not implemented"),
-    ("ref_model_sync_steps", 512, "only meaningful with sync_ref_model, which is not implemented"),
 )
 
-# generation_kwargs keys with a config field of the same meaning (they override it, as in TRL).
-GENERATION_KWARGS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-                     "repetition_penalty": "repetition_penalty", "stop": "stop",
-                     "max_tokens": "max_completion_length", "max_new_tokens": "max_completion_length"}
+AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 SCALE_REWARDS = {"group": "grpo", "batch": "grpo_batch_std", "none": "dr_grpo"}
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -85,14 +78,28 @@ def resolve_trl_fields(config) -> None:
         if getattr(config, name) != default:
             raise ValueError(f"GRPOConfig: TRL's {name}={getattr(config, name)!r} is not supported ({instead}); "
                              f"leave it at {default!r}")
-    if config.pad_to_multiple_of not in (None, "auto"):
-        raise ValueError(f"GRPOConfig: TRL's pad_to_multiple_of={config.pad_to_multiple_of!r} is not supported "
-                         f"(micro-batches are padded to their own longest sequence); leave it at 'auto'")
+    config.pad_to_multiple_of = resolve_pad_to_multiple_of(config.pad_to_multiple_of)
     config.model_init_kwargs = resolve_model_init_kwargs(config)
     config.chat_template_kwargs = _as_dict(config, "chat_template_kwargs")
     _generation(config)
     _vllm(config)
     _algorithm(config)
+    _aggregation(config)
+    _reference_sync(config)
+
+
+def resolve_pad_to_multiple_of(value) -> int | None:
+    """TRL's pad_to_multiple_of: an integer >= 1, or None; `auto` is None here (TRL pads only on Neuron)."""
+    if isinstance(value, str):               # from the command line
+        text = value.strip().lower()
+        if text in ("auto", "none", "null"):
+            return None
+        if not text.isdigit():
+            raise ValueError(f"GRPOConfig: pad_to_multiple_of={value!r} must be an integer >= 1, 'auto' or None")
+        value = int(text)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"GRPOConfig: pad_to_multiple_of={value!r} must be an integer >= 1, 'auto' or None")
+    return value
 
 
 def resolve_model_init_kwargs(config) -> dict:
@@ -116,11 +123,8 @@ def resolve_model_init_kwargs(config) -> dict:
 def _generation(config) -> None:
     if config.min_p is None:                  # TRL's "off"
         config.min_p = 0.0
-    for key, value in (_as_dict(config, "generation_kwargs") or {}).items():
-        if key not in GENERATION_KWARGS:
-            raise ValueError(f"GRPOConfig: generation_kwargs key {key!r} has no equivalent here; supported keys: "
-                             f"{sorted(GENERATION_KWARGS)} (each overrides the config field of that meaning)")
-        setattr(config, GENERATION_KWARGS[key], value)        # TRL: generation_kwargs override the fields
+    # TRL: generation_kwargs override the fields; what is left goes to the backend (hf_grpo.generation.kwargs).
+    config.generation_kwargs = resolve_generation_kwargs(config, _as_dict(config, "generation_kwargs") or {})
     if config.generation_batch_size is not None:
         per_step = config.per_device_train_batch_size * config.world_size
         if config.generation_batch_size % per_step:
@@ -200,6 +204,39 @@ def _algorithm(config) -> None:
     if config.num_completions_to_print is not None and config.num_completions_to_print < 1:
         raise ValueError(f"GRPOConfig: num_completions_to_print must be >= 1 or None, got "
                          f"{config.num_completions_to_print}")
+
+
+def _aggregation(config) -> None:
+    how = config.multi_objective_aggregation
+    if how not in AGGREGATIONS:
+        raise ValueError(f"GRPOConfig: multi_objective_aggregation={how!r} is not one of {AGGREGATIONS}")
+    if how != "normalize_then_sum":
+        return
+    # GDPO's advantage is built from the per-function rewards: nothing that only changes the total may be dropped.
+    if config.advantage_estimator != "grpo":
+        raise ValueError(f"GRPOConfig: multi_objective_aggregation=normalize_then_sum whitens the weighted sum over "
+                         f"the batch itself (TRL ignores scale_rewards there); it needs advantage_estimator grpo "
+                         f"(scale_rewards group), got advantage_estimator={config.advantage_estimator!r}")
+    shaping = [name for name in ("gated_reward_funcs", "non_stop_penalty", "overlong_buffer_length")
+               if getattr(config, name)]
+    if shaping:
+        raise ValueError(f"GRPOConfig: multi_objective_aggregation=normalize_then_sum computes advantages from each "
+                         f"reward function's own rewards, so {', '.join(shaping)} (which shape the total reward) "
+                         f"would have no effect; use sum_then_normalize with them")
+
+
+def _reference_sync(config) -> None:
+    if not 0.0 <= config.ref_model_mixup_alpha <= 1.0:
+        raise ValueError(f"GRPOConfig: ref_model_mixup_alpha must be in [0, 1], got {config.ref_model_mixup_alpha}")
+    if isinstance(config.ref_model_sync_steps, bool) or not isinstance(config.ref_model_sync_steps, int) \
+            or config.ref_model_sync_steps < 1:
+        raise ValueError(f"GRPOConfig: ref_model_sync_steps must be an integer >= 1, got {config.ref_model_sync_steps!r}")
+    if config.sync_ref_model and config.beta == 0:
+        raise ValueError("GRPOConfig: sync_ref_model mixes the policy into the reference model, but beta=0 trains "
+                         "without one; set beta > 0 or sync_ref_model: false (TRL's rule)")
+    if config.sync_ref_model and config.use_peft:
+        raise ValueError("GRPOConfig: sync_ref_model needs a separate reference model, but with use_peft the reference "
+                         "is the policy with its adapter disabled (TRL refuses this too); set sync_ref_model: false")
 
 
 def check_trainer_arguments(quantization_config=None, tools=None, rollout_func=None, environment_factory=None,

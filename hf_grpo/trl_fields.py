@@ -49,15 +49,19 @@ class TRLFields(TrainingArguments):
     shuffle_dataset: bool = field(default=True, metadata={
         "help": "TRL's: shuffle the training prompts (a seeded permutation per epoch); false keeps the dataset order."})
     pad_to_multiple_of: int | str | None = field(default="auto", metadata={
-        "help": f"TRL's padding of prompt and completion ids to a multiple (for Neuron). Micro-batches are padded to "
-                f"their own length here; `auto` and None are accepted (they do not pad off Neuron). {_REFUSED}"})
+        "help": "TRL's: pad each micro-batch's prompt and completion lengths (a packed row's length) up to a multiple "
+                "of this integer. `auto` and None: no padding beyond the micro-batch's own longest (TRL's `auto` pads "
+                "only on Neuron)."})
     generation_batch_size: int | None = field(default=None, metadata={
         "help": "TRL's: completions per generation round over all processes. Sets steps_per_generation = "
                 "generation_batch_size / (per_device_train_batch_size x processes); give one of the two."})
     generation_kwargs: dict | str | None = field(default=None, metadata={
         "help": "TRL's extra sampling arguments. Keys with a config field of the same meaning (temperature, top_p, "
-                "top_k, min_p, repetition_penalty, stop, max_tokens / max_new_tokens) override that field, as in TRL; "
-                "any other key is an error naming it."})
+                "top_k, min_p, repetition_penalty, stop / stop_strings, max_tokens / max_new_tokens) override that "
+                "field, as in TRL; do_sample false is greedy decoding; other arguments of the backend "
+                "(vllm.SamplingParams fields, or GenerationConfig attributes with generation_backend hf) are passed "
+                "to it; keys the trainer sets itself (n, logprobs, num_beams, eos_token_id, ...) and unknown keys "
+                "are errors naming them."})
     chat_template_kwargs: dict | str | None = field(default=None, metadata={
         "help": "TRL's: extra keyword arguments for tokenizer.apply_chat_template when encoding conversational "
                 "prompts (e.g. {enable_thinking: false})."})
@@ -119,8 +123,10 @@ class TRLFields(TrainingArguments):
                 "whole step's batch on all processes, `none` (or false): r - group mean. Maps onto "
                 "advantage_estimator (grpo, grpo_batch_std, dr_grpo). None: advantage_estimator decides."})
     multi_objective_aggregation: str = field(default="sum_then_normalize", metadata={
-        "help": f"TRL's: `sum_then_normalize` (weighted sum, then advantages: what hf_grpo does). "
-                f"normalize_then_sum (GDPO) is not implemented. {_REFUSED}"})
+        "help": "TRL's: `sum_then_normalize` (weighted sum of the reward functions, then advantages) or "
+                "`normalize_then_sum` (GDPO: each function normalised within its group, the weighted sum then "
+                "whitened over the step's batch on all processes; needs advantage_estimator grpo and no reward "
+                "shaping)."})
     top_entropy_quantile: float = field(default=1.0, metadata={
         "help": "TRL's rho (Beyond the 80/20 rule): only the top-rho quantile of completion tokens by entropy, over "
                 "the micro-batch on all processes, carry the policy-gradient term (the KL term keeps all tokens). "
@@ -142,12 +148,13 @@ class TRLFields(TrainingArguments):
         "help": "TRL's: vespo's weight phi(w) = exp(lambda) w^k exp(-lambda w) of the sequence ratio w: "
                 "the decay lambda for negative advantages."})
     sync_ref_model: bool = field(default=False, metadata={
-        "help": f"TRL's TR-DPO reference-model mixing; not implemented (the reference stays the initial policy). "
-                f"{_REFUSED}"})
+        "help": "TRL's TR-DPO: every ref_model_sync_steps optimizer steps the reference model becomes "
+                "ref_model_mixup_alpha x policy + (1 - alpha) x reference (every backend; needs beta > 0 and no "
+                "LoRA, as in TRL)."})
     ref_model_mixup_alpha: float = field(default=0.6, metadata={
-        "help": f"TRL's TR-DPO mixing weight; only meaningful with sync_ref_model. {_REFUSED}"})
+        "help": "TRL's TR-DPO alpha in [0, 1]: the policy's share of the reference after a sync_ref_model sync."})
     ref_model_sync_steps: int = field(default=512, metadata={
-        "help": f"TRL's TR-DPO sync period; only meaningful with sync_ref_model. {_REFUSED}"})
+        "help": "TRL's TR-DPO tau: optimizer steps between sync_ref_model syncs."})
     entropy_coef: float = field(default=0.0, metadata={
         "help": "TRL's: the loss minus entropy_coef times the mean per-token entropy of the loss tokens (the same "
                 "meaning for every loss_type). With use_adaptive_entropy, the starting coefficient. 0: off."})

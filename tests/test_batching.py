@@ -41,3 +41,49 @@ def test_shuffle_is_seeded_and_a_bad_split_is_refused():
     assert [[s["index"] for s in m] for m in a] == [[s["index"] for s in m] for m in b]
     with pytest.raises(ValueError, match="micro-batches"):
         split_microbatches(SAMPLES, 5, 1)
+
+
+def padded_sample(prompt: int, completion: int, i: int = 0) -> dict:
+    return {"prompt_ids": list(range(1, prompt + 1)), "completion_ids": list(range(10, 10 + completion)),
+            "completion_mask": torch.ones(completion), "advantage": 1.0, "index": i}
+
+
+def test_pad_to_multiple_of_pads_prompt_and_completion_lengths():
+    from hf_grpo.batching import collate
+    samples = [padded_sample(3, 5), padded_sample(6, 2, 1)]
+    plain = collate(samples, pad_id=0)
+    padded = collate(samples, pad_id=0, multiple=4)
+    assert plain["input_ids"].shape == (2, 6 + 5)
+    assert padded["input_ids"].shape == (2, 8 + 8) and padded["completion_mask"].shape == (2, 8)
+    # The same tokens, shifted by the extra left padding of the prompt; masks count only real tokens.
+    assert padded["attention_mask"].sum() == plain["attention_mask"].sum() == 3 + 5 + 6 + 2
+    assert padded["input_ids"][0, 8:13].tolist() == list(range(10, 15)) and padded["input_ids"][0, 13:].eq(0).all()
+    assert padded["input_ids"][1, 2:8].tolist() == list(range(1, 7))
+    assert padded["completion_mask"].sum(1).tolist() == [5.0, 2.0]
+    assert collate(samples, pad_id=0, multiple=1)["input_ids"].shape == plain["input_ids"].shape
+
+
+def test_pad_to_multiple_of_pads_packed_rows():
+    from hf_grpo.batching import collate_packed
+    samples = [padded_sample(3, 5), padded_sample(6, 2, 1)]
+    plain = collate_packed(samples, pad_id=0, max_tokens=32, one_row=False)
+    padded = collate_packed(samples, pad_id=0, max_tokens=32, one_row=False, multiple=8)
+    assert plain["input_ids"].shape == (1, 16) and padded["input_ids"].shape == (1, 16)
+    padded = collate_packed(samples, pad_id=0, max_tokens=32, one_row=False, multiple=12)
+    assert padded["input_ids"].shape == (1, 24)
+    # Completion tokens are found at the same places (the tail is padding).
+    flat = padded["input_ids"].view(-1)
+    assert flat[padded["completion_index"][0]].tolist() == [3, 10, 11, 12, 13]   # predicted from the previous token
+
+
+@pytest.mark.parametrize("value, expected", [("auto", None), (None, None), ("none", None), ("16", 16), (8, 8)])
+def test_pad_to_multiple_of_values(value, expected):
+    from hf_grpo.trl_compat import resolve_pad_to_multiple_of
+    assert resolve_pad_to_multiple_of(value) == expected
+
+
+@pytest.mark.parametrize("value", [0, -2, "x", 2.5, True])
+def test_pad_to_multiple_of_bad_values_name_the_field(value):
+    from hf_grpo.trl_compat import resolve_pad_to_multiple_of
+    with pytest.raises(ValueError, match="pad_to_multiple_of=.* must be an integer >= 1"):
+        resolve_pad_to_multiple_of(value)

@@ -1,7 +1,7 @@
 """Pure tensor functions for GRPO-family algorithms: advantages, losses, reward shaping."""
 
 from .advantages import (ADVANTAGE_ESTIMATORS, WHITENING_LEVELS, batch_std_group_advantages, batch_whitened_advantages,
-                         group_advantages, group_std, unbiased_std, whitening_mean_std, whitening_sums)
+                         group_advantages, group_std, normalize_then_sum, unbiased_std, whitening_mean_std, whitening_sums)
 from .entropy_control import EntropyControl, entropy_bonus
 from .entropy_mask import entropy_threshold, high_entropy_mask
 from .losses import (CLIPPED_LOSS_TYPES, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES, TOKEN_SUM_LOSS_TYPES,
@@ -17,6 +17,7 @@ __all__ = [
     "entropy_threshold", "high_entropy_mask", "importance_sampling_weights", "unbiased_std", "KL_ESTIMATORS", "LOSS_TYPES", "PolicyLossOutput",
     "TEMPERATURE_SCHEDULES", "WHITENING_LEVELS", "aggregate", "batch_whitened_advantages", "dynamic_sampling_keep", "groups_with_spread",
     "group_advantages", "group_std", "group_success_rate", "kl_penalty", "logp_difference", "masked_mean",
+    "normalize_then_sum",
     "overlong_penalty", "policy_loss", "scheduled_temperature", "truncated_completion_mask",
     "truncated_importance_weights", "whitening_mean_std", "whitening_sums",
 ]

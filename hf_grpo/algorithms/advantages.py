@@ -19,6 +19,11 @@ Departures from the papers:
 - RLOO (Ahmadian et al., 2024) uses the leave-one-out mean, unscaled.
 - ``grpo_batch_std`` is TRL's ``scale_rewards="batch"`` (PPO Lite): the group mean as baseline, divided by the
   Bessel-corrected std of every scored reward of the step on all processes (passed in, like REINFORCE++'s).
+- TRL's ``multi_objective_aggregation="normalize_then_sum"`` (GDPO): `normalize_then_sum` normalises each reward
+  function's column within its group first (the ``grpo`` formula per column, a function's None left out of its own
+  column only), then takes the weighted sum; the caller then whitens that sum over the step's batch on all processes
+  (mean, Bessel std), as TRL does whatever ``scale_rewards`` says. The logged ``frac_reward_zero_std`` stays the share
+  of groups whose weighted total has no spread (TRL logs whether the whole batch's has none under this option).
 """
 
 from __future__ import annotations
@@ -66,6 +71,31 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, estimator: str
         loo_mean = (total - grouped) / (count - 1).clamp(min=1.0)      # [N, G]
         adv = (grouped - loo_mean) * (count >= 2)                      # [N, G]
     return (adv * keep).reshape(-1)                                    # [N*G]
+
+
+def normalize_then_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int,
+                       eps: float = 1e-4) -> torch.Tensor:
+    """GDPO's per-objective normalisation: each column group-normalised (`group_advantages`, ``grpo``), then summed
+    with ``weights``.
+
+    Args:
+        rewards_per_func: ``[N*G, F]`` rewards, group-major, NaN where a function returned None. A NaN is left out of
+            its column's group statistics and contributes 0 to its row's sum; a column with fewer than two values in
+            a group contributes 0 to that group (its spread is undefined).
+        weights: ``[F]`` reward weights.
+    Returns:
+        ``[N*G]`` weighted sums of the normalised columns; the caller whitens them over the batch
+        (`batch_whitened_advantages` with `whitening_sums` / `unbiased_std`), leaving out rows no function scored.
+    """
+    if rewards_per_func.dim() != 2 or rewards_per_func.shape[1] != weights.numel():
+        raise ValueError(f"normalize_then_sum: rewards_per_func of shape {tuple(rewards_per_func.shape)} does not "
+                         f"match {weights.numel()} reward weights (expected [N*G, {weights.numel()}])")
+    valid = ~torch.isnan(rewards_per_func)                                      # [N*G, F]
+    filled = torch.nan_to_num(rewards_per_func, nan=0.0)                        # [N*G, F] NaN*0 would stay NaN
+    columns = [group_advantages(filled[:, k], num_generations, "grpo", eps, valid=valid[:, k])
+               for k in range(filled.shape[1])]                                 # F x [N*G]
+    normalised = torch.stack(columns, dim=1)                                    # [N*G, F]
+    return (normalised * weights.to(normalised.dtype)).sum(dim=1)               # [N*G]
 
 
 def whitening_sums(rewards: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,14 +21,19 @@ class SamplingParams:
     min_p: float = 0.0        # 0: disabled
     repetition_penalty: float = 1.0
     stop: tuple[str, ...] = ()
-    greedy: bool = False      # evaluation: argmax decoding, temperature ignored
+    greedy: bool = False      # evaluation, or generation_kwargs do_sample false: argmax decoding
     regex: str | None = None  # TRL's vllm_structured_outputs_regex: every completion matches it (vLLM backends only)
+    # TRL's generation_kwargs left for the backend (hf_grpo.generation.kwargs): (name, value) pairs passed unchanged.
+    extra: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def from_config(cls, args, greedy: bool = False) -> "SamplingParams":
+        extra = dict(args.generation_kwargs or {})
+        greedy = greedy or extra.pop("do_sample", True) is False
         return cls(max_tokens=args.max_completion_length, temperature=args.temperature, top_p=args.top_p,
                    top_k=args.top_k, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-                   stop=tuple(args.stop or ()), greedy=greedy, regex=args.vllm_structured_outputs_regex)
+                   stop=tuple(args.stop or ()), greedy=greedy, regex=args.vllm_structured_outputs_regex,
+                   extra=tuple(extra.items()))
 
     def vllm_kwargs(self, n: int) -> dict:
         """The same settings as vLLM sampling arguments (for ``vllm.SamplingParams`` or a /v1/completions body).
@@ -40,7 +46,7 @@ class SamplingParams:
         return dict(**structured, n=n, max_tokens=self.max_tokens, temperature=0.0 if self.greedy else self.temperature,
                     top_p=1.0 if self.greedy else self.top_p, top_k=0 if self.greedy else self.top_k,
                     min_p=0.0 if self.greedy else self.min_p, repetition_penalty=self.repetition_penalty,
-                    stop=list(self.stop), include_stop_str_in_output=True, logprobs=0)
+                    stop=list(self.stop), include_stop_str_in_output=True, logprobs=0, **dict(self.extra))
 
 
 @dataclass

@@ -59,6 +59,8 @@ class HFGenerator(Generator):
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
+        if sampling.greedy and n > 1:    # generate refuses greedy with num_return_sequences > 1: n copies of one
+            return self.generate(prompt_ids, 1, sampling).repeat_each(n)
         unwrapped = self.accelerator.unwrap_model(self.model)
         prompts_per_chunk = max(1, self.chunk_size // n) if self.chunk_size else max(1, len(prompt_ids))
         chunks = [prompt_ids[i:i + prompts_per_chunk] for i in range(0, len(prompt_ids), prompts_per_chunk)]
@@ -97,6 +99,7 @@ class HFGenerator(Generator):
                           repetition_penalty=sampling.repetition_penalty)
         if sampling.stop:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        kwargs.update(sampling.extra)          # TRL's generation_kwargs for generate (hf_grpo.generation.kwargs)
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)   # [p*n, P + C]
         generated = out[:, width:].tolist()
         ids_out, finished = [], []

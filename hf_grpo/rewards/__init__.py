@@ -7,12 +7,14 @@
 * :mod:`.model` -- ``RewardModel``: a sequence-classification model as a reward function.
 * :mod:`.registry` -- ``BUILTIN_REWARDS`` and ``load_reward_function``: built-in name, ``model:<path>`` or dotted
   import path -> callable.
+* :mod:`.building` -- ``reward_functions``: TRL's ``reward_funcs`` / ``reward_processing_classes`` to callables.
 * :mod:`.runner` -- ``RewardRunner``: concurrent calls, strict validation, per-function timings, error policy.
 
 Importing this package starts nothing: the verification worker starts on the first math-equivalence check, the
 code sandboxes on the first code run.
 """
 
+from .building import reward_functions
 from .code import CodeReward
 from .model import RewardModel
 from .registry import BUILTIN_REWARDS, load_reward_function
@@ -30,4 +32,5 @@ __all__ = [
     "get_verifier",
     "load_reward_function",
     "reward_name",
+    "reward_functions",
 ]

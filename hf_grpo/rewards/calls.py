@@ -28,8 +28,13 @@ class Outcome:
 
 
 def one_sample(kwargs: dict[str, Any], row: int) -> dict[str, Any]:
-    # Every argument but trainer_state holds one value per completion (the columns were checked for that).
-    return {k: v if k == "trainer_state" else list(v[row:row + 1]) for k, v in kwargs.items()}
+    # Every argument but trainer_state and the logging callables holds one value per completion (the columns were
+    # checked for that); log_extra is rebound so the sample's value lands at its row.
+    out = {k: v if k in ("trainer_state", "log_metric") else list(v[row:row + 1]) for k, v in kwargs.items()
+           if k != "log_extra"}
+    if "log_extra" in kwargs:
+        out["log_extra"] = kwargs["log_extra"].for_row(row)
+    return out
 
 
 def fresh_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -29,12 +29,14 @@ _DOTTED_HELP = ("A custom reward function is given by its dotted import path, e.
                 "PYTHONPATH / in the working directory).")
 
 
-def load_reward_function(spec: str | Callable, config=None) -> Callable:
+def load_reward_function(spec: str | Callable, config=None, tokenizer=None) -> Callable:
     """A callable is returned as is; a string is a built-in name (see ``BUILTIN_REWARDS``), ``model:<path or id>``
     or (as in TRL) any string with a ``/``, a hub id or folder (a :class:`~.model.RewardModel`), or a dotted import
     path.
 
     With a ``config`` (a ``GRPOConfig``), ``"code"`` gives a new ``CodeReward`` set up by its ``code_*`` fields.
+    ``tokenizer`` (TRL's ``reward_processing_classes`` entry) is a reward model's tokenizer; other specs ignore it, as
+    TRL does.
     Raises ValueError for an unknown name (with the closest built-in), ImportError when the module or attribute of
     a dotted path cannot be loaded, TypeError when the loaded object is not callable.
     """
@@ -52,11 +54,11 @@ def load_reward_function(spec: str | Callable, config=None) -> Callable:
         if not spec[len(MODEL_PREFIX):]:
             raise ValueError(f"reward function {spec!r}: expected model:<local path or hub id> of a sequence-"
                              f"classification model")
-        return RewardModel(spec[len(MODEL_PREFIX):])
+        return RewardModel(spec[len(MODEL_PREFIX):], tokenizer=tokenizer)
     if "/" in spec:      # TRL passes reward models as a hub id ("org/name") or a local folder
         from .model import RewardModel
 
-        return RewardModel(spec)
+        return RewardModel(spec, tokenizer=tokenizer)
     if "." not in spec:
         close = difflib.get_close_matches(spec, BUILTIN_REWARDS, n=1, cutoff=0.5)
         hint = f" Did you mean '{close[0]}'?" if close else ""

@@ -15,8 +15,9 @@ Departures from TRL:
   1-element list), a non-list, a non-number or NaN/inf raise :class:`RewardFunctionError` naming the function and
   showing a sample. ``bool`` is accepted as 0/1; so are ``numpy`` scalars and 0-d tensors.
 * Functions that do not take ``**kwargs`` are rejected when the runner is built, not at the first step.
-* TRL's ``log_extra``/``log_metric`` keyword arguments are not passed. ``environments`` is, in multi-turn runs with
-  an ``environment_factory`` (a column like any other, `hf_grpo.rollout`).
+* TRL's ``log_extra``/``log_metric`` keyword arguments are passed (checked when called, `.user_logs`); after a call
+  ``last_extra`` holds one dict of logged columns per completion and ``last_logged_metrics`` the logged values.
+  ``environments`` is passed in multi-turn runs with an ``environment_factory`` (a column, `hf_grpo.rollout`).
 * ``gated`` (open-instruct's default for its format reward, TRL has no equivalent): the named functions count in
   :meth:`total` only for completions whose ``gate`` function scored > 0, so a format reward cannot be farmed while
   the answers stay wrong. The per-function columns (and their logged means) are left as the functions returned them.
@@ -72,10 +73,11 @@ import torch
 
 from .calls import (SPLIT_WORKERS, Call, call_async, call_sync, fresh_kwargs, one_sample, Outcome, remaining,
                     SampleSplit)
+from .user_logs import LogExtra, RewardLogs
 
 logger = logging.getLogger(__name__)
 
-_RESERVED = ("prompts", "completions", "completion_ids", "trainer_state")
+_RESERVED = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 ON_ERROR = ("raise", "zero", "skip")
 MAX_STRANDED = 64    # abandoned calls of one function still running, beyond which it counts as persistently hung
 _SHOWN = 3           # hung samples quoted in a timeout warning
@@ -199,6 +201,8 @@ class RewardRunner:
         self.timeout_counts = dict.fromkeys(self.names, 0)
         self.last_function_stats: dict[str, dict[str, float]] = {}
         self.last_details: list[dict] = []
+        self.last_extra: list[dict] = []                      # log_extra columns, one dict per completion
+        self.last_logged_metrics: dict[str, list[float]] = {}  # log_metric values
         self._warned_all_none = False
 
     def _index(self, name: str, key: str) -> int:
@@ -237,10 +241,12 @@ class RewardRunner:
             if len(values) != n:
                 raise ValueError(f"dataset column {key!r} has {len(values)} values for {n} completions; repeat each "
                                  f"row once per completion")
+        logs = RewardLogs(n)
         kwargs = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids,
-                  "trainer_state": trainer_state, **columns}
-
+                  "trainer_state": trainer_state, "log_extra": LogExtra(logs), "log_metric": logs.log_metric,
+                  **columns}
         outcomes = self._call_all(kwargs)
+        self.last_extra, self.last_logged_metrics = logs.close()
         outcomes = [self._merge(i, o, kwargs) if o.split is not None else o for i, o in enumerate(outcomes)]
         self.last_timings = {name: o.seconds for name, o in zip(self.names, outcomes)}
         self.last_error_counts = dict.fromkeys(self.names, 0)

@@ -66,6 +66,8 @@ def test_dataset_columns_and_trainer_state_reach_the_function():
 
     state = object()
     run(RewardRunner([spy]), columns={"gt_answer": ["1", "1", "2", "2"], "level": [1, 1, 5, 5]}, trainer_state=state)
+    logging = {k: seen["extra"].pop(k) for k in ("log_extra", "log_metric")}     # TRL's, as in TRL
+    assert all(callable(f) for f in logging.values())
     assert seen["gt"] == ["1", "1", "2", "2"] and seen["extra"] == {"level": [1, 1, 5, 5]}
     assert seen["prompts"] == PROMPTS and seen["completion_ids"] == IDS and seen["state"] is state
 
