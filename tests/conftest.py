@@ -70,3 +70,18 @@ def _quiet_tokenizers(monkeypatch):
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     yield
 
+
+
+@pytest.fixture
+def wandb_offline(tmp_path, monkeypatch):
+    """W&B in offline mode, writing under ``tmp_path/wandb``. wandb keeps its settings (the run directory among them)
+    in a process-wide singleton read from the environment once, so it is torn down before and after: otherwise a
+    second test's run lands in the first test's directory."""
+    wandb = pytest.importorskip("wandb")
+    for name, value in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(tmp_path)), ("WANDB_SILENT", "true"),
+                        ("WANDB_PROJECT", "hf-grpo-test")):
+        monkeypatch.setenv(name, value)
+    wandb.teardown()
+    yield wandb
+    wandb.finish()
+    wandb.teardown()

@@ -54,12 +54,8 @@ def test_messages_arrow_cannot_unify_are_kept_as_json_text(tmp_path):
 
 
 @pytest.mark.slow
-def test_training_writes_parquet_per_step_and_a_wandb_table(tiny_llama_path, tmp_path, monkeypatch):
-    import wandb
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_PROJECT", "hf-grpo-test")
+def test_training_writes_parquet_per_step_and_a_wandb_table(tiny_llama_path, tmp_path, wandb_offline):
+    wandb = wandb_offline
     trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=2, log_completions=True, log_unique_prompts=True,
                            report_to="wandb")
     try:

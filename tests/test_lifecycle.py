@@ -49,16 +49,12 @@ def test_model_card_records_recipe_and_results(tiny_llama_path, tmp_path):
     assert os.path.isfile(os.path.join(args.output_dir, "model.safetensors"))
 
 
-def test_wandb_offline_receives_metrics(tiny_llama_path, tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
+def test_wandb_offline_receives_metrics(tiny_llama_path, tmp_path, wandb_offline):
     args = make_config(tmp_path, max_steps=1, report_to="wandb", run_name="hf-grpo-test")
     trainer = DistributedGRPOTrainer(model=tiny_llama_path, reward_funcs=[even_token_reward], args=args,
                                      train_dataset=load_prompt_dataset("arithmetic:32"))
     trainer.train()
-    import wandb
+    wandb = wandb_offline
     run = wandb.run
     assert run is not None and run.offline, "the wandb callback did not start an offline run"
     # The run's summary is updated synchronously by every wandb.log call (the record file is flushed later by the
