@@ -33,7 +33,7 @@ agent-demo: install
 	$(BIN)/python train.py --recipe recipes/agent_quickstart.yaml
 
 test: install
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=30
 
 test-fast: install
 	$(BIN)/python -m pytest tests -q -m "not slow"

@@ -8,6 +8,11 @@ instead split into its ``gradient_accumulation_steps`` micro-batches by token co
 micro-batch is packed into rows of at most that many tokens (`hf_grpo.packing`). The number of micro-batches per
 optimizer step stays fixed because `transformers.Trainer` accumulates a fixed number of them per step; the token
 budget bounds each row, not the number of rows in a micro-batch.
+
+When ``steps_per_generation`` is not a multiple of ``gradient_accumulation_steps`` (TRL accepts it), a round ends
+inside an optimizer step, whose other micro-batches come from a round not generated yet. Such a step's token count is
+then unknown, and the micro-batches of a round share one normaliser instead: the round's tokens per micro-batch
+(`normalizer_group`). With equal-length rounds it equals the exact per-step count used otherwise.
 """
 
 from __future__ import annotations
@@ -115,6 +120,14 @@ def balance_by_tokens(samples: list[dict], parts: int) -> list[list[dict]]:
     return groups
 
 
+def normalizer_group(steps_per_generation: int, accumulation_steps: int) -> int:
+    """How many consecutive micro-batches of a round share a loss normaliser: an optimizer step's when rounds end on
+    step boundaries, else the whole round's (the module docstring)."""
+    if steps_per_generation % accumulation_steps == 0:
+        return accumulation_steps
+    return steps_per_generation
+
+
 def split_microbatches(samples: list[dict], num_micro: int, micro_per_step: int,
                        generator: torch.Generator | None = None,
                        skip_zero_advantage: bool = False,
@@ -174,14 +187,15 @@ def collate_microbatches(parts: list[list[dict]], pad_id: int, max_tokens: int |
     return micro, padding_metrics(real, micro, max_tokens)
 
 
-def add_normalizers(micro: list[dict], step_tokens: list[float], num_samples: int, ga: int, accelerator) -> None:
-    """Loss denominators from the samples planned for each optimizer step, skipped ones included (see
-    `split_microbatches`).
+def add_normalizers(micro: list[dict], step_tokens: list[float], num_samples: int, group: int, accelerator) -> None:
+    """Loss denominators from the samples planned for each optimizer step (each ``group`` of micro-batches, see
+    `normalizer_group`), skipped ones included (see `split_microbatches`).
 
     ``dapo``: that optimizer step's active tokens over all processes, scaled by (accumulation steps x processes)
-    because Trainer divides by the former and DDP/DeepSpeed/FSDP average the latter. ``grpo``/``dr_grpo``: the
-    configured micro-batch size. ``bnpo``: this process's active tokens of the step per micro-batch (the local
-    token mean, independent of how the step's samples were split into micro-batches).
+    because Trainer divides by the former and DDP/DeepSpeed/FSDP average the latter (per group of micro-batches:
+    the group's tokens x accumulation steps / group size, the same thing). ``grpo``/``dr_grpo``: the configured
+    micro-batch size. ``bnpo``: this process's active tokens of the step per micro-batch (the local token mean,
+    independent of how the step's samples were split into micro-batches).
     """
     world = accelerator.num_processes
     local = torch.tensor(step_tokens, dtype=torch.float64)                          # [steps in the round]
@@ -189,7 +203,7 @@ def add_normalizers(micro: list[dict], step_tokens: list[float], num_samples: in
     if world > 1:
         total = accelerator.reduce(local.to(accelerator.device), reduction="sum").cpu()
     for k, m in enumerate(micro):
-        step = k // ga
-        m["token_normalizer"] = max(float(total[step]), 1.0) / (ga * world)
+        step = k // group
+        m["token_normalizer"] = max(float(total[step]), 1.0) / (group * world)
         m["num_sequences"] = num_samples // len(micro)
-        m["num_tokens"] = float(local[step]) / ga
+        m["num_tokens"] = float(local[step]) / group

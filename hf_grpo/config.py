@@ -8,7 +8,9 @@ Batch arithmetic (checked in `__post_init__`):
 - One *generation round* produces, on each process, ``per_device_train_batch_size * steps_per_generation``
   completions = that number / ``num_generations`` prompts times ``num_generations`` samples each. Groups never
   straddle processes, so advantages need no cross-process gather.
-- Those completions are consumed by ``steps_per_generation`` micro-batches, ``num_iterations`` times.
+- Those completions are consumed by ``steps_per_generation`` micro-batches, ``num_iterations`` times. As in TRL it
+  need not be a multiple of ``gradient_accumulation_steps``: a round may then end inside an optimizer step
+  (`hf_grpo.batching.normalizer_group` says how such a step's loss is normalised).
 
 Every field of TRL 1.16's `GRPOConfig` is accepted too: the ones hf_grpo names differently or lacks are declared in
 `hf_grpo.trl_fields` (inherited) and resolved by `hf_grpo.trl_compat` (docs/trl_compatibility.md).
@@ -105,7 +107,9 @@ class GRPOConfig(TRLFields):
     stop: list[str] | None = field(default=None, metadata={"help": "Extra stop strings besides the EOS token."})
     steps_per_generation: int | None = field(default=None, metadata={
         "help": "Micro-batches served by one generation round; defaults to gradient_accumulation_steps "
-                "(one round per optimizer step)."})
+                "(one round per optimizer step). Any value is accepted (TRL's rule); when it is not a multiple of "
+                "gradient_accumulation_steps, rounds end inside optimizer steps and a round's micro-batches share "
+                "the round's token normaliser (max_staleness needs a multiple)."})
     max_staleness: int | None = field(default=None, metadata={
         "help": "Asynchronous generation (hf_grpo.pipeline): None trains synchronously (generate, then train). A "
                 "number N runs a producer thread per process that generates and scores the next rounds while the "

@@ -212,13 +212,6 @@ def validate(config) -> None:
           f" x steps_per_generation ({config.steps_per_generation}) = {per_round} completions must be a multiple "
           f"of num_generations ({config.num_generations}); groups never straddle processes here (TRL only needs the "
           f"global batch over all processes to hold whole groups)")
-    ga = config.gradient_accumulation_steps
-    check(config.steps_per_generation % ga == 0,
-          f"steps_per_generation ({config.steps_per_generation}) must be a multiple of gradient_accumulation_steps "
-          f"({config.gradient_accumulation_steps}) so a generation round ends on an optimizer step (TRL accepts "
-          f"it; here an optimizer step's loss normaliser counts that step's completion tokens when its round is "
-          f"generated, which a step straddling two rounds cannot). Use steps_per_generation="
-          f"{-(-config.steps_per_generation // ga) * ga} or gradient_accumulation_steps dividing it")
     check(0 <= config.epsilon < 1, f"epsilon must be in [0, 1), got {config.epsilon}")
     check(config.epsilon_high >= 0, f"epsilon_high must be >= 0, got {config.epsilon_high}")
     check(config.beta >= 0, f"beta must be >= 0, got {config.beta}")
@@ -273,6 +266,10 @@ def validate(config) -> None:
         check(config.vllm_tensor_parallel_size == 1 and not config.vllm_enable_sleep_mode,
               "max_staleness: a tensor-parallel colocated engine (its generate is a collective) and sleep mode "
               "(the engine sleeps while training) cannot overlap generation with training")
+        check(config.steps_per_generation % config.gradient_accumulation_steps == 0,
+              f"max_staleness needs steps_per_generation ({config.steps_per_generation}) to be a multiple of "
+              f"gradient_accumulation_steps ({config.gradient_accumulation_steps}): a round's staleness is counted "
+              f"in whole optimizer steps, which a round ending inside a step does not have")
     if config.reward_weights is not None and config.reward_funcs is not None:
         check(len(config.reward_weights) == len(config.reward_funcs),
               f"reward_weights has {len(config.reward_weights)} entries but reward_funcs has "

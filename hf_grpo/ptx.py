@@ -104,20 +104,22 @@ class PTXBatches:
             attention_mask[i, :len(r)] = 1
         return input_ids, attention_mask
 
-    def attach(self, micro: list[dict], first_step: int, accumulation_steps: int, accelerator) -> None:
-        """Give each micro-batch of a round that starts at optimizer step ``first_step`` its PTX sequences and the
-        normaliser of its optimizer step."""
+    def attach(self, micro: list[dict], first_micro: int, accumulation_steps: int, group: int, accelerator) -> None:
+        """Give each micro-batch of a round whose first micro-batch is the run's ``first_micro``-th its PTX sequences
+        and the normaliser of its ``group`` of micro-batches (an optimizer step's, or the round's when rounds end
+        inside steps: `hf_grpo.batching.normalizer_group`)."""
         ga, world = accumulation_steps, accelerator.num_processes
         tokens = []
         for k, m in enumerate(micro):
-            slot = ((first_step + k // ga) * world + accelerator.process_index) * ga + k % ga
+            step, slot_in_step = divmod(first_micro + k, ga)
+            slot = (step * world + accelerator.process_index) * ga + slot_in_step
             m["ptx_input_ids"], m["ptx_attention_mask"] = self.draw(slot)
             tokens.append(float(m["ptx_attention_mask"][:, 1:].sum()))     # predicted tokens (all but the first)
-        per_step = torch.tensor(tokens, dtype=torch.float64).view(-1, ga).sum(dim=1)                 # [steps]
+        per_group = torch.tensor(tokens, dtype=torch.float64).view(-1, group).sum(dim=1)             # [groups]
         if world > 1:
-            per_step = accelerator.reduce(per_step.to(accelerator.device), reduction="sum").cpu()
+            per_group = accelerator.reduce(per_group.to(accelerator.device), reduction="sum").cpu()
         for k, m in enumerate(micro):
-            m["ptx_normalizer"] = max(float(per_step[k // ga]), 1.0) / (ga * world)
+            m["ptx_normalizer"] = max(float(per_group[k // group]), 1.0) / (group * world)
 
 
 def ptx_nll_sum(logp: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

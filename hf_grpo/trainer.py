@@ -28,7 +28,7 @@ from transformers.trainer_utils import rotate_checkpoints
 from .agents import (USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi_turn_rollouts,
                      with_environment_rewards)
 from .algorithms import scheduled_temperature
-from .batching import add_normalizers, build_samples, collate_microbatches, split_microbatches
+from .batching import add_normalizers, build_samples, collate_microbatches, normalizer_group, split_microbatches
 from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
 from .completions_log import CompletionsLog
@@ -243,8 +243,8 @@ class DistributedGRPOTrainer(Trainer):
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
         # Zero-advantage completions have exactly zero gradient unless a KL, entropy or MoE term pulls on them.
         skip = args.skip_zero_advantage and args.beta == 0 and not (self.entropy_control or self.aux_loss_enabled)
-        parts, step_tokens, skipped = split_microbatches(samples, args.steps_per_generation,
-                                                         args.gradient_accumulation_steps, shuffle,
+        group = normalizer_group(args.steps_per_generation, args.gradient_accumulation_steps)
+        parts, step_tokens, skipped = split_microbatches(samples, args.steps_per_generation, group, shuffle,
                                                          skip_zero_advantage=skip,
                                                          balance_tokens=args.max_tokens_per_microbatch is not None)
         micro, padding = collate_microbatches(parts, self.processing_class.pad_token_id,
@@ -254,11 +254,11 @@ class DistributedGRPOTrainer(Trainer):
         for key, value in padding.items():
             self._metrics.add(key, value)
         if self.ptx is not None:
-            self.ptx.attach(micro, self.state.global_step, args.gradient_accumulation_steps, self.accelerator)
+            self.ptx.attach(micro, self._micro_step, args.gradient_accumulation_steps, group, self.accelerator)
         self._metrics.add("temperature", temperature)
         self._metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
         self._add_logprob_inputs(micro)
-        add_normalizers(micro, step_tokens, len(samples), args.gradient_accumulation_steps, self.accelerator)
+        add_normalizers(micro, step_tokens, len(samples), group, self.accelerator)
         record_rollout_metrics(self, batch, advantages, time.perf_counter() - start, version)
         step = self.state.global_step + 1
         rollout_log = args.log_completions_steps and step % args.log_completions_steps == 0
@@ -308,7 +308,9 @@ class DistributedGRPOTrainer(Trainer):
         args = self.args
         # Also with the pipeline: a round used by one optimizer step is scored at the weights that train on it, so
         # the proximal policy of the decoupled objective is the loss pass's own log-probs (hf_grpo.pipeline).
-        need_old = args.num_iterations > 1 or args.steps_per_generation > args.gradient_accumulation_steps
+        # Old log-probs are needed once an optimizer step falls inside a round (its later micro-batches then train
+        # a policy that moved since they were sampled): unless the round fits inside one step.
+        need_old = args.num_iterations > 1 or args.gradient_accumulation_steps % args.steps_per_generation != 0
         if need_old and args.old_logprobs_from_sampler:
             # The sampler's log-probs become the old policy's; popping them means compute_loss applies no second
             # (mismatch) ratio on top of the clipped one.

@@ -87,3 +87,21 @@ def test_pad_to_multiple_of_bad_values_name_the_field(value):
     from hf_grpo.trl_compat import resolve_pad_to_multiple_of
     with pytest.raises(ValueError, match="pad_to_multiple_of=.* must be an integer >= 1"):
         resolve_pad_to_multiple_of(value)
+
+
+def test_rounds_ending_inside_a_step_share_the_rounds_normaliser():
+    from hf_grpo.batching import add_normalizers, normalizer_group
+
+    class OneProcess:
+        num_processes = 1
+
+    assert [normalizer_group(spg, 2) for spg in (2, 4, 1, 3)] == [2, 2, 1, 3]
+    assert normalizer_group(4, 3) == 4                       # TRL's test_prepare_input_called_with_correct_data
+    # spg 3, GA 2: the round's 3 micro-batches form one group; each is normalised by the round's tokens per
+    # micro-batch times the 2 accumulation steps Trainer divides by, i.e. by (round tokens x 2 / 3) / 2.
+    parts, step_tokens, _ = split_microbatches(SAMPLES, 3, normalizer_group(3, 2))
+    micro = [{} for _ in parts]
+    add_normalizers(micro, step_tokens, len(SAMPLES), normalizer_group(3, 2), OneProcess())
+    assert step_tokens == [sum(range(1, 13))]
+    assert [m["token_normalizer"] for m in micro] == pytest.approx([78 / 3] * 3)
+    assert [m["num_tokens"] for m in micro] == pytest.approx([78 / 3] * 3)

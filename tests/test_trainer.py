@@ -1,15 +1,18 @@
 """The trainer end to end on a tiny random Llama: parameters move, metrics are logged and finite, every algorithm
 variant runs, rollouts are written, and resuming continues the same data order."""
 
+import dataclasses
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
 
 from hf_grpo import DistributedGRPOTrainer, GRPOConfig
 from hf_grpo.data import load_prompt_dataset
+from tests.helpers.fixed_generation import FixedCompletions
 from tests.helpers.rewards import even_token_reward
 
 EXPECTED_METRICS = ["loss", "reward", "reward_std", "rewards/even_token_reward/mean", "rewards/even_token_reward/std",
@@ -223,6 +226,63 @@ def test_dapo_normaliser_is_each_optimizer_steps_own_token_count(tiny_llama_path
     assert steps[0] != steps[1]
     # Trainer divides each micro-batch's loss by the 2 accumulation steps: the normaliser carries the other factor.
     assert [m["token_normalizer"] for m in micro] == pytest.approx([steps[0] / 2] * 2 + [steps[1] / 2] * 2)
+
+
+class EqualLengthCompletions(FixedCompletions):
+    """Each prompt's completions: 5 seeded tokens ending in EOS, whatever the layout (the loss normalisers are then
+    the same exact or estimated)."""
+    calls = 0
+
+    def generate(self, prompt_ids, n, sampling):
+        self.calls += 1
+        result = super().generate(prompt_ids, n, dataclasses.replace(sampling, max_tokens=8))
+        result.completion_ids = [(ids * 5)[:4] + [self.eos_token_id] for ids in result.completion_ids]
+        result.finished = [True] * len(result.completion_ids)
+        return result
+
+
+def fixed_equal_trainer(tiny_llama_path, out, **overrides):
+    values = dict(max_steps=1, per_device_train_batch_size=4, gradient_accumulation_steps=2, loss_type="dapo",
+                  optim="sgd", learning_rate=0.5, lr_scheduler_type="constant", max_grad_norm=0.0,
+                  shuffle_dataset=False, skip_zero_advantage=False, output_dir=str(out))
+    trainer = make_trainer(tiny_llama_path, out, **{**values, **overrides})
+    trainer.generator = trainer.collector.generator = EqualLengthCompletions(
+        len(trainer.processing_class), trainer.processing_class.eos_token_id)
+    return trainer
+
+
+def test_two_rounds_inside_one_step_give_the_update_of_one_round(tiny_llama_path, tmp_path):
+    """steps_per_generation 1 with 2 accumulation steps (TRL accepts it; each step's 2 micro-batches come from 2
+    rounds): with plain SGD the step's update equals one round of both micro-batches (steps_per_generation 2)."""
+    updates = []
+    for spg in (1, 2):
+        trainer = fixed_equal_trainer(tiny_llama_path, tmp_path / f"spg{spg}", steps_per_generation=spg)
+        before = params(trainer.model)
+        trainer.train()
+        assert trainer.generator.calls == 2 // spg
+        updates.append({n: p - before[n] for n, p in params(trainer.model).items()})
+    assert any(u.abs().max() > 0 for u in updates[0].values())
+    for name, update in updates[0].items():
+        torch.testing.assert_close(update, updates[1][name], rtol=1e-4, atol=1e-6)
+
+
+def test_a_round_ending_inside_a_step_trains_and_resumes_exactly(tiny_llama_path, tmp_path):
+    """steps_per_generation 3 with 2 accumulation steps (TRL's test uses 4 and 3): 3 steps take 2 rounds; step 2
+    straddles them, so the old policy's log-probs are kept, and a checkpoint inside a round resumes exactly."""
+    ptx = {"ptx_dataset": str(Path(__file__).parents[1] / "recipes" / "data" / "ptx_sample.txt"), "ptx_coef": 0.5}
+    full = fixed_equal_trainer(tiny_llama_path, tmp_path / "full", max_steps=3, steps_per_generation=3,
+                               save_strategy="steps", save_steps=1, **ptx)
+    full.train()
+    assert full.state.global_step == 3 and full.generator.calls == 2
+    assert all("old_logp" in m for m in full._buffer)
+    assert len({m["token_normalizer"] for m in full._buffer}) == 1
+    ptx_tokens = sum(float(m["ptx_attention_mask"][:, 1:].sum()) for m in full._buffer)
+    assert [m["ptx_normalizer"] for m in full._buffer] == pytest.approx([ptx_tokens / 3] * 3)
+    resumed = fixed_equal_trainer(tiny_llama_path, tmp_path / "resumed", max_steps=3, steps_per_generation=3, **ptx)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))     # inside round 1 (micro 2 of 3)
+    assert resumed.generator.calls == 1              # round 1's last micro-batch came from the checkpoint
+    for name, p in params(full.model).items():
+        assert torch.equal(p, params(resumed.model)[name]), name
 
 
 def test_bf16_weights_under_bf16_mixed_precision_train(tiny_llama_path, tmp_path):
