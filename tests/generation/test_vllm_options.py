@@ -80,3 +80,22 @@ def test_engine_params_carry_the_regex_as_vllms_object():
     assert params.structured_outputs == StructuredOutputsParams(regex=REGEX)
     assert (params.n, params.output_kind) == (3, RequestOutputKind.FINAL_ONLY)
     assert engine_sampling_params(SamplingParams(max_tokens=4), 1).structured_outputs is None
+
+
+@pytest.mark.slow
+def test_generation_kwargs_reach_the_engine(engine, tokenizer, tmp_path):
+    """TRL's generation_kwargs on the real engine: a vLLM-only key (``allowed_token_ids``) is passed on unchanged and
+    ``do_sample: false`` decodes greedily (each prompt's samples identical)."""
+    generator, _ = engine
+    allowed = list(range(100, 110))
+    args = GRPOConfig(output_dir=str(tmp_path), generation_backend="vllm", max_completion_length=6, use_cpu=True,
+                      report_to="none", generation_kwargs={"allowed_token_ids": allowed, "do_sample": False})
+    sampling = SamplingParams.from_config(args)
+    assert sampling.greedy and dict(sampling.extra) == {"allowed_token_ids": allowed}
+    prompts = [tokenizer("Pick a number:")["input_ids"], tokenizer("hello")["input_ids"]]
+    result = generator.generate(prompts, 3, sampling)
+    assert all(set(c) <= set(allowed) for c in result.completion_ids), result.completion_ids
+    assert result.completion_ids[0:3] == [result.completion_ids[0]] * 3
+    assert result.completion_ids[3:6] == [result.completion_ids[3]] * 3
+    free = generator.generate(prompts, 3, SamplingParams(max_tokens=6))
+    assert not all(set(c) <= set(allowed) for c in free.completion_ids)
