@@ -50,6 +50,7 @@ def test_ptx_gradient_is_the_sum_of_the_rl_and_the_weighted_lm_gradients(tiny_ll
     trainer = make_trainer(tiny_llama_path, tmp_path, ptx_dataset=PTX_FILE, ptx_coef=0.3, ptx_batch_size=3,
                            ptx_max_length=16, skip_zero_advantage=False)
     trainer.state.max_steps = 2
+    trainer._micro_step = 0          # the first micro-batch of the run (set by _prepare_inputs in training)
     batch = trainer._generate_and_score([trainer.train_dataset[i] for i in range(2)])[0]
     model = trainer.model
 
