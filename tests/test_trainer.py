@@ -4,7 +4,6 @@ variant runs, rollouts are written, and resuming continues the same data order."
 import dataclasses
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
