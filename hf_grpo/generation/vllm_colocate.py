@@ -17,15 +17,23 @@ Design:
   single-threaded, so the thread count is restored after every engine call.
 * Log-probs are vLLM's ``processed_logprobs`` (after temperature, like the trainer's own), so the two compare
   directly for the mismatch correction.
+* One live engine per process. vLLM's in-process engine tears down vLLM's process-wide parallel state when it shuts
+  down (``EngineCore.shutdown`` calls ``cleanup_dist_env_and_memory``), which happens whenever the garbage collector
+  reaches it. A second trainer built in the same process (a notebook cell run again, a test file) would then lose that
+  state under its new engine as soon as the first trainer is collected, and fail with vLLM's "pipeline model parallel
+  group is not initialized". So before an engine is built, engines nobody holds are collected, and one still held is
+  shut down; its generator then says why it cannot generate (`_retire_previous_engine`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import time
 import warnings
+import weakref
 
 import torch
 
@@ -118,10 +126,33 @@ def _keep_torch_threads():
             torch.set_num_threads(threads)
 
 
+# The colocated generator whose engine was built last in this process (module docstring, "One live engine").
+_last_built: weakref.ref | None = None
+
+
+def _retire_previous_engine() -> None:
+    """Collect engines nobody holds, then shut down the last built one if a trainer still holds it, so that neither
+    tears down vLLM's process-wide state under the engine about to be built (module docstring)."""
+    gc.collect()
+    previous = _last_built() if _last_built is not None else None
+    if previous is not None and previous._llm is not None:
+        logger.warning("a new colocated vLLM engine is being built in this process: the engine of the earlier "
+                       "generator (an earlier trainer) is shut down first, and that trainer can no longer generate")
+        previous.close(shutdown_why="its vLLM engine was shut down because a later trainer in this process built its "
+                                    "own colocated engine (vLLM keeps process-wide state: one live engine per "
+                                    "process); build a new trainer, or close this one's generator before building "
+                                    "another")
+
+
 class VLLMColocateGenerator(Generator):
     def __init__(self, args, accelerator, model_path: str):
+        global _last_built
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # engine in this process: in-place weight reload
         from vllm import LLM
+
+        self._llm = None
+        self._closed_why = "its vLLM engine is closed"
+        _retire_previous_engine()
 
         self.accelerator = accelerator
         self.tp = args.vllm_tensor_parallel_size
@@ -155,10 +186,17 @@ class VLLMColocateGenerator(Generator):
             self._tp_group = groups[accelerator.process_index // self.tp]
         start = time.perf_counter()
         with _keep_torch_threads(), _engine_start_warnings(args.verbose):
-            self.llm = LLM(**kwargs)
+            self._llm = LLM(**kwargs)
+        _last_built = weakref.ref(self)
         logger.info("vLLM engine ready in %.1f s (%s, %s)", time.perf_counter() - start, model_path, kwargs["dtype"])
         if self.sleep_mode:
             self.llm.sleep(level=1)
+
+    @property
+    def llm(self):
+        if self._llm is None:
+            raise RuntimeError(f"this colocated generator cannot generate: {self._closed_why}")
+        return self._llm
 
     def _wake(self) -> None:
         if self.sleep_mode:
@@ -240,5 +278,10 @@ class VLLMColocateGenerator(Generator):
         logger.info("weight sync: direct copy into the engine's parameters (checked against vLLM's loader)")
         return True
 
-    def close(self) -> None:
-        del self.llm
+    def close(self, shutdown_why: str | None = None) -> None:
+        """Drop the engine (vLLM shuts it down when it is collected). ``shutdown_why``: shut it down now, and say
+        so when this generator is used again."""
+        llm, self._llm = self._llm, None
+        if shutdown_why is not None and llm is not None:
+            self._closed_why = shutdown_why
+            llm.llm_engine.engine_core.shutdown()      # idempotent: vLLM's own finalizer then does nothing
