@@ -98,9 +98,9 @@ def warn_about_loss_settings(args) -> None:
         logger.warning("loss_type='vespo' computes its sequence-level weights itself; set importance_sampling_level "
                        "to 'token' (the default)")
     if args.importance_sampling_level == "sequence" and args.loss_type in TOKEN_SUM_LOSS_TYPES:
-        logger.warning("importance_sampling_level='sequence' with loss_type=%r: that loss sums per-token terms, so "
-                       "each sequence weighs by its completion length instead of the per-sequence objective being "
-                       "optimized. For the GSPO paper's setup use loss_type='grpo'.", args.loss_type)
+        logger.warning("importance_sampling_level='sequence' with loss_type=%r: that loss sums per-token terms, which "
+                       "weights each sequence by its completion length instead of optimizing the per-sequence "
+                       "objective. For the GSPO paper's setup use loss_type='grpo'.", args.loss_type)
     if (args.loss_type == "vespo" and args.generation_backend == "vllm" and args.vllm_importance_sampling_correction
             and args.vllm_importance_sampling_level != "token"):
         raise ValueError(f"GRPOConfig: loss_type='vespo' needs a token-level train/inference correction "

@@ -28,6 +28,7 @@ from transformers.trainer_utils import rotate_checkpoints
 from .agents import (USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi_turn_rollouts,
                      with_environment_rewards)
 from .algorithms import scheduled_temperature
+from .algorithms.surrogates import off_policy_mask
 from .batching import add_normalizers, build_samples, collate_microbatches, normalizer_group, split_microbatches
 from . import checkpoints
 from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
@@ -38,7 +39,7 @@ from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_re
                           zero3_init_disabled)
 from .eval_loop import trainer_evaluate
 from .generation import build_generator
-from .global_stats import rollout_advantages
+from .global_stats import rollout_advantages, top_entropy_mask
 from .host_memory import ReleaseHostMemory
 from .logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
                        packed_completion_logprobs)
@@ -418,6 +419,22 @@ class DistributedGRPOTrainer(Trainer):
         nll, tokens = ptx_nll_sum(logp, attention)
         self._metrics.add("ptx_loss", nll.detach() / tokens.clamp(min=1.0))
         return nll / inputs["ptx_normalizer"]
+
+    # TRL's public helpers and attributes, with TRL's signatures (scripts and callbacks written for TRL use them).
+    get_off_policy_mask = staticmethod(off_policy_mask)
+
+    def get_high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
+        """TRL's: the ``[B, T]`` tokens whose entropy is at or above the ``threshold`` quantile over all processes."""
+        return top_entropy_mask(self.accelerator, entropies, mask, 1.0 - threshold).bool()
+
+    @property
+    def entropy_coef(self) -> float:
+        """The entropy bonus's current coefficient (adaptive or fixed; 0 without one)."""
+        return 0.0 if self.entropy_control is None else self.entropy_control.control.coef
+
+    @property
+    def reward_func_names(self) -> list[str]:
+        return self.reward_runner.names
 
     # ---- logging ------------------------------------------------------------------------------------------------
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

@@ -185,3 +185,57 @@ def test_streamed_rounds_give_each_process_distinct_prompts(tokenizer, tmp_path)
     assert seen[0] == ["1", "2", "1", "2", "5", "6", "5", "6"]
     assert seen[1] == ["3", "4", "3", "4", "7", "8", "7", "8"]
     assert streamed.incomplete_blocks == 2          # one per pass: each shard above read the stream once
+
+
+# ---- TRL's public helpers, attributes and wording ------------------------------------------------------------------
+def test_trls_helpers_and_attributes_mean_what_trls_do(tiny_llama_path, tmp_path):
+    from types import SimpleNamespace
+
+    from trl import GRPOTrainer as TRLTrainer
+    trainer = DistributedGRPOTrainer(tiny_llama_path, [even_token_reward],
+                                     make_config(tmp_path, max_steps=1, entropy_coef=0.05), stream(rows(8)))
+    # The same tensors through TRL's own methods (one process: TRL's gathers are identities).
+    one_process = SimpleNamespace(accelerator=SimpleNamespace(num_processes=1, gather=lambda x: x,
+                                                              pad_across_processes=lambda x, dim, pad_index: x))
+    torch.manual_seed(0)
+    entropies, mask = torch.rand(4, 7), (torch.rand(4, 7) > 0.3).long()
+    for threshold in (0.0, 0.5, 0.8, 1.0):
+        ours = trainer.get_high_entropy_mask(entropies, mask, threshold)
+        assert ours.dtype == torch.bool
+        assert torch.equal(ours, TRLTrainer.get_high_entropy_mask(one_process, entropies, mask, threshold)), threshold
+    advantages, logp, sampling = torch.randn(4, 1), -torch.rand(4, 7), -torch.rand(4, 7)
+    assert torch.equal(DistributedGRPOTrainer.get_off_policy_mask(advantages, logp, sampling, mask.float(), 0.1),
+                       TRLTrainer.get_off_policy_mask(advantages, logp, sampling, mask.float(), 0.1))
+    assert trainer.entropy_coef == 0.05 and trainer.reward_func_names == ["even_token_reward"]
+
+
+def test_diagnostics_carry_trls_wording(tiny_llama_path, tmp_path, caplog):
+    from hf_grpo.errors import InputError
+    from hf_grpo.rewards import RewardRunner
+
+    with pytest.raises(ValueError, match="No reward source provided"):
+        DistributedGRPOTrainer(tiny_llama_path, [], make_config(tmp_path), stream(rows(8)))
+    class Env:
+        def reset(self, **row) -> str:
+            return ""
+
+        def wait(self, seconds: int) -> str:
+            """Wait.
+
+            Args:
+                seconds: how long.
+            """
+            return "done"
+
+    with pytest.raises(ValueError, match="requires a `train_dataset`"):
+        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], make_config(tmp_path, max_steps=1),
+                               environment_factory={"a": Env, "b": Env})
+    with pytest.raises(InputError, match="2 reward functions: the two lengths must match"):
+        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward, even_token_reward], make_config(tmp_path),
+                               stream(rows(8)), reward_processing_classes=[None])
+
+    def nothing(completions, **kwargs):
+        return [None] * len(completions)
+
+    RewardRunner([nothing])(["p", "q"], ["a", "b"], [[1], [2]], {"answer": ["1", "2"]})
+    assert "All reward functions returned None for the following kwargs: {'prompts': \"'p'\"" in caplog.text

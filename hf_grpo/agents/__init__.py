@@ -24,8 +24,8 @@ def with_environment_rewards(funcs: list, agent, args) -> list:
     class); at least one reward must exist."""
     env_rewards = agent.reward_functions() if agent is not None else []
     if not funcs and not env_rewards:
-        raise ValueError("DistributedGRPOTrainer needs reward_funcs (callables, built-in names or dotted paths), or an "
-                         "environment_factory whose environments define get_reward()")
+        raise ValueError("No reward source provided: DistributedGRPOTrainer needs reward_funcs (callables, built-in "
+                         "names or dotted paths), or an environment_factory whose environments define get_reward()")
     if env_rewards and args.reward_weights is not None:
         args.reward_weights = [*args.reward_weights, *[1.0] * len(env_rewards)]
     return [*funcs, *env_rewards]
@@ -37,8 +37,8 @@ def environment_dataset(train_dataset, environment_factory, args):
     if train_dataset is not None or environment_factory is None:
         return train_dataset
     if isinstance(environment_factory, dict):
-        raise ValueError("a dict environment_factory routes rows by their `environment` column, so it needs a "
-                         "train_dataset with that column (or pass a single factory)")
+        raise ValueError("a dict environment_factory (several environments) requires a `train_dataset` with an "
+                         "`environment` column: it routes each row by that column (or pass a single factory)")
     if args.max_steps <= 0:
         raise ValueError("without a train_dataset the environment supplies every prompt, so the run's length must "
                          "come from max_steps: set max_steps > 0")

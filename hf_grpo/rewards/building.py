@@ -29,8 +29,8 @@ def reward_functions(reward_funcs, reward_processing_classes, args) -> tuple[lis
     elif not isinstance(classes, (list, tuple)):
         classes = [classes]
     if len(classes) != len(funcs):
-        raise InputError(f"reward_processing_classes has {len(classes)} entries for {len(funcs)} reward functions; "
-                         f"give one per reward function (None for plain functions and for reward models whose own "
+        raise InputError(f"reward_processing_classes has {len(classes)} entries for {len(funcs)} reward functions: "
+                         f"the two lengths must match; give one per reward function (None for plain functions and for reward models whose own "
                          f"tokenizer should be loaded), or a single tokenizer for a single reward function")
     built = [RewardModel(f, tokenizer=c) if isinstance(f, PreTrainedModel) else load_reward_function(f, args, c)
              for f, c in zip(funcs, classes)]

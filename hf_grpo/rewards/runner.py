@@ -278,10 +278,12 @@ class RewardRunner:
         if self.last_all_none_count and not self._warned_all_none:
             self._warned_all_none = True  # once: it may be expected (rows no function applies to)
             row = int(all_none.nonzero()[0, 0])
-            logger.warning("%d of %d completions got None from every reward function (%s): they are unscored, get "
-                           "advantage 0 and are left out of their group's statistics. "
-                           "First such completion: %s", self.last_all_none_count, n, ", ".join(self.names),
-                           _preview(completions[row]))
+            row_kwargs = {k: _preview(v[row]) for k, v in kwargs.items() if isinstance(v, list) and len(v) == n}
+            # TRL's wording first ("All reward functions returned None for the following kwargs"), then ours.
+            logger.warning("All reward functions returned None for the following kwargs: %s. %d of %d completions "
+                           "got None from every reward function (%s): they are unscored, get advantage 0 and are "
+                           "left out of their group's statistics.", row_kwargs, self.last_all_none_count, n,
+                           ", ".join(self.names))
         return per_func
 
     def _call_all(self, kwargs: dict[str, Any]) -> list[Outcome]:
