@@ -35,6 +35,7 @@ from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, w
 from .completions_log import CompletionsLog
 from .config import GRPOConfig
 from .data.checks import model_positions, prepare_datasets
+from .data.streaming import is_streaming
 from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_reference_model, warn_if_fsdp_falls_back,
                           zero3_init_disabled)
 from .eval_loop import trainer_evaluate
@@ -181,6 +182,19 @@ class DistributedGRPOTrainer(Trainer):
         """Extra prompts for dynamic sampling, from a per-process seeded stream independent of the main order."""
         idx = torch.randint(len(self.train_dataset), (n,), generator=self._refill_generator).tolist()
         return [self.train_dataset[i] for i in idx]
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        """Trainer's loader; an iterable eval set is read with no worker processes (each would read the whole
+        stream: TRL's rule), without changing ``args.dataloader_num_workers`` for the training loader."""
+        chosen = self.eval_dataset[eval_dataset] if isinstance(eval_dataset, str) else (
+            self.eval_dataset if eval_dataset is None else eval_dataset)
+        if not is_streaming(chosen) or self.args.dataloader_num_workers == 0:
+            return super().get_eval_dataloader(eval_dataset)
+        workers, self.args.dataloader_num_workers = self.args.dataloader_num_workers, 0
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.args.dataloader_num_workers = workers
 
     # ---- rollouts -----------------------------------------------------------------------------------------------
     def _prepare_inputs(self, inputs):

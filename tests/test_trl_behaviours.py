@@ -239,3 +239,13 @@ def test_diagnostics_carry_trls_wording(tiny_llama_path, tmp_path, caplog):
 
     RewardRunner([nothing])(["p", "q"], ["a", "b"], [[1], [2]], {"answer": ["1", "2"]})
     assert "All reward functions returned None for the following kwargs: {'prompts': \"'p'\"" in caplog.text
+
+
+def test_an_iterable_eval_set_is_loaded_without_workers_and_training_keeps_them(tiny_llama_path, tmp_path):
+    from datasets import Dataset
+    trainer = DistributedGRPOTrainer(tiny_llama_path, [even_token_reward],
+                                     make_config(tmp_path, dataloader_num_workers=2), Dataset.from_list(rows(8)),
+                                     eval_dataset=stream(rows(3)))
+    assert trainer.get_train_dataloader().num_workers == 2
+    assert trainer.get_eval_dataloader().num_workers == 0           # each worker would read the whole stream
+    assert trainer.args.dataloader_num_workers == 2
