@@ -450,6 +450,11 @@ class DistributedGRPOTrainer(Trainer):
     def reward_func_names(self) -> list[str]:
         return self.reward_runner.names
 
+    @property
+    def reward_weights(self) -> torch.Tensor:
+        """``[F]`` float32, one weight per reward function, environment-owned rewards included (TRL's attribute)."""
+        return self.reward_runner.weights
+
     # ---- logging ------------------------------------------------------------------------------------------------
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         logs = step_logs(self, logs)

@@ -207,6 +207,7 @@ def test_trls_helpers_and_attributes_mean_what_trls_do(tiny_llama_path, tmp_path
     assert torch.equal(DistributedGRPOTrainer.get_off_policy_mask(advantages, logp, sampling, mask.float(), 0.1),
                        TRLTrainer.get_off_policy_mask(advantages, logp, sampling, mask.float(), 0.1))
     assert trainer.entropy_coef == 0.05 and trainer.reward_func_names == ["even_token_reward"]
+    assert trainer.reward_weights.tolist() == [1.0]
 
 
 def test_diagnostics_carry_trls_wording(tiny_llama_path, tmp_path, caplog):
