@@ -257,9 +257,9 @@ class VLLMColocateGenerator(Generator):
                 self.llm.collective_rpc("copy_weights_direct", kwargs=dict(weights_iterator=weights,
                                                                            batch_bytes=batch_bytes))
             else:
-                self.llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=weights,
-                                                                      is_checkpoint_format=True))
-                self.llm.collective_rpc("refresh_packed_weights")     # see worker_extension.py: tied LM head on CPU
+                # reload_weights, then the CPU fixes of worker_extension.py (tied LM head, expert repack)
+                self.llm.collective_rpc("reload_policy_weights", kwargs=dict(weights_iterator=weights,
+                                                                             is_checkpoint_format=True))
                 if self.direct_copy is None:
                     self.direct_copy = self._plan_direct_copy(model)
             self.llm.reset_prefix_cache()     # cached KV was computed with the old weights

@@ -102,10 +102,9 @@ class VLLMServerClient:
         return self._call("GET", "/weight_info", timeout=30).json()["weight_version"]
 
     def reload(self, directory: str, version: int) -> None:
-        self._call("POST", "/collective_rpc", json={"method": "reload_weights", "kwargs": {
+        # reload_weights with the CPU fixes of the worker extension `hf-grpo serve` installs (worker_extension.py).
+        self._call("POST", "/collective_rpc", json={"method": "reload_policy_weights", "kwargs": {
             "weights_path": directory, "is_checkpoint_format": True}})
-        # Needs the worker extension `hf-grpo serve` installs (see worker_extension.py).
-        self._call("POST", "/collective_rpc", json={"method": "refresh_packed_weights"}, timeout=60)
         self.finish_update(version)
 
     def finish_update(self, version: int) -> None:

