@@ -87,6 +87,7 @@ class DistributedGRPOTrainer(Trainer):
         self.agent = None
         if tools or args.tools or environment_factory is not None:
             self.agent = AgentRollouts(processing_class, args, tools, environment_factory)
+        train_dataset = environment_dataset(train_dataset, environment_factory, args, self.agent)
         # Every row checked and over-long prompts dropped and counted, before the model loads (hf_grpo.data.checks).
         train_dataset, eval_dataset = prepare_datasets(
             train_dataset, eval_dataset, processing_class, args, model_positions(model), environment_factory,
@@ -108,7 +109,6 @@ class DistributedGRPOTrainer(Trainer):
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
         funcs = with_environment_rewards(funcs, self.agent, args)
-        train_dataset = environment_dataset(train_dataset, environment_factory, args)
         self.reward_runner = RewardRunner(funcs, args.reward_weights, on_error=args.reward_error, gate=args.reward_gate,
                                           gated=args.gated_reward_funcs, timeout=args.reward_timeout)
         # Evaluation scores with eval_reward (default: the first training reward, reusing its object and any pool).

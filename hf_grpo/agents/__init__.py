@@ -31,11 +31,20 @@ def with_environment_rewards(funcs: list, agent, args) -> list:
     return [*funcs, *env_rewards]
 
 
-def environment_dataset(train_dataset, environment_factory, args):
-    """``train_dataset``, or (TRL) when an environment owns the data and there is none, one round of empty user
-    prompts for ``reset()`` to fill in, cycled for ``max_steps`` steps."""
-    if train_dataset is not None or environment_factory is None:
+EMPTY_PROMPT = [{"role": "user", "content": ""}]
+
+
+def environment_dataset(train_dataset, environment_factory, args, agent):
+    """What the trainer trains on when an environment owns the data (TRL's rules):
+
+    * no ``train_dataset``: one round of empty user prompts for ``reset()`` to fill in, cycled for ``max_steps``;
+    * rows without a prompt (a routing dataset with only an ``environment`` column, say): each gets an empty user
+      prompt, which is kept out of ``reset()``'s arguments (``agent.envs.placeholder_prompts``), as TRL does.
+    """
+    if environment_factory is None:
         return train_dataset
+    if train_dataset is not None:
+        return _with_empty_prompts(train_dataset, args.prompt_column, agent)
     if isinstance(environment_factory, dict):
         raise ValueError("a dict environment_factory (several environments) requires a `train_dataset` with an "
                          "`environment` column: it routes each row by that column (or pass a single factory)")
@@ -45,7 +54,28 @@ def environment_dataset(train_dataset, environment_factory, args):
     from datasets import Dataset
 
     rows = args.per_device_train_batch_size * args.steps_per_generation // args.num_generations * args.world_size
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * rows})
+    return Dataset.from_dict({"prompt": [EMPTY_PROMPT] * rows})
+
+
+def _with_empty_prompts(dataset, prompt_column: str, agent):
+    """``dataset`` with an empty user prompt in ``prompt_column`` when its rows have no prompt of any known format
+    (``data/schema.py``); other datasets are returned as they are."""
+    from datasets import Dataset, IterableDataset
+
+    prompt_keys = {prompt_column, "messages", "question"}
+    if isinstance(dataset, (Dataset, IterableDataset)):
+        columns = dataset.column_names
+        if columns is None or prompt_keys & set(columns):        # unknown features, or a prompt: leave as given
+            return dataset
+        dataset = (dataset.add_column(prompt_column, [EMPTY_PROMPT] * len(dataset)) if isinstance(dataset, Dataset)
+                   else dataset.map(lambda row: {prompt_column: EMPTY_PROMPT}))
+    elif isinstance(dataset, list) and dataset and all(isinstance(r, dict) and not prompt_keys & set(r)
+                                                       for r in dataset):
+        dataset = [{**row, prompt_column: EMPTY_PROMPT} for row in dataset]
+    else:
+        return dataset
+    agent.envs.placeholder_prompts = True
+    return dataset
 
 
 def multi_turn_rollouts(trainer):

@@ -57,6 +57,7 @@ class Environments:
         self.multi = isinstance(factory, dict)
         self.factories = factory if self.multi else {None: factory}
         self.seed = seed
+        self.placeholder_prompts = False     # the rows' prompts are empty placeholders: not passed to reset()
         self.reward_classes: list[type] = []
         self.tool_names: set[str] = set()          # every environment's tools (for metric keys every process shares)
         for name, make in self.factories.items():
@@ -109,7 +110,8 @@ class Environments:
         inconsistent = 0
         for p, row in enumerate(rows):
             name = self.name_of(row, p)
-            kwargs = {k: v for k, v in row.items() if not (self.multi and k == "environment")}
+            kwargs = {k: v for k, v in row.items()
+                      if not (self.multi and k == "environment") and not (self.placeholder_prompts and k == "prompt")}
             seed = self.group_seed(step, process, p, row)
             group_obs = []
             label = name if name is not None else getattr(self.factories[name], "__name__", "environment")

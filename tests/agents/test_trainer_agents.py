@@ -151,6 +151,45 @@ def test_dict_of_environments_routes_by_the_environment_column(tiny_llama_path, 
         trainer.collector.collect([{**rows[0], "environment": "nope"}])
 
 
+class Scripted:
+    """An environment whose reset takes no arguments and supplies the whole task (TRL's routing datasets)."""
+
+    def reset(self) -> str:
+        return f"calls=1\n{INCREMENT}"
+
+    def increment(self, step: int) -> str:
+        """Add to the counter.
+
+        Args:
+            step: How much to add.
+        """
+        return f"added {step}"
+
+
+def test_rows_with_only_an_environment_column_get_an_empty_prompt(tiny_llama_path, tmp_path):
+    """TRL: a dataset that only routes (an ``environment`` column) is accepted; each row's prompt is an empty user
+    message that reset()'s observation completes, and the placeholder is not passed to reset()."""
+    reset_arguments = []
+
+    class Recording(Counter):
+        def reset(self, **row) -> str:
+            reset_arguments.append(row)
+            super().reset()
+            return f"calls=1\n{INCREMENT}"
+
+    rows = Dataset.from_dict({"environment": ["counter", "scripted"] * 4})
+    trainer = scripted(GRPOTrainer(model=tiny_llama_path, args=config(tmp_path), train_dataset=rows,
+                                   environment_factory={"counter": Recording, "scripted": Scripted}))
+    assert trainer.train_dataset[0]["prompt"] == [{"role": "user", "content": ""}]
+    batch = trainer.collector.collect([trainer.train_dataset[0], trainer.train_dataset[1]])
+    assert reset_arguments == [{}, {}]          # neither the placeholder prompt nor the routing column
+    assert batch.completions[0][1] == {"role": "tool", "name": "increment", "content": "total=1"}
+    assert batch.completions[2][1] == {"role": "tool", "name": "increment", "content": "added 1"}
+    with pytest.raises(Exception, match="row matches no known format"):      # without an environment: still an error
+        GRPOTrainer(model=tiny_llama_path, reward_funcs=[even_token_reward], args=config(tmp_path),
+                    train_dataset=rows)
+
+
 class Guess:
     """An environment that owns its data (reset supplies the task) and its reward; no train_dataset."""
 
