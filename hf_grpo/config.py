@@ -358,7 +358,10 @@ class GRPOConfig(TRLFields):
     output_dir: str | None = field(default="outputs/hf_grpo", metadata={"help": "Where checkpoints and logs go."})
     learning_rate: float = field(default=1e-6, metadata={"help": "Initial AdamW learning rate."})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Completions per process per micro-batch."})
-    logging_steps: float = field(default=1, metadata={"help": "Log every N optimizer steps."})
+    logging_steps: float = field(default=10, metadata={
+        "help": "Log every N optimizer steps (TRL's default, 10). Metrics of the steps since the last log are averaged "
+                "into the next entry; those after the last multiple reach the end-of-training summary. The recipes "
+                "set 1."})
     remove_unused_columns: bool = field(default=False, metadata={
         "help": "Must stay False: reward functions receive every dataset column."})
 

@@ -3,8 +3,8 @@
 As in TRL, reward functions' ``log_metric`` values are logged under their own names (averaged over the logging window
 and over processes), and metrics recorded since the last log (steps after the last multiple of ``logging_steps``) are
 merged into the end-of-training summary entry (``train_loss``, ...), so its ``reward`` and ``rewards/<name>/mean``
-are those steps' (with ``logging_steps: 1``, hf_grpo's default, every step is already logged and the summary has no
-rollout metrics, as in TRL with that setting). Departure from TRL: a ``log_metric`` name that is one of the trainer's
+are those steps' (with ``logging_steps: 1``, which the recipes set, every step is already logged and the summary has
+no rollout metrics, as in TRL with that setting). Departure from TRL: a ``log_metric`` name that is one of the trainer's
 own metrics is an error (TRL would average the two into one number).
 """
 
