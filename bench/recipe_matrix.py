@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -130,6 +131,8 @@ def run_cell(label: str, extra: list[str], config: str, steps: int, work: Path, 
     trained = (out / "trainer_state.json").is_file()
     status = "ok" if proc.returncode == 0 and trained else ("stopped by the memory guard" if stopped
                                                             else f"FAILED exit {proc.returncode}")
+    if status == "ok":      # the final model (0.3-0.5 GiB a cell) would fill the disk over 48 cells; logs stay
+        shutil.rmtree(out, ignore_errors=True)
     return {"label": label, "config": config, "status": status, "seconds": time.perf_counter() - start,
             "peaks": [peaks.get(r, 0) / 2**30 for r in range(2)], "log": str(log_path)}
 
@@ -157,6 +160,7 @@ def main() -> None:
         print(f"| {name} | all | skipped: {GPU_ONLY} | | | |")
     passed = sum(r["status"] == "ok" for r in results)
     peak = max((max(r["peaks"]) for r in results), default=0.0)
+    print(f"logs and memory timelines: {work}")
     print(f"RESULT recipe_matrix passed={passed} total={len(results)} max_rank_peak_gib={peak:.2f}")
 
 

@@ -447,6 +447,16 @@ class DistributedGRPOTrainer(Trainer):
         return 0.0 if self.entropy_control is None else self.entropy_control.control.coef
 
     @property
+    def reward_funcs(self) -> list:
+        """TRL's attribute: the reward callables in order, environment-owned rewards included."""
+        return self.reward_runner.funcs
+
+    @property
+    def tools(self) -> list:
+        """TRL's attribute: the tool callables, environments' tool methods included (empty without tools)."""
+        return [] if self.agent is None else self.agent.tool_functions()
+
+    @property
     def reward_func_names(self) -> list[str]:
         return self.reward_runner.names
 

@@ -60,6 +60,7 @@ class Environments:
         self.placeholder_prompts = False     # the rows' prompts are empty placeholders: not passed to reset()
         self.reward_classes: list[type] = []
         self.tool_names: set[str] = set()          # every environment's tools (for metric keys every process shares)
+        self.probe_tools: list = []                # one bound method per tool name, of the probes (TRL's trainer.tools)
         for name, make in self.factories.items():
             if not callable(make):
                 raise TypeError(f"environment_factory{'' if name is None else f'[{name!r}]'} must be callable (a "
@@ -70,7 +71,10 @@ class Environments:
                 raise ValueError(f"{where} has no callable `reset`; environment_factory must return objects with "
                                  f"reset(**row) (see TRL's GRPOTrainer docs)")
             # Schema errors now, naming the method, not at the first rollout.
-            self.tool_names |= set(tools_from_callables(environment_methods(probe), where))
+            methods = environment_methods(probe)
+            names = set(tools_from_callables(methods, where))
+            self.probe_tools += [m for m in methods if m.__name__ in names - self.tool_names]
+            self.tool_names |= names
             if callable(getattr(probe, "get_reward", None)) and type(probe) not in self.reward_classes:
                 self.reward_classes.append(type(probe))
 
@@ -93,7 +97,7 @@ class Environments:
             return None
         name = row.get("environment")
         if name not in self.factories:
-            raise ValueError(f"row {index}: environment={name!r} is not a key of environment_factory "
+            raise ValueError(f"row {index}: environment={name!r} is not among the environments of environment_factory "
                              f"({', '.join(map(repr, self.factories))}); every row needs an `environment` column "
                              f"naming one")
         return name

@@ -63,6 +63,11 @@ class AgentRollouts:
         logger.info("agentic rollouts: %d tool(s) %s, %s, tool protocol %s", len(self.tools), sorted(self.tools),
                     "environments" if self.envs else "no environment", self.protocol.mode)
 
+    def tool_functions(self) -> list:
+        """TRL's ``trainer.tools``: the tool callables, then each environment's tool methods not already named."""
+        funcs = [tool.func for tool in self.tools.values()]
+        return funcs + [m for m in (self.envs.probe_tools if self.envs else []) if m.__name__ not in self.tools]
+
     def encode_prompt(self, prompt) -> list[int]:
         """A dataset prompt's ids as the policy will see them: with the tool descriptions (not an environment's)."""
         return self.protocol.encode_prompt(prompt, self.tools)

@@ -79,6 +79,7 @@ def test_tools_train_with_messages_reaching_the_reward(tiny_llama_path, tmp_path
 
     trainer = scripted(GRPOTrainer(model=tiny_llama_path, reward_funcs=[reward], args=config(tmp_path, plot_metrics=True),
                                    train_dataset=questions(calls=2), tools=[calculator]))
+    assert trainer.tools == [calculator] and trainer.reward_funcs == [reward]      # TRL's attributes
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     assert (tmp_path / "out" / "training_curves.png").stat().st_size > 1000    # with tool calls per rollout
@@ -115,6 +116,9 @@ def test_single_environment_class(tiny_llama_path, tmp_path):
     trainer = scripted(GRPOTrainer(model=tiny_llama_path, reward_funcs=[reward], args=config(tmp_path),
                                    train_dataset=dataset, environment_factory=Counter))
     assert trainer.reward_runner.names == ["reward", "Counter"]
+    # TRL's public attributes: the environment's reward after the user's; its tools, not reset/get_reward.
+    assert trainer.reward_funcs[0] is reward and trainer.reward_funcs[1].__name__ == "Counter"
+    assert [t.__name__ for t in trainer.tools] == ["increment"]
     batch = trainer.collector.collect([dataset[0], dataset[1]])
     assert batch.completions[0][1]["content"] == "total=1" and batch.completions[0][5]["content"] == "total=3"
     assert trainer.processing_class.decode(batch.completion_prompt_ids[0]).endswith(
@@ -147,7 +151,8 @@ def test_dict_of_environments_routes_by_the_environment_column(tiny_llama_path, 
     counter, doubler = batch.rewards_per_func[:, names.index("Counter")], batch.rewards_per_func[:, names.index("Doubler")]
     assert counter[:2].tolist() == [0.0, 0.0] and torch.isnan(counter[2:]).all()
     assert doubler[2:].tolist() == [1.0, 1.0] and torch.isnan(doubler[:2]).all()
-    with pytest.raises(ValueError, match="environment='nope' is not a key of environment_factory"):
+    assert [t.__name__ for t in trainer.tools] == ["increment", "double"]     # the union, each name once
+    with pytest.raises(ValueError, match="environment='nope' is not among the environments of environment_factory"):
         trainer.collector.collect([{**rows[0], "environment": "nope"}])
 
 
@@ -195,7 +200,7 @@ class Guess:
 
     def reset(self, seed: int, **row) -> str:
         self.secret = random.Random(seed).randint(0, 9)
-        return f"Guess my number. calls=1\ncall=<tool_call>{{\"name\": \"guess\", \"arguments\": {{\"n\": 4}}}}</tool_call>"
+        return 'Guess my number. calls=1\ncall=<tool_call>{"name": "guess", "arguments": {"n": 4}}</tool_call>'
 
     def guess(self, n: int) -> str:
         """Make a guess.
