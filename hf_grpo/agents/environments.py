@@ -59,7 +59,6 @@ class Environments:
         self.seed = seed
         self.placeholder_prompts = False     # the rows' prompts are empty placeholders: not passed to reset()
         self.reward_classes: list[type] = []
-        self.tool_names: set[str] = set()          # every environment's tools (for metric keys every process shares)
         self.probe_tools: list = []                # one bound method per tool name, of the probes (TRL's trainer.tools)
         for name, make in self.factories.items():
             if not callable(make):
@@ -72,11 +71,15 @@ class Environments:
                                  f"reset(**row) (see TRL's GRPOTrainer docs)")
             # Schema errors now, naming the method, not at the first rollout.
             methods = environment_methods(probe)
-            names = set(tools_from_callables(methods, where))
-            self.probe_tools += [m for m in methods if m.__name__ in names - self.tool_names]
-            self.tool_names |= names
+            tools_from_callables(methods, where)
+            self.probe_tools += [m for m in methods if m.__name__ not in self.tool_names]
             if callable(getattr(probe, "get_reward", None)) and type(probe) not in self.reward_classes:
                 self.reward_classes.append(type(probe))
+
+    @property
+    def tool_names(self) -> set[str]:
+        """Every environment's tool names (metric keys every process shares)."""
+        return {m.__name__ for m in self.probe_tools}
 
     def reward_functions(self) -> list:
         """One reward per environment class that owns its reward, named after the class (TRL's column name)."""
