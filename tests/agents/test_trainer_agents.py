@@ -152,7 +152,7 @@ def test_dict_of_environments_routes_by_the_environment_column(tiny_llama_path, 
     assert counter[:2].tolist() == [0.0, 0.0] and torch.isnan(counter[2:]).all()
     assert doubler[2:].tolist() == [1.0, 1.0] and torch.isnan(doubler[:2]).all()
     assert [t.__name__ for t in trainer.tools] == ["increment", "double"]     # the union, each name once
-    with pytest.raises(ValueError, match="environment='nope' is not among the environments of environment_factory"):
+    with pytest.raises(ValueError, match="environment='nope' is not among the environments of environment_fac"):
         trainer.collector.collect([{**rows[0], "environment": "nope"}])
 
 

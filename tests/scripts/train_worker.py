@@ -39,8 +39,8 @@ from tests.helpers.fixed_generation import FixedCompletions
 from tests.helpers.scripted_agent import ScriptedToolUse
 
 BASE = dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=12, learning_rate=1e-3,
-            max_steps=2, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, plot_metrics=False, seed=0,
-            log_completions_steps=1, loss_type="dapo", generation_backend="hf")
+            max_steps=2, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, plot_metrics=False,
+            seed=0, log_completions_steps=1, loss_type="dapo", generation_backend="hf")
 
 
 def reward_functions(names: list[str]) -> list:
