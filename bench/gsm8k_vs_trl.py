@@ -48,7 +48,7 @@ def run(cmd: list[str], log: Path) -> float:
 
 
 def recipe_config(overrides: dict):
-    from hf_grpo.recipes import parse_config
+    from hf_grpo.config.recipes import parse_config
     argv = ["--recipe", str(RECIPE)]
     for key, value in overrides.items():
         argv += [f"--{key}", str(value)]
@@ -65,7 +65,7 @@ def phase_trl(opts) -> None:
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer
 
-    from hf_grpo.callbacks import TimeBudgetCallback
+    from hf_grpo.runtime.time_budget import TimeBudgetCallback
     from hf_grpo.data import filter_long_prompts, load_prompt_dataset
     from hf_grpo.models import load_tokenizer, resolve_model_path
     from hf_grpo.rewards import BUILTIN_REWARDS

@@ -2,8 +2,8 @@
 
 The same variable-length batch (prompt and completion lengths drawn uniformly, as a GRPO round's are) goes through
 the trainer's two log-prob paths on the embedded SmolLM2-135M-Instruct (``--model tiny`` for a 2-layer random Llama):
-padded ``[B, P + C]`` micro-batches (`hf_grpo.batching.collate`) and rows packed up to ``--max_tokens``
-(`hf_grpo.packing`, block-diagonal mask on sdpa). Loss: the masked mean completion log-prob, backward included.
+padded ``[B, P + C]`` micro-batches (`hf_grpo.learner.batching.collate`) and rows packed up to ``--max_tokens``
+(`hf_grpo.learner.packing`, block-diagonal mask on sdpa). Loss: the masked mean completion log-prob, backward included.
 Timings alternate between the paths, ``--repeats`` times after one untimed warm-up each; the median is reported.
 Also checks the two paths' log-probs agree. Ends with
 
@@ -22,10 +22,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hf_grpo.batching import collate, collate_packed  # noqa: E402
-from hf_grpo.logprobs import completion_logprobs, packed_completion_logprobs  # noqa: E402
+from hf_grpo.learner.batching import collate, collate_packed  # noqa: E402
+from hf_grpo.learner.logprobs import completion_logprobs, packed_completion_logprobs  # noqa: E402
 from hf_grpo.models import load_model, resolve_model_path  # noqa: E402
-from hf_grpo.packing import model_inputs, padding_metrics  # noqa: E402
+from hf_grpo.learner.packing import model_inputs, padding_metrics  # noqa: E402
 
 
 def samples(n: int, vocab: int, prompt: tuple[int, int], completion: tuple[int, int], seed: int) -> list[dict]:

@@ -13,6 +13,6 @@ def __getattr__(name):
         from .trainer import DistributedGRPOTrainer
         return DistributedGRPOTrainer
     if name == "GRPOConfig":
-        from .config import GRPOConfig
+        from .config.grpo_config import GRPOConfig
         return GRPOConfig
     raise AttributeError(f"module 'hf_grpo' has no attribute {name!r}")

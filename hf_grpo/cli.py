@@ -28,10 +28,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # Bad input ends each command with one line naming it (hf_grpo.errors); --verbose shows the traceback.
     if command == "eval":
-        from .eval_command import main as eval_main
+        from .evaluation.command import main as eval_main
         return run_command(eval_main, rest, prog="hf-grpo eval")
     if command == "serve":
-        from .serve import main as serve_main
+        from .generation.serve import main as serve_main
         return run_command(serve_main, rest, prog="hf-grpo serve")
     print(f"hf-grpo: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2

@@ -16,15 +16,15 @@ import datasets
 import transformers
 from transformers import set_seed
 
-from .callbacks import plot_training_curves
-from .checkpoints import checkpoint_step, resolve_resume
+from .reporting.callbacks import plot_training_curves
+from .runtime.checkpoints import checkpoint_step, resolve_resume
 from .data import load_prompt_dataset
 from .errors import run_command
 from .generation.vllm_colocate import vllm_logging_level
-from .heldout import HeldoutAccuracy, evaluate_heldout, heldout_dataset
-from .models import load_tokenizer
-from .peer_watch import watch_peers
-from .recipes import parse_config
+from .evaluation.heldout import HeldoutAccuracy, evaluate_heldout, heldout_dataset
+from .models.loading import load_tokenizer
+from .runtime.peer_watch import watch_peers
+from .config.recipes import parse_config
 from .trainer import DistributedGRPOTrainer
 
 logger = logging.getLogger("hf_grpo")
@@ -56,7 +56,7 @@ def train(argv: list[str]) -> DistributedGRPOTrainer:
     logger.info("config: model=%s dataset=%s rewards=%s estimator=%s loss=%s", args.model_name_or_path,
                 args.dataset_name, args.reward_funcs, args.advantage_estimator, args.loss_type)
     set_seed(args.seed)
-    # A peer rank killed by the OS (out of memory) is reported in one line by the survivors (hf_grpo.peer_watch).
+    # A peer rank killed by the OS (out of memory) is reported in one line by the survivors (hf_grpo.runtime.peer_watch).
     with watch_peers(args.verbose):
         return _train(args)
 

@@ -7,7 +7,7 @@ live in their own modules.
 
 Departures from TRL's `GRPOTrainer`: groups never straddle processes (each process samples all ``G`` completions of
 its prompts in one request), so advantages need no gather; micro-batches are padded to their own length (or packed,
-`hf_grpo.packing`); the ``dapo`` loss is normalised by the active tokens of the optimizer step over all processes.
+`hf_grpo.learner.packing`); the ``dapo`` loss is normalised by the active tokens of the optimizer step over all processes.
 """
 
 from __future__ import annotations
@@ -29,34 +29,35 @@ from .agents import (USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi
                      with_environment_rewards)
 from .algorithms import scheduled_temperature
 from .algorithms.surrogates import off_policy_mask
-from .batching import add_normalizers, build_samples, collate_microbatches, normalizer_group, split_microbatches
-from . import checkpoints
-from .callbacks import PlotCallback, RichProgressCallback, TimeBudgetCallback, write_rollout_log
-from .completions_log import CompletionsLog
-from .config import GRPOConfig
+from .learner.batching import add_normalizers, build_samples, collate_microbatches, normalizer_group, split_microbatches
+from .runtime import checkpoints
+from .reporting.callbacks import PlotCallback, RichProgressCallback, write_rollout_log
+from .reporting.completions import CompletionsLog
+from .config.grpo_config import GRPOConfig
 from .data.checks import model_positions, prepare_datasets
 from .data.streaming import is_streaming
-from .distributed import (check_reference_matches, is_fsdp, is_zero3, prepare_reference_model, warn_if_fsdp_falls_back,
-                          zero3_init_disabled)
-from .eval_loop import trainer_evaluate
+from .runtime.distributed import is_fsdp, is_zero3, warn_if_fsdp_falls_back, zero3_init_disabled
+from .models.reference import check_reference_matches, prepare_reference_model
+from .runtime.time_budget import TimeBudgetCallback
+from .evaluation.in_training import trainer_evaluate
 from .generation import build_generator
-from .global_stats import rollout_advantages, top_entropy_mask
-from .host_memory import ReleaseHostMemory
-from .logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
+from .learner.global_stats import rollout_advantages, top_entropy_mask
+from .runtime.host_memory import ReleaseHostMemory
+from .learner.logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
                        packed_completion_logprobs)
-from .loss_step import micro_batch_loss, setup_loss_terms
-from .metrics import MetricsBuffer
-from .model_card import model_card_text
-from .models import disable_dropout, load_model, load_tokenizer, resolve_model_path
-from .packing import first_sequence, model_inputs, single_row
-from .ptx import PTXBatches, ptx_nll_sum
+from .learner.loss_step import micro_batch_loss, setup_loss_terms
+from .reporting.metrics import MetricsBuffer
+from .reporting.model_card import model_card_text
+from .models.loading import disable_dropout, load_model, load_tokenizer, resolve_model_path
+from .learner.packing import first_sequence, model_inputs, single_row
+from .learner.ptx import PTXBatches, ptx_nll_sum
 from .rewards import RewardFunctionError, RewardRunner, load_reward_function, reward_functions
-from .pipeline import build_pipeline, pipelined_round
-from .ref_sync import SyncRefModelCallback
-from .rollout import RolloutCollector
-from .sampler import RepeatPromptSampler, keep_rows
-from .step_log import record_rollout_metrics, step_logs
-from .trl_compat import check_trainer_arguments, resolve_model_init_kwargs
+from .rollout.pipeline import build_pipeline, pipelined_round
+from .models.ref_sync import SyncRefModelCallback
+from .rollout.collector import RolloutCollector
+from .rollout.sampler import RepeatPromptSampler, keep_rows
+from .reporting.step_log import record_rollout_metrics, step_logs
+from .config.trl_compat import check_trainer_arguments, resolve_model_init_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -124,15 +125,15 @@ class DistributedGRPOTrainer(Trainer):
         warn_if_fsdp_falls_back(self.accelerator)
         self.completions_log = CompletionsLog(args, self.accelerator.is_main_process)     # checks the Hub first
         # With PEFT the reference is the policy with its adapter disabled; otherwise a frozen copy, prepared the way
-        # the backend needs (hf_grpo.distributed) and checked against the policy at the first step.
+        # the backend needs (hf_grpo.runtime.distributed) and checked against the policy at the first step.
         self.ref_model = None
         if args.beta > 0 and peft_config is None:
             self.ref_model = prepare_reference_model(
                 self.accelerator, self.model,
                 lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation, **init_kwargs))
         self._reference_checked = self.ref_model is None
-        setup_loss_terms(self)       # loss settings checked; aux_loss_enabled, entropy_control (hf_grpo.loss_step)
-        if args.sync_ref_model:      # TRL's TR-DPO mixing (hf_grpo.ref_sync)
+        setup_loss_terms(self)       # loss settings checked; aux_loss_enabled, entropy_control (hf_grpo.learner.loss_step)
+        if args.sync_ref_model:      # TRL's TR-DPO mixing (hf_grpo.models.ref_sync)
             self.add_callback(SyncRefModelCallback(self.accelerator, self.ref_model))
         self._chunked_logprobs: bool | None = None     # decided at the first log-prob pass (_choose_logprob_path)
         self._logit_transform = LogitTransform.from_config(self.accelerator.unwrap_model(self.model).config)
@@ -322,7 +323,7 @@ class DistributedGRPOTrainer(Trainer):
         """Old-policy log-probs (needed once a batch is reused) and reference log-probs (when beta > 0)."""
         args = self.args
         # Also with the pipeline: a round used by one optimizer step is scored at the weights that train on it, so
-        # the proximal policy of the decoupled objective is the loss pass's own log-probs (hf_grpo.pipeline).
+        # the proximal policy of the decoupled objective is the loss pass's own log-probs (hf_grpo.rollout.pipeline).
         # Old log-probs are needed once an optimizer step falls inside a round (its later micro-batches then train
         # a policy that moved since they were sampled): unless the round fits inside one step.
         need_old = args.num_iterations > 1 or args.gradient_accumulation_steps % args.steps_per_generation != 0
@@ -350,7 +351,7 @@ class DistributedGRPOTrainer(Trainer):
 
     def _check_reference(self, inputs: dict, batch: dict) -> None:
         """Before the first update the policy is the reference: stop if their log-probs differ (see
-        `hf_grpo.distributed.check_reference_matches`). Skipped when resuming, where they legitimately differ."""
+        `hf_grpo.runtime.distributed.check_reference_matches`). Skipped when resuming, where they legitimately differ."""
         self._reference_checked = True
         if self.state.global_step > 0:
             return
@@ -378,7 +379,7 @@ class DistributedGRPOTrainer(Trainer):
         return self.accelerator.unwrap_model(self.model).config._attn_implementation
 
     def _model_inputs(self, batch: dict) -> dict[str, torch.Tensor]:
-        """A micro-batch's model inputs on the device: padded, or packed with its attention mask (hf_grpo.packing)."""
+        """A micro-batch's model inputs on the device: padded, or packed with its attention mask (hf_grpo.learner.packing)."""
         return model_inputs(batch, self.accelerator.device, self._attn_implementation(),
                             self.accelerator.unwrap_model(self.model).dtype)
 
@@ -390,7 +391,7 @@ class DistributedGRPOTrainer(Trainer):
             self._chunked_logprobs = self._choose_logprob_path(inputs, completion_length)
         unwrapped = self.accelerator.unwrap_model(model)
         head = unwrapped.get_output_embeddings() if self._chunked_logprobs else None
-        if "completion_index" in inputs:      # packed rows (hf_grpo.packing)
+        if "completion_index" in inputs:      # packed rows (hf_grpo.learner.packing)
             return packed_completion_logprobs(model, head, inputs, temperature=temperature,
                                               chunk_size=self.args.logprob_chunk_size, with_entropy=with_entropy,
                                               transform=self._logit_transform, aux_losses=aux_losses,
@@ -402,7 +403,7 @@ class DistributedGRPOTrainer(Trainer):
 
     @torch.no_grad()
     def _choose_logprob_path(self, inputs: dict, completion_length: int) -> bool:
-        """True for the chunked path (see `hf_grpo.logprobs`): ``logprob_path``, resolved and checked once on the
+        """True for the chunked path (see `hf_grpo.learner.logprobs`): ``logprob_path``, resolved and checked once on the
         first real batch against the model's own logits."""
         if self.args.logprob_path == "model" or is_zero3(self.accelerator) or is_fsdp(self.accelerator):
             return False
@@ -421,11 +422,11 @@ class DistributedGRPOTrainer(Trainer):
 
     # ---- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss = micro_batch_loss(self, model, inputs)      # policy, entropy, MoE and PTX terms (hf_grpo.loss_step)
+        loss = micro_batch_loss(self, model, inputs)      # policy, entropy, MoE and PTX terms (hf_grpo.learner.loss_step)
         return (loss, None) if return_outputs else loss
 
     def _ptx_loss(self, model, inputs) -> torch.Tensor:
-        """The micro-batch's PTX next-token loss, normalised by its optimizer step's PTX tokens (`hf_grpo.ptx`)."""
+        """The micro-batch's PTX next-token loss, normalised by its optimizer step's PTX tokens (`hf_grpo.learner.ptx`)."""
         ids = inputs["ptx_input_ids"].to(self.accelerator.device)                       # [B, L]
         attention = inputs["ptx_attention_mask"].to(self.accelerator.device)            # [B, L]
         logp, _ = self._logprobs(model, {"input_ids": ids, "attention_mask": attention}, ids.shape[1] - 1, 1.0,
@@ -473,7 +474,7 @@ class DistributedGRPOTrainer(Trainer):
 
     # ---- evaluation ---------------------------------------------------------------------------------------------
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        """Greedy accuracy, sampled mean@k / pass@k and TRL's eval loss per eval set (`hf_grpo.eval_loop`)."""
+        """Greedy accuracy, sampled mean@k / pass@k and TRL's eval loss per eval set (`hf_grpo.evaluation.in_training`)."""
         return trainer_evaluate(self, eval_dataset, metric_key_prefix)
 
     # ---- saving -------------------------------------------------------------------------------------------------
@@ -510,7 +511,7 @@ class DistributedGRPOTrainer(Trainer):
 
     def _save_checkpoint(self, model, trial) -> None:
         """`Trainer`'s checkpoint plus hf_grpo's per-rank state, written to a staging folder and published with one
-        rename when every rank is done (see `hf_grpo.checkpoints`)."""
+        rename when every rank is done (see `hf_grpo.runtime.checkpoints`)."""
         folder = f"checkpoint-{self.state.global_step}"
         run_dir = self._get_output_dir(trial)
         staging = os.path.join(run_dir, checkpoints.STAGING, folder)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import GRPOConfig as _GRPOConfig
+from .config.grpo_config import GRPOConfig as _GRPOConfig
 
 _OWNED = "Set by TRL's ScriptArguments / ModelConfig in a TRL script; not a field of this config."
 

@@ -4,7 +4,7 @@ sample to another step or changes what a step's loss is normalised by."""
 import pytest
 import torch
 
-from hf_grpo.batching import split_microbatches
+from hf_grpo.learner.batching import split_microbatches
 
 
 def sample(i: int, tokens: int, advantage: float) -> dict:
@@ -49,7 +49,7 @@ def padded_sample(prompt: int, completion: int, i: int = 0) -> dict:
 
 
 def test_pad_to_multiple_of_pads_prompt_and_completion_lengths():
-    from hf_grpo.batching import collate
+    from hf_grpo.learner.batching import collate
     samples = [padded_sample(3, 5), padded_sample(6, 2, 1)]
     plain = collate(samples, pad_id=0)
     padded = collate(samples, pad_id=0, multiple=4)
@@ -64,7 +64,7 @@ def test_pad_to_multiple_of_pads_prompt_and_completion_lengths():
 
 
 def test_pad_to_multiple_of_pads_packed_rows():
-    from hf_grpo.batching import collate_packed
+    from hf_grpo.learner.batching import collate_packed
     samples = [padded_sample(3, 5), padded_sample(6, 2, 1)]
     plain = collate_packed(samples, pad_id=0, max_tokens=32, one_row=False)
     padded = collate_packed(samples, pad_id=0, max_tokens=32, one_row=False, multiple=8)
@@ -78,19 +78,19 @@ def test_pad_to_multiple_of_pads_packed_rows():
 
 @pytest.mark.parametrize("value, expected", [("auto", None), (None, None), ("none", None), ("16", 16), (8, 8)])
 def test_pad_to_multiple_of_values(value, expected):
-    from hf_grpo.trl_compat import resolve_pad_to_multiple_of
+    from hf_grpo.config.trl_compat import resolve_pad_to_multiple_of
     assert resolve_pad_to_multiple_of(value) == expected
 
 
 @pytest.mark.parametrize("value", [0, -2, "x", 2.5, True])
 def test_pad_to_multiple_of_bad_values_name_the_field(value):
-    from hf_grpo.trl_compat import resolve_pad_to_multiple_of
+    from hf_grpo.config.trl_compat import resolve_pad_to_multiple_of
     with pytest.raises(ValueError, match="pad_to_multiple_of=.* must be an integer >= 1"):
         resolve_pad_to_multiple_of(value)
 
 
 def test_rounds_ending_inside_a_step_share_the_rounds_normaliser():
-    from hf_grpo.batching import add_normalizers, normalizer_group
+    from hf_grpo.learner.batching import add_normalizers, normalizer_group
 
     class OneProcess:
         num_processes = 1

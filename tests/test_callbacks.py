@@ -2,7 +2,7 @@
 
 from transformers import TrainerControl, TrainerState
 
-from hf_grpo.callbacks import TimeBudgetCallback
+from hf_grpo.runtime.time_budget import TimeBudgetCallback
 
 
 class FakeClock:

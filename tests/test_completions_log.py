@@ -9,7 +9,7 @@ import os
 import pandas as pd
 import pytest
 
-from hf_grpo.completions_log import completions_frame, write_parquet
+from hf_grpo.reporting.completions import completions_frame, write_parquet
 from tests.test_trainer import make_trainer
 
 

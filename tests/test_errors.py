@@ -11,11 +11,11 @@ import pytest
 from datasets import Dataset, IterableDataset
 
 from hf_grpo import DistributedGRPOTrainer, GRPOConfig
-from hf_grpo.checkpoints import ResumeError, check_resume
-from hf_grpo.config_validation import ConfigError
+from hf_grpo.runtime.checkpoints import ResumeError, check_resume
+from hf_grpo.config.validation import ConfigError
 from hf_grpo.data import DataFormatError, load_prompt_dataset
 from hf_grpo.data.checks import prompt_token_limit
-from hf_grpo.recipes import RecipeError, parse_config
+from hf_grpo.config.recipes import RecipeError, parse_config
 from tests.helpers.rewards import even_token_reward
 from tests.test_trainer import make_config
 

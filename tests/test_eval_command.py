@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hf_grpo.cli import main as cli_main
-from hf_grpo.eval_command import merged_checkpoint
+from hf_grpo.evaluation.command import merged_checkpoint
 from hf_grpo.evaluation import lenient_correct, mean_interval, wilson_interval
 
 

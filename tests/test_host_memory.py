@@ -2,7 +2,7 @@
 
 import torch
 
-from hf_grpo.host_memory import ReleaseHostMemory, release_freed_memory
+from hf_grpo.runtime.host_memory import ReleaseHostMemory, release_freed_memory
 
 
 def _rss_mib() -> float:

@@ -15,14 +15,14 @@ import pytest
 
 from hf_grpo.config import GRPOConfig
 from hf_grpo.errors import InputError
-from hf_grpo.hub_completions import HubCompletionsError, check_hub_access
+from hf_grpo.reporting.completions_hub import HubCompletionsError, check_hub_access
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = "someone/run-completions"
 
 CHECK = """
 import sys
-from hf_grpo.hub_completions import HubCompletionsError, check_hub_access
+from hf_grpo.reporting.completions_hub import HubCompletionsError, check_hub_access
 try:
     check_hub_access(sys.argv[1], sys.argv[2] or None)
 except HubCompletionsError as e:
@@ -33,7 +33,7 @@ print("reachable")
 
 TRAINER = """
 import sys
-from hf_grpo.hub_completions import HubCompletionsError
+from hf_grpo.reporting.completions_hub import HubCompletionsError
 from tests.test_trainer import make_trainer
 try:
     make_trainer(sys.argv[1], __import__("pathlib").Path(sys.argv[2]), log_completions=True,

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from hf_grpo.lm_head import FP32Head, cast_lm_head_to_fp32
+from hf_grpo.models.lm_head import FP32Head, cast_lm_head_to_fp32
 from tests.conftest import make_tiny_llama
 from tests.test_trainer import make_trainer
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from hf_grpo.logprobs import completion_logprobs
+from hf_grpo.learner.logprobs import completion_logprobs
 from tests.conftest import make_tiny_llama
 
 
@@ -67,7 +67,7 @@ def tiny_family_model(family: str):
 
 @pytest.mark.parametrize("family", ["gemma2", "gemma3", "cohere", "granite"])
 def test_logit_transforms_of_each_family_are_applied(family):
-    from hf_grpo.logprobs import LogitTransform, chunked_path_matches
+    from hf_grpo.learner.logprobs import LogitTransform, chunked_path_matches
     model = tiny_family_model(family)
     input_ids = torch.randint(3, 97, (2, 9))
     attention_mask = torch.ones_like(input_ids)
@@ -94,7 +94,7 @@ def test_bf16_model_under_bf16_autocast_gets_float32_hidden_states():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(input_ids=input_ids, output_hidden_states=True)
     hidden = out.hidden_states[-1].float()[:, -6:-1]                                     # what accelerate returns
-    from hf_grpo.logprobs import LogitTransform, _head_logprobs
+    from hf_grpo.learner.logprobs import LogitTransform, _head_logprobs
     logp, _ = _head_logprobs(model.get_output_embeddings(), LogitTransform(), None,
                              hidden.reshape(-1, hidden.shape[-1]), input_ids[:, -5:].reshape(-1), 1.0, False)
     assert logp.dtype == torch.float32 and torch.isfinite(logp).all()
@@ -116,7 +116,7 @@ def vllm_kept(logits, top_k, top_p, min_p):
 
 @pytest.mark.parametrize("top_k,top_p,min_p", [(5, 1.0, 0.0), (0, 0.8, 0.0), (0, 1.0, 0.1), (20, 0.9, 0.02)])
 def test_sampling_filters_keep_what_vllm_keeps(top_k, top_p, min_p):
-    from hf_grpo.logprobs import SamplingFilters
+    from hf_grpo.learner.logprobs import SamplingFilters
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(64, 300, generator=g) * 3                                 # [c, V]
     expected = vllm_kept(logits, top_k, top_p, min_p)                               # [c, V]
@@ -127,7 +127,7 @@ def test_sampling_filters_keep_what_vllm_keeps(top_k, top_p, min_p):
 
 
 def test_filtered_logprobs_are_renormalised_over_the_kept_tokens_and_keep_the_target():
-    from hf_grpo.logprobs import SamplingFilters, _logits_logprobs
+    from hf_grpo.learner.logprobs import SamplingFilters, _logits_logprobs
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     top2 = SamplingFilters(top_k=2)
     logp, entropy = _logits_logprobs(top2, logits, torch.tensor([1]), 1.0, True)
@@ -143,7 +143,7 @@ def test_filtered_logprobs_are_renormalised_over_the_kept_tokens_and_keep_the_ta
 
 
 def test_filtered_logprobs_through_the_model_and_their_gradients():
-    from hf_grpo.logprobs import SamplingFilters
+    from hf_grpo.learner.logprobs import SamplingFilters
     model = make_tiny_llama(97)
     input_ids = torch.randint(3, 97, (2, 9))
     mask = torch.ones_like(input_ids)

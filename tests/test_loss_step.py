@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import MixtralConfig, MixtralForCausalLM
 
-from hf_grpo.loss_step import warn_about_loss_settings
+from hf_grpo.learner.loss_step import warn_about_loss_settings
 from tests.helpers.rewards import half_constant_reward
 from tests.test_trainer import make_config, make_trainer, params
 
@@ -171,7 +171,7 @@ def test_use_liger_kernel_errors_as_trl(tiny_llama_path, tmp_path):
 @pytest.mark.parametrize("loss_type,warned", [("dapo", True), ("bnpo", True), ("dr_grpo", True), ("cispo", True),
                                                ("grpo", False), ("sapo", False)])
 def test_sequence_ratio_with_a_token_summed_loss_warns(tmp_path, caplog, loss_type, warned):
-    with caplog.at_level(logging.WARNING, logger="hf_grpo.loss_step"):
+    with caplog.at_level(logging.WARNING, logger="hf_grpo.learner.loss_step"):
         warn_about_loss_settings(make_config(tmp_path, loss_type=loss_type, importance_sampling_level="sequence"))
     text = f"importance_sampling_level='sequence' with loss_type='{loss_type}': that loss sums per-token terms"
     assert (text in caplog.text) == warned
@@ -179,7 +179,7 @@ def test_sequence_ratio_with_a_token_summed_loss_warns(tmp_path, caplog, loss_ty
 
 
 def test_trls_other_loss_setting_checks(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="hf_grpo.loss_step"):
+    with caplog.at_level(logging.WARNING, logger="hf_grpo.learner.loss_step"):
         warn_about_loss_settings(make_config(tmp_path, loss_type="luspo"))
         warn_about_loss_settings(make_config(tmp_path, loss_type="vespo", importance_sampling_level="sequence"))
     assert "loss_type='luspo' is meant for importance_sampling_level='sequence'" in caplog.text

@@ -2,7 +2,7 @@
 
 from accelerate import Accelerator
 
-from hf_grpo.metrics import MetricsBuffer
+from hf_grpo.reporting.metrics import MetricsBuffer
 
 
 def test_counts_are_summed_and_other_metrics_averaged():

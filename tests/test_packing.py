@@ -1,4 +1,4 @@
-"""Sequence packing (hf_grpo.packing): the layout round-trips, packed log-probs equal padded ones on the tiny Llama
+"""Sequence packing (hf_grpo.learner.packing): the layout round-trips, packed log-probs equal padded ones on the tiny Llama
 (block mask on sdpa and eager, and the position-ids-only single row that flash attention gets), attention never
 crosses a sequence boundary, and a training step with packing gives the padded step's loss and weights, with gradient
 accumulation, a reference model, reused rounds and two processes."""
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from hf_grpo import GRPOConfig
-from hf_grpo.batching import balance_by_tokens, collate, collate_packed, split_microbatches
-from hf_grpo.logprobs import completion_logprobs, packed_completion_logprobs
-from hf_grpo.packing import block_causal_mask, first_fit_decreasing, first_sequence, model_inputs, pack, unpack
+from hf_grpo.learner.batching import balance_by_tokens, collate, collate_packed, split_microbatches
+from hf_grpo.learner.logprobs import completion_logprobs, packed_completion_logprobs
+from hf_grpo.learner.packing import block_causal_mask, first_fit_decreasing, first_sequence, model_inputs, pack, unpack
 from tests.conftest import make_tiny_llama
 from tests.test_trainer import make_trainer, params
 

@@ -1,4 +1,4 @@
-"""Asynchronous generation (`hf_grpo.pipeline`) on a real colocated vLLM engine (tiny Llama): the synchronous schedule
+"""Asynchronous generation (`hf_grpo.rollout.pipeline`) on a real colocated vLLM engine (tiny Llama): the synchronous schedule
 through the pipeline, bounded staleness read from the rollout log's recorded weight versions, rewards running while
 the trainer trains, dynamic sampling in the stream, and a `kill -9` in the middle of a pipelined run."""
 
@@ -15,7 +15,7 @@ import torch
 from hf_grpo import GRPOConfig, checkpoints
 from hf_grpo.algorithms import groups_with_spread
 from hf_grpo.data import load_prompt_dataset
-from hf_grpo.sampler import RepeatPromptSampler
+from hf_grpo.rollout.sampler import RepeatPromptSampler
 from tests.helpers.processes import kill9, wait_for
 from tests.helpers.rewards import even_token_reward
 from tests.test_trainer import make_trainer, params

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from hf_grpo.config import GRPOConfig
-from hf_grpo.recipes import RecipeError, parse_config, read_recipe
+from hf_grpo.config.recipes import RecipeError, parse_config, read_recipe
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
 REQUIRED = {"grpo", "dapo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "quickstart", "gsm8k"}

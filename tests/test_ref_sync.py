@@ -11,7 +11,7 @@ from transformers import TrainerCallback
 
 from hf_grpo import DistributedGRPOTrainer
 from hf_grpo.data import load_prompt_dataset
-from hf_grpo.ref_sync import mix_, sync_reference
+from hf_grpo.models.ref_sync import mix_, sync_reference
 from tests.conftest import make_tiny_llama
 from tests.helpers.rewards import even_token_reward
 from tests.test_trainer import make_config, make_trainer

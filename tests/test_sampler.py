@@ -1,4 +1,4 @@
-from hf_grpo.sampler import RepeatPromptSampler
+from hf_grpo.rollout.sampler import RepeatPromptSampler
 
 
 def test_each_round_repeats_a_block_and_processes_get_disjoint_prompts():

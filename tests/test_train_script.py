@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from hf_grpo.cli import main as cli_main
-from hf_grpo.recipes import RecipeError
+from hf_grpo.config.recipes import RecipeError
 from hf_grpo.train import main
 
 ROOT = Path(__file__).resolve().parent.parent

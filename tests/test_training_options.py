@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hf_grpo.data.schema import DataFormatError
-from hf_grpo.ptx import PTXBatches, load_texts
+from hf_grpo.learner.ptx import PTXBatches, load_texts
 from tests.helpers.fixed_generation import FixedCompletions
 from tests.test_trainer import make_trainer
 

@@ -13,7 +13,7 @@ from datasets import IterableDataset, IterableDatasetDict
 
 from hf_grpo import DistributedGRPOTrainer
 from hf_grpo.data import DataFormatError, load_prompt_dataset
-from hf_grpo.eval_loop import eval_loss_value
+from hf_grpo.evaluation.in_training import eval_loss_value
 from tests.helpers.rewards import even_token_reward
 from tests.test_trainer import make_config
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from hf_grpo import GRPOConfig
-from hf_grpo.completions_table import completions_table
+from hf_grpo.reporting.completions_table import completions_table
 from tests.test_trainer import make_config, make_trainer
 
 

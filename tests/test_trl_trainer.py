@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from hf_grpo.completions_table import completions_table
+from hf_grpo.reporting.completions_table import completions_table
 from hf_grpo.rewards import RewardModel
 from tests.conftest import save_tiny_classifier
 from tests.helpers.rewards import even_token_reward

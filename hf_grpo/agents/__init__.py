@@ -80,7 +80,7 @@ def _with_empty_prompts(dataset, prompt_column: str, agent):
 
 def multi_turn_rollouts(trainer):
     """The collector's ``multi_turn`` hook for ``trainer``, or None for single-turn training."""
-    from ..distributed import forward_is_collective
+    from ..runtime.distributed import forward_is_collective
     from ..generation.hf import HFGenerator
 
     G, process = trainer.args.num_generations, trainer.accelerator.process_index

@@ -26,7 +26,8 @@ from typing import Any
 from datasets import Dataset
 
 from ..errors import InputError
-from .loading import load_prompt_dataset, row_locations
+from .loading import load_prompt_dataset
+from .locations import row_locations
 from .prompts import filter_long_prompts
 from .streaming import LazyEvalSet, RowChecker, StreamedPrompts, check_streaming_config, is_streaming
 
@@ -69,7 +70,7 @@ def model_positions(model) -> int | None:
     if isinstance(model, str):
         from transformers import AutoConfig
 
-        from ..models import resolve_model_path
+        from ..models.loading import resolve_model_path
         config = AutoConfig.from_pretrained(resolve_model_path(model))
     else:
         config = model.config

@@ -22,33 +22,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import weakref
-
 from datasets import Dataset, DatasetDict, IterableDataset, load_from_disk
 
 from .arithmetic import arithmetic_rows
 from .multiplication import DEFAULT_ROWS as DEFAULT_MULTIPLICATION_ROWS, multiplication_rows
 from .jsonl import read_jsonl
+from .locations import set_row_locations
 from .prompts import add_system_prompt
 from .schema import DataFormatError, normalize_rows
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_ARITHMETIC_ROWS = 2000
-
-
-# Each loaded dataset's row locations (file:line, or name[index]), for later messages about a row; the weak keys
-# let a dataset and its entry go together. A dataset found here has also been validated.
-_LOCATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def row_locations(dataset: Dataset) -> list[str] | None:
-    """Where each row of a dataset returned by `load_prompt_dataset` came from; None for any other dataset."""
-    return _LOCATIONS.get(dataset)
-
-
-def set_row_locations(dataset: Dataset, locations: list[str]) -> None:
-    _LOCATIONS[dataset] = locations
 
 
 class DataSourceNotFoundError(DataFormatError, FileNotFoundError):

@@ -12,6 +12,7 @@ from typing import Any
 
 from datasets import Dataset
 
+from .locations import row_locations, set_row_locations
 from .schema import DataFormatError, is_conversational
 
 logger = logging.getLogger(__name__)
@@ -125,8 +126,6 @@ def filter_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_length: int
     if max_prompt_length is not None and (isinstance(max_prompt_length, bool) or not isinstance(max_prompt_length, int)
                                           or max_prompt_length < 1):
         raise DataFormatError(f"max_prompt_length must be a positive int or None, got {max_prompt_length!r}")
-    from .loading import row_locations, set_row_locations
-
     locations = row_locations(dataset)
 
     def where(i: int) -> str:

@@ -5,7 +5,7 @@ Training: `StreamedPrompts` reads the stream lazily and gives every row drawn th
 construction (``train_dataset[i]: key ...``, with ``i`` the row's position in the stream), drops prompts over the
 prompt-token limit and counts them (logged at the first drop and at the end of each pass), and yields each generation
 round's block of ``prompts_per_generation x processes`` rows ``steps_per_generation x num_iterations`` times, as
-`hf_grpo.sampler.RepeatPromptSampler` does for a map-style dataset. With several processes the dataloader is not
+`hf_grpo.rollout.sampler.RepeatPromptSampler` does for a map-style dataset. With several processes the dataloader is not
 dispatched from the main process (``dispatch_batches=False``): every process reads the same stream and accelerate's
 shard hands process ``r`` the ``r``-th ``prompts_per_generation`` rows of each block, so each rank trains on
 distinct prompts. A block left incomplete when the stream ends is dropped and counted, as the sampler drops an

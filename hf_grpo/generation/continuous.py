@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from ..distributed import forward_is_collective
+from ..runtime.distributed import forward_is_collective
 from ..errors import InputError
 from .base import GenerationResult, SamplingParams
 from .hf import HFGenerator

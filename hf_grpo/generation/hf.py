@@ -22,7 +22,7 @@ import contextlib
 
 import torch
 
-from ..distributed import forward_is_collective, is_zero3, max_over_ranks
+from ..runtime.distributed import forward_is_collective, is_zero3, max_over_ranks
 from .base import GenerationResult, Generator, SamplingParams
 
 

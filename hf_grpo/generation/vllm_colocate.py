@@ -37,7 +37,7 @@ import weakref
 
 import torch
 
-from ..distributed import is_zero3
+from ..runtime.distributed import is_zero3
 from .base import GenerationResult, Generator, SamplingParams
 from .kv_budget import kv_cache_bytes
 from .weights import iter_policy_weights, policy_weight_metadata

@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 import requests
 
 from .base import GenerationResult, Generator, SamplingParams
-from ..models import DTYPES
+from ..models.loading import DTYPES
 from .weights import save_policy_weights
 
 logger = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 import torch
 from torch.distributed.tensor import DTensor
 
-from ..distributed import is_zero3
+from ..runtime.distributed import is_zero3
 
 
 def _is_peft(module) -> bool:

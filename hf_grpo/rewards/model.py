@@ -48,7 +48,7 @@ class RewardModel:
         source = model if isinstance(model, (str, os.PathLike)) else model.config._name_or_path
         load_from = source
         if isinstance(model, (str, os.PathLike)):
-            from ..models import check_model_path  # a missing path or an offline hub id: one clear ModelLoadError
+            from ..models.loading import check_model_path  # a missing path or an offline hub id: one clear ModelLoadError
 
             load_from = check_model_path(model)
             model = AutoModelForSequenceClassification.from_pretrained(load_from, dtype=dtype)

@@ -15,7 +15,7 @@ from datasets import Dataset
 from hf_grpo import DistributedGRPOTrainer as GRPOTrainer     # was: from trl import GRPOTrainer
 from hf_grpo import GRPOConfig
 from hf_grpo.agents import calculator
-from hf_grpo.batching import build_samples
+from hf_grpo.learner.batching import build_samples
 from tests.helpers.rewards import even_token_reward
 from tests.helpers.scripted_agent import ScriptedToolUse
 

@@ -17,7 +17,7 @@ from trl.trainer import grpo_trainer as trl_grpo
 from trl.trainer.utils import nanstd
 
 from hf_grpo.algorithms import normalize_then_sum
-from hf_grpo.global_stats import rollout_advantages
+from hf_grpo.learner.global_stats import rollout_advantages
 
 NAN = float("nan")
 

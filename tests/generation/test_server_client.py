@@ -8,7 +8,7 @@ import pytest
 
 from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.vllm_server import VLLMServerClient, VLLMServerError, _split
-from hf_grpo.serve import parse_args, serve_command
+from hf_grpo.generation.serve import parse_args, serve_command
 
 
 @pytest.mark.parametrize("n_items,parts,offset,expected", [
@@ -94,7 +94,7 @@ def test_serve_rejects_numbers_out_of_range(flags, message, capsys):
 
 
 def test_serve_names_a_model_path_that_does_not_exist(capsys):
-    from hf_grpo.serve import main
+    from hf_grpo.generation.serve import main
     assert main(["--model", "./no-such-model", "--dry-run"]) == 2
     assert capsys.readouterr().err.strip() == (
         "hf-grpo serve: error: model path './no-such-model' does not exist (no folder "
@@ -105,7 +105,7 @@ def test_serve_names_a_model_path_that_does_not_exist(capsys):
 def test_serve_checks_the_port_and_host_before_starting():
     import socket
 
-    from hf_grpo.serve import listen_problem
+    from hf_grpo.generation.serve import listen_problem
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

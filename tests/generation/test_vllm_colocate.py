@@ -71,7 +71,7 @@ def test_sampling_logprobs_are_the_trainers_logprobs(setup):
 def test_truncated_sampling_logprobs_are_the_trainers_filtered_logprobs(setup, top_k, top_p, min_p):
     """vLLM's processed log-probs are renormalised over the tokens top_k/top_p/min_p keep: the trainer's match them
     only when it applies the same filters (the temperature-only log-probs TRL uses are lower by the dropped mass)."""
-    from hf_grpo.logprobs import SamplingFilters
+    from hf_grpo.learner.logprobs import SamplingFilters
     generator, model, _, prompts = setup
     result = generator.generate(prompts, 2, SamplingParams(max_tokens=16, temperature=0.8, top_k=top_k, top_p=top_p,
                                                            min_p=min_p))

@@ -2,7 +2,7 @@
 
 import torch
 
-from hf_grpo.logprobs import SamplingFilters, completion_logprobs
+from hf_grpo.learner.logprobs import SamplingFilters, completion_logprobs
 
 
 def trainer_logprobs(model, prompt: list[int], completion: list[int], temperature: float = 1.0,

@@ -20,7 +20,7 @@ from datasets import Dataset  # noqa: E402
 
 from hf_grpo.data import load_prompt_dataset  # noqa: E402
 from hf_grpo.errors import InputError  # noqa: E402
-from hf_grpo.recipes import parse_config  # noqa: E402
+from hf_grpo.config.recipes import parse_config  # noqa: E402
 
 TMP = Path(tempfile.mkdtemp(prefix="sweep-"))
 

@@ -9,7 +9,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from hf_grpo.ref_sync import sync_reference
+from hf_grpo.models.ref_sync import sync_reference
 from tests.conftest import make_tiny_llama
 
 ALPHA = 0.3

@@ -1,0 +1,106 @@
+"""Held-out accuracy of the base and the trained policy: the demo's headline number (issue 14).
+
+A training reward that mixes correctness and format can climb while the model learns only the format. The demo
+therefore reports, before and after training, the greedy accuracy on prompts the training set never contains,
+counting a completion correct when its final number is right in any format
+(:func:`hf_grpo.evaluation.final_number`): writing ``\\boxed{}`` alone gains nothing.
+
+Both evaluations use the trainer's own generation backend (no second engine): the base one runs before the first
+step, when the engine still holds the checkpoint's weights; the trained one syncs the final weights first.
+Intervals are 95% Wilson score intervals over the ``n`` held-out prompts. A policy trained with tools is evaluated
+with the same tools (multi-turn, greedy), scored by its last assistant message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+from datasets import Dataset
+
+from ..data import filter_long_prompts
+from ..data.arithmetic import ARITHMETIC_SOURCE, heldout_arithmetic_rows
+from ..data.multiplication import MULTIPLICATION_SOURCE, heldout_multiplication_rows
+from ..data.prompts import add_system_prompt
+from .accuracy import EvalResult, evaluate_rows, wilson_interval
+from ..generation import SamplingParams
+
+FILENAME = "heldout_accuracy.json"
+
+
+@dataclass(frozen=True)
+class HeldoutAccuracy:
+    n: int
+    base: float                     # fractions in [0, 1]
+    trained: float
+    base_interval: tuple[float, float]
+    trained_interval: tuple[float, float]
+
+    @classmethod
+    def from_counts(cls, n: int, base_correct: int, trained_correct: int) -> "HeldoutAccuracy":
+        if n < 1:
+            raise ValueError(f"held-out accuracy needs at least one prompt, got n={n}")
+        return cls(n=n, base=base_correct / n, trained=trained_correct / n,
+                   base_interval=wilson_interval(base_correct, n), trained_interval=wilson_interval(trained_correct, n))
+
+    def line(self) -> str:
+        pct = lambda p, iv: f"{100 * p:.1f}% [{100 * iv[0]:.1f}, {100 * iv[1]:.1f}]"
+        return (f"held-out accuracy (n={self.n}, greedy, final number in any format): "
+                f"base {pct(self.base, self.base_interval)} -> trained {pct(self.trained, self.trained_interval)}")
+
+    def write(self, output_dir: str) -> str:
+        """``<output_dir>/heldout_accuracy.json``: ``n``, ``base``, ``trained`` (fractions) and the intervals."""
+        os.makedirs(output_dir, exist_ok=True)
+        path = os.path.join(output_dir, FILENAME)
+        record = asdict(self)
+        record["base_interval"], record["trained_interval"] = list(self.base_interval), list(self.trained_interval)
+        with open(path, "w") as f:
+            json.dump(record, f, indent=2)
+        return path
+
+
+def _question(row: dict) -> str:
+    return row["prompt"][-1]["content"]
+
+
+def heldout_dataset(args, train_dataset: Dataset, tokenizer) -> Dataset:
+    """``args.heldout_eval_samples`` prompts of the arithmetic task's held-out fold, prepared like the training
+    prompts (same system prompt, same length filter). Raises if none of them may be scored or if any question also
+    appears in ``train_dataset``."""
+    n = args.heldout_eval_samples
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"heldout_eval_samples must be a positive int (0 disables), got {n!r}")
+    if ARITHMETIC_SOURCE.fullmatch(str(args.dataset_name)):
+        rows = heldout_arithmetic_rows(n, seed=args.seed)
+    elif MULTIPLICATION_SOURCE.fullmatch(str(args.dataset_name)):
+        rows = heldout_multiplication_rows(n, seed=args.seed)
+    else:
+        raise ValueError(f"heldout_eval_samples needs dataset_name arithmetic[:N] or multiplication[:N] (the generated "
+                         f"tasks have a held-out fold), got {args.dataset_name!r}; evaluate other data with "
+                         f"`hf-grpo eval`")
+    if args.system_prompt:
+        add_system_prompt(rows, args.system_prompt, where="held-out arithmetic")
+    dataset, dropped = filter_long_prompts(Dataset.from_list(rows), tokenizer, args.max_prompt_length)
+    if dropped:
+        raise ValueError(f"{dropped} held-out prompts are longer than max_prompt_length={args.max_prompt_length}")
+    # The question is the last user message (the multiplication task's prompts share their demonstrations).
+    seen = {_question(row) for row in train_dataset}
+    overlap = [q for q in (_question(row) for row in dataset) if q in seen]
+    if overlap:
+        raise AssertionError(f"held-out prompts must be disjoint from training; {len(overlap)} shared, e.g. "
+                             f"{overlap[0]!r}")
+    return dataset
+
+
+def evaluate_heldout(trainer, dataset: Dataset) -> EvalResult:
+    """Greedy accuracy of the trainer's current policy on ``dataset`` through its generator (``lenient_accuracy``
+    is the headline). The generator gets the current weights first unless it already holds them."""
+    generator = trainer.generator
+    # Before the first step the engine holds the checkpoint the policy was loaded from (version -1): no sync needed.
+    # After training it holds the weights of the last step's start, one optimizer step behind.
+    if trainer.state.global_step > 0 and generator.weight_version != trainer.state.global_step:
+        generator.update_weights(trainer.model_wrapped, trainer.state.global_step)
+    sampling = SamplingParams.from_config(trainer.args, greedy=True)
+    return evaluate_rows(generator, trainer.processing_class, dataset, trainer.eval_reward_runner, sampling,
+                         trainer.accelerator, multi_turn=trainer.collector.multi_turn)
