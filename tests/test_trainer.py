@@ -9,36 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_grpo import DistributedGRPOTrainer, GRPOConfig
-from hf_grpo.data import load_prompt_dataset
 from tests.helpers.fixed_generation import FixedCompletions
 from tests.helpers.rewards import even_token_reward
+from tests.helpers.trainers import make_config, make_trainer, params
 
 EXPECTED_METRICS = ["loss", "reward", "reward_std", "rewards/even_token_reward/mean", "rewards/even_token_reward/std",
                     "completions/mean_length", "completions/clipped_ratio", "entropy", "clip_ratio/low_mean",
                     "clip_ratio/high_mean", "clip_ratio/region_mean", "frac_reward_zero_std", "num_tokens",
                     "throughput/tokens_per_s", "timing/generation_s", "grad_norm", "learning_rate",
                     "numerics/log_ratio_clamped_tokens"]
-
-
-def make_config(tmp_path, **overrides):
-    values = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, num_generations=4,
-                  max_completion_length=12, learning_rate=1e-3, max_steps=2, logging_steps=1, save_strategy="no",
-                  report_to="none", seed=0, disable_tqdm=True, plot_metrics=False, use_cpu=True,
-                  generation_backend="hf")   # mechanics: the vLLM backend has its own tests (tests/generation)
-    values.update(overrides)
-    return GRPOConfig(**values)
-
-
-def make_trainer(tiny_llama_path, tmp_path, reward_funcs=(even_token_reward,), **overrides):
-    args = make_config(tmp_path, **overrides)
-    dataset = load_prompt_dataset("arithmetic:64")
-    return DistributedGRPOTrainer(model=tiny_llama_path, reward_funcs=list(reward_funcs), args=args,
-                                  train_dataset=dataset)
-
-
-def params(model):
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
 def test_training_moves_parameters_and_logs_finite_metrics(tiny_llama_path, tmp_path):

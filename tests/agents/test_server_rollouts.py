@@ -16,7 +16,7 @@ from hf_grpo.agents import AgentRollouts, calculator
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.vllm_server import VLLMServerGenerator
-from tests.generation.test_vllm_server import Server
+from tests.helpers.servers import Server
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

@@ -291,7 +291,7 @@ def test_multi_turn_with_training_options(tiny_llama_path, vllm_tiny_path, tmp_p
 def test_multi_turn_sampling_logprobs_match_the_trainers(smol_path, tmp_path):
     """The embedded model on colocated vLLM (fp32, sampling at temperature 1) with the calculator and the agent task's
     two demonstrations, so that about a third of its 16 rollouts call the tool. Over the policy's tokens the sampler's
-    log-probs equal the trainer's, as they do single-turn (tests/test_training_options.py): the row is exactly what
+    log-probs equal the trainer's, as they do single-turn (tests/test_trainer_options.py): the row is exactly what
     the engine saw. An observation token in the ratio would add |0 - logp| (0.0 is what the loop records for it,
     and its trainer log-prob is far from 0), a row that re-tokenized a turn would shift every later token."""
     from hf_grpo.data import load_prompt_dataset

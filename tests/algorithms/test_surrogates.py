@@ -10,7 +10,7 @@ from trl import GRPOTrainer
 
 from hf_grpo.algorithms import cispo_per_token, off_policy_mask, policy_loss, sapo_per_token, vespo_weights
 from hf_grpo.algorithms.entropy_control import EntropyControl, entropy_bonus
-from tests.algorithms.test_trl_reference import TRLLoss, make_inputs
+from tests.helpers.trl_loss import TRLLoss, make_inputs
 
 PARAMS = dict(sapo_temperature_pos=0.9, sapo_temperature_neg=1.3, vespo_k_pos=2.5, vespo_lambda_pos=2.0,
               vespo_k_neg=3.0, vespo_lambda_neg=1.5)

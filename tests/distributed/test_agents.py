@@ -6,8 +6,7 @@ and log what each rank did."""
 
 import pytest
 
-from tests.distributed.launch import launch, results, step_logs
-from tests.distributed.test_backends import assert_ranks_agree_and_trained
+from tests.helpers.launch import assert_ranks_agree_and_trained, launch, results, step_logs
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

@@ -15,26 +15,15 @@ paths themselves are tested with torch's fully_shard over gloo in test_fsdp2.py.
 import json
 
 import pytest
-import torch
 
-from hf_grpo.models import load_model
 from hf_grpo.rewards import RewardModel
-from tests.conftest import save_tiny_classifier
-from tests.distributed.launch import BACKENDS, launch, results, step_logs
+from tests.helpers.launch import BACKENDS, assert_ranks_agree_and_trained, launch, results, step_logs
+from tests.helpers.models import save_tiny_classifier
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 COLOCATE = {"generation_backend": "vllm", "vllm_mode": "colocate", "vllm_enforce_eager": True,
             "vllm_kv_cache_gib": 0.25, "max_prompt_length": 256}
-
-
-def assert_ranks_agree_and_trained(r0: dict, r1: dict, model_path: str) -> None:
-    assert r0["world"] == 2
-    before = {n: p.detach() for n, p in load_model(model_path).named_parameters()}
-    assert r0["weights"].keys() == before.keys()
-    assert any(not torch.equal(before[n], w) for n, w in r0["weights"].items()), "training did not change the weights"
-    for name, w in r0["weights"].items():
-        assert torch.equal(w, r1["weights"][name]), f"ranks diverged at {name}"
 
 
 @pytest.mark.parametrize("backend,peft", [(b, False) for b in BACKENDS] + [("ddp", True), ("zero3", True)],

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from tests.distributed.launch import ROOT
+from tests.helpers.launch import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

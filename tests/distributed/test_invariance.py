@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.distributed.launch import launch, results
+from tests.helpers.launch import launch, results
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

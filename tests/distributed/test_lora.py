@@ -9,9 +9,8 @@ import torch
 
 from hf_grpo import DistributedGRPOTrainer, GRPOConfig
 from hf_grpo.data import load_prompt_dataset
-from tests.generation.test_vllm_colocate import vllm_logprobs
 from tests.helpers.rewards import even_token_reward
-from tests.helpers.scoring import trainer_logprobs
+from tests.helpers.scoring import trainer_logprobs, vllm_logprobs
 
 pytestmark = pytest.mark.slow
 

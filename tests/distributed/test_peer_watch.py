@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 
-from tests.distributed.launch import ROOT
+from tests.helpers.launch import ROOT
 from tests.helpers.processes import kill9, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]

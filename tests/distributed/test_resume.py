@@ -18,7 +18,7 @@ import time
 import pytest
 import torch
 
-from tests.distributed.launch import ROOT, results
+from tests.helpers.launch import ROOT, results
 from tests.helpers.processes import kill9, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]

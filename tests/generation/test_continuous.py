@@ -12,8 +12,8 @@ from hf_grpo.errors import InputError
 from hf_grpo.generation import HFGenerator, SamplingParams
 from hf_grpo.generation.continuous import ContinuousBatchingGenerator, workload_cache
 from hf_grpo.models import load_model
-from tests.conftest import make_tiny_llama
-from tests.test_trainer import make_trainer
+from tests.helpers.models import make_tiny_llama
+from tests.helpers.trainers import make_trainer
 
 PROMPTS = [[{"role": "user", "content": "What is 12+7?"}], [{"role": "user", "content": "Name a color."}]]
 

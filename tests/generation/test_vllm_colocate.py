@@ -12,7 +12,7 @@ from hf_grpo.data import encode_prompts
 from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
 from hf_grpo.models import load_model
-from tests.helpers.scoring import trainer_logprobs
+from tests.helpers.scoring import trainer_logprobs, vllm_logprobs
 
 pytestmark = pytest.mark.slow
 
@@ -33,15 +33,6 @@ def setup(smol_path, tokenizer, tmp_path_factory):
     model = load_model(smol_path).eval()
     yield generator, model, accelerator, encode_prompts(tokenizer, PROMPTS)
     generator.close()
-
-
-def vllm_logprobs(generator, prompt, completion):
-    from vllm import SamplingParams as VSP
-    from vllm.inputs import TokensPrompt
-    out = generator.llm.generate([TokensPrompt(prompt_token_ids=prompt + completion)],
-                                 VSP(max_tokens=1, prompt_logprobs=0, temperature=1.0), use_tqdm=False)[0]
-    ids = prompt + completion
-    return torch.tensor([out.prompt_logprobs[i][ids[i]].logprob for i in range(len(prompt), len(ids))])
 
 
 def hf_greedy(model, prompt, tokens):

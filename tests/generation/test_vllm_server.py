@@ -4,14 +4,9 @@ to the trainer's current weights before it is used. Ends with a 2-process `accel
 
 import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
-import requests
 import torch
 from accelerate import Accelerator
 
@@ -19,59 +14,11 @@ from hf_grpo import GRPOConfig
 from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.vllm_server import VLLMServerError, VLLMServerGenerator
 from hf_grpo.models import load_model
+from tests.helpers.launch import BACKENDS, launch, results, step_logs
 from tests.helpers.scoring import trainer_logprobs
-from tests.distributed.launch import BACKENDS, launch, results, step_logs
+from tests.helpers.servers import Server
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, model_path: str, log_dir):
-        self.model_path, self.port, self.log_dir = model_path, free_port(), log_dir
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = None
-
-    def start(self):
-        log = open(self.log_dir / f"server-{self.port}.log", "ab")
-        cmd = [sys.executable, "-m", "hf_grpo.cli", "serve", "--model", self.model_path, "--port", str(self.port),
-               "--enforce-eager", "--kv-cache-gib", "0.25", "--max-model-len", "512"]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def wait(self, timeout=300):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"server {self.url} exited: see {self.log_dir}"
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(1)
-        raise TimeoutError(self.url)
-
-    def kill(self):
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def requests_served(self) -> float:
-        text = requests.get(self.url + "/metrics", timeout=5).text
-        return sum(float(m) for m in re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
-
-    def weight_version(self) -> str:
-        return requests.get(self.url + "/weight_info", timeout=5).json()["weight_version"]
-
-    def completion_logprobs(self, prompt, completion) -> torch.Tensor:
-        ids = prompt + completion
-        body = {"model": self.model_path, "prompt": [ids], "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
-        choice = requests.post(self.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
-        return torch.tensor([choice["prompt_logprobs"][i][str(ids[i])]["logprob"]
-                             for i in range(len(prompt), len(ids))])
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from accelerate import Accelerator
 from safetensors.torch import load_file
 
 from hf_grpo.generation.weights import iter_policy_weights, save_policy_weights
-from tests.conftest import make_tiny_llama
+from tests.helpers.models import make_tiny_llama
 
 
 @pytest.fixture(scope="module")

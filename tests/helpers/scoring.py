@@ -1,4 +1,5 @@
-"""The trainer's own log-probs of a fixed completion, the reference the vLLM tests compare the engine against."""
+"""The trainer's own log-probs of a fixed completion, the reference the vLLM tests compare the engine against, and
+a colocated engine's log-probs of the same completion."""
 
 import torch
 
@@ -12,3 +13,12 @@ def trainer_logprobs(model, prompt: list[int], completion: list[int], temperatur
         logp, _ = completion_logprobs(model, model.get_output_embeddings(), ids, torch.ones_like(ids), len(completion),
                                       temperature=temperature, filters=filters)
     return logp[0]                                                                   # [C]
+
+
+def vllm_logprobs(generator, prompt, completion):
+    from vllm import SamplingParams as VSP
+    from vllm.inputs import TokensPrompt
+    out = generator.llm.generate([TokensPrompt(prompt_token_ids=prompt + completion)],
+                                 VSP(max_tokens=1, prompt_logprobs=0, temperature=1.0), use_tqdm=False)[0]
+    ids = prompt + completion
+    return torch.tensor([out.prompt_logprobs[i][ids[i]].logprob for i in range(len(prompt), len(ids))])

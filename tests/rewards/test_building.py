@@ -8,9 +8,9 @@ from hf_grpo import DistributedGRPOTrainer
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.errors import InputError
 from hf_grpo.rewards import RewardModel, reward_functions
-from tests.conftest import save_tiny_classifier
+from tests.helpers.models import save_tiny_classifier
 from tests.helpers.rewards import even_token_reward
-from tests.test_trainer import make_config
+from tests.helpers.trainers import make_config
 
 
 @pytest.fixture(scope="module")

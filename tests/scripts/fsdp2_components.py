@@ -17,7 +17,7 @@ from torch.distributed.fsdp import fully_shard
 from hf_grpo.generation import HFGenerator, SamplingParams
 from hf_grpo.generation.weights import iter_policy_weights, policy_weight_metadata
 from hf_grpo.models import load_tokenizer
-from tests.conftest import make_tiny_llama
+from tests.helpers.models import make_tiny_llama
 
 
 def shard(model, mesh):

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from hf_grpo.models.ref_sync import sync_reference
-from tests.conftest import make_tiny_llama
+from tests.helpers.models import make_tiny_llama
 
 ALPHA = 0.3
 VOCAB = 64

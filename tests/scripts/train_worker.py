@@ -1,4 +1,4 @@
-"""Run under `accelerate launch` by tests/distributed (see tests/distributed/launch.py): trains a small model with
+"""Run under `accelerate launch` by tests/distributed (see tests/helpers/launch.py): trains a small model with
 the settings of a JSON spec and saves, per process, what the tests compare.
 
 usage: train_worker.py MODEL OUT SPEC_JSON
@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-from hf_grpo import DistributedGRPOTrainer, GRPOConfig, checkpoints
+from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+from hf_grpo.runtime import checkpoints
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.generation.weights import iter_policy_weights
 from hf_grpo.rewards import RewardFunctionError

@@ -8,7 +8,7 @@ import pytest
 
 from hf_grpo import GRPOConfig
 from hf_grpo.reporting.completions_table import completions_table
-from tests.test_trainer import make_config, make_trainer
+from tests.helpers.trainers import make_config, make_trainer
 
 
 def constant_one(completions, **kwargs):

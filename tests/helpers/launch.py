@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from hf_grpo.models import load_model
+
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ("ddp", "zero2", "zero3", "fsdp2")
 
@@ -34,3 +36,12 @@ def results(out: Path, run: int = 0, num_processes: int = 2) -> list[dict]:
 
 def step_logs(result: dict) -> list[dict]:
     return [r for r in result["log"] if "reward" in r]
+
+
+def assert_ranks_agree_and_trained(r0: dict, r1: dict, model_path: str) -> None:
+    assert r0["world"] == 2
+    before = {n: p.detach() for n, p in load_model(model_path).named_parameters()}
+    assert r0["weights"].keys() == before.keys()
+    assert any(not torch.equal(before[n], w) for n, w in r0["weights"].items()), "training did not change the weights"
+    for name, w in r0["weights"].items():
+        assert torch.equal(w, r1["weights"][name]), f"ranks diverged at {name}"

@@ -7,7 +7,7 @@ import pytest
 from hf_grpo import DistributedGRPOTrainer
 from hf_grpo.data import load_prompt_dataset
 from tests.helpers.rewards import even_token_reward
-from tests.test_trainer import make_config
+from tests.helpers.trainers import make_config
 
 
 def first_token_even(completion_ids, **kwargs):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from hf_grpo.models.lm_head import FP32Head, cast_lm_head_to_fp32
-from tests.conftest import make_tiny_llama
-from tests.test_trainer import make_trainer
+from tests.helpers.models import make_tiny_llama
+from tests.helpers.trainers import make_trainer
 
 
 def test_head_computes_in_float32_and_the_body_keeps_its_dtype():

@@ -12,9 +12,9 @@ from transformers import TrainerCallback
 from hf_grpo import DistributedGRPOTrainer
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.models.ref_sync import mix_, sync_reference
-from tests.conftest import make_tiny_llama
+from tests.helpers.models import make_tiny_llama
 from tests.helpers.rewards import even_token_reward
-from tests.test_trainer import make_config, make_trainer
+from tests.helpers.trainers import make_config, make_trainer
 
 
 def weights(model):

@@ -12,8 +12,8 @@ from hf_grpo import GRPOConfig
 from hf_grpo.learner.batching import balance_by_tokens, collate, collate_packed, split_microbatches
 from hf_grpo.learner.logprobs import completion_logprobs, packed_completion_logprobs
 from hf_grpo.learner.packing import block_causal_mask, first_fit_decreasing, first_sequence, model_inputs, pack, unpack
-from tests.conftest import make_tiny_llama
-from tests.test_trainer import make_trainer, params
+from tests.helpers.models import make_tiny_llama
+from tests.helpers.trainers import make_trainer, params
 
 VOCAB = 300
 
@@ -249,7 +249,7 @@ def test_dapo_normaliser_is_the_steps_global_token_count_under_packing(tiny_llam
 def test_two_processes_with_accumulation_packed_equals_padded(tiny_llama_path, tmp_path):
     """2 DDP processes x 2 accumulation steps: the packed update equals the padded one for the global-token (dapo)
     and per-sequence (grpo) normalisers."""
-    from tests.distributed.launch import launch, results
+    from tests.helpers.launch import launch, results
     runs = [{"loss_type": loss, "max_tokens_per_microbatch": budget} for loss in ("dapo", "grpo")
             for budget in (None, 160)]
     spec = {"fixed_completions": True, "runs": runs, "config": {

@@ -15,7 +15,7 @@ from hf_grpo import DistributedGRPOTrainer
 from hf_grpo.data import DataFormatError, load_prompt_dataset
 from hf_grpo.evaluation.in_training import eval_loss_value
 from tests.helpers.rewards import even_token_reward
-from tests.test_trainer import make_config
+from tests.helpers.trainers import make_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,7 +109,7 @@ def test_spawn_dataloader_worker_trains(tiny_llama_path, tmp_path):
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(f"""
         import multiprocessing, json
-        from tests.test_trainer import make_config
+        from tests.helpers.trainers import make_config
         from tests.helpers.rewards import even_token_reward
         from hf_grpo import DistributedGRPOTrainer
         from hf_grpo.data import load_prompt_dataset

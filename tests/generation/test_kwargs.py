@@ -5,7 +5,7 @@ import pytest
 
 from hf_grpo import GRPOConfig
 from hf_grpo.generation import SamplingParams
-from tests.test_trainer import make_trainer
+from tests.helpers.trainers import make_trainer
 
 
 def config(tmp_path, backend="hf", **kwargs):

@@ -7,9 +7,9 @@ import torch
 
 from hf_grpo.reporting.completions_table import completions_table
 from hf_grpo.rewards import RewardModel
-from tests.conftest import save_tiny_classifier
+from tests.helpers.models import save_tiny_classifier
 from tests.helpers.rewards import even_token_reward
-from tests.test_trainer import make_config, make_trainer
+from tests.helpers.trainers import make_config, make_trainer
 
 from hf_grpo import DistributedGRPOTrainer
 from hf_grpo.data import load_prompt_dataset

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hf_grpo.models import load_model
-from tests.distributed.launch import ROOT, launch, results, step_logs
+from tests.helpers.launch import ROOT, launch, results, step_logs
 
 
 def rollout_records(out, step: int) -> list[dict]:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from hf_grpo.reporting.completions import completions_frame, write_parquet
-from tests.test_trainer import make_trainer
+from tests.helpers.trainers import make_trainer
 
 
 def records(n=4):

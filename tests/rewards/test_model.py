@@ -7,7 +7,7 @@ import torch
 from transformers import AutoTokenizer
 
 from hf_grpo.rewards import RewardModel, RewardRunner, load_reward_function
-from tests.conftest import save_tiny_classifier
+from tests.helpers.models import save_tiny_classifier
 
 PROMPTS = ["What is 2+2?", "Name a color.", "Write a haiku about the sea and the wind.", "Hi"]
 COMPLETIONS = ["4", "Blue, definitely blue, like the sky on a clear day.", "Waves fold into foam", "Hello there!"]

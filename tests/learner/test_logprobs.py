@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from hf_grpo.learner.logprobs import completion_logprobs
-from tests.conftest import make_tiny_llama
+from tests.helpers.models import make_tiny_llama
 
 
 def reference(model, input_ids, attention_mask, C, temperature):

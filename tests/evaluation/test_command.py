@@ -85,7 +85,7 @@ def test_eval_command_writes_every_prediction_and_a_consistent_table(tiny_llama_
 @pytest.mark.multiprocess
 def test_two_process_eval_writes_every_row_once_in_dataset_order(tiny_llama_path, small_dataset, tmp_path):
     # Each process evaluates rows r, r + 2, ...; the files must hold both processes' rows, not the last writer's.
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     out, summary = tmp_path / "preds.jsonl", tmp_path / "summary.json"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(root / "accelerate_configs/ddp.yaml"), "--num_processes", "2", "-m", "hf_grpo.cli", "eval",

@@ -121,7 +121,7 @@ def test_short_run_writes_heldout_accuracy_and_hides_vllm_info(vllm_tiny_path, t
 def test_verbose_brings_vllm_info_back(vllm_tiny_path, tmp_path):
     """In a fresh process without the VLLM_* variables earlier tests set, as a user runs it: vLLM configures its
     logging once per process, and engines built by earlier tests in this one (quiet by default) leave it behind."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     args = _short_args(vllm_tiny_path, tmp_path / "verbose", "--verbose", "true", "--heldout_eval_samples", "0")
     run = subprocess.run([sys.executable, "-c", f"from hf_grpo.train import main; main({args!r})"], cwd=root,
                          env={k: v for k, v in os.environ.items() if not k.startswith("VLLM_")} | {"PYTHONPATH": root},

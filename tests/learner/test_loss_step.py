@@ -13,7 +13,7 @@ from transformers import MixtralConfig, MixtralForCausalLM
 
 from hf_grpo.learner.loss_step import warn_about_loss_settings
 from tests.helpers.rewards import half_constant_reward
-from tests.test_trainer import make_config, make_trainer, params
+from tests.helpers.trainers import make_config, make_trainer, params
 
 
 def losses(trainer):

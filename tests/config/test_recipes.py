@@ -5,7 +5,7 @@ import pytest
 from hf_grpo.config import GRPOConfig
 from hf_grpo.config.recipes import RecipeError, parse_config, read_recipe
 
-RECIPES = sorted((Path(__file__).parent.parent / "recipes").glob("*.yaml"))
+RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
 REQUIRED = {"grpo", "dapo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "quickstart", "gsm8k"}
 
 
@@ -27,7 +27,7 @@ def test_every_recipe_parses_into_a_valid_config(path, tmp_path):
 
 
 def test_cli_overrides_recipe(tmp_path):
-    path = Path(__file__).parent.parent / "recipes" / "dapo.yaml"
+    path = Path(__file__).resolve().parents[2] / "recipes" / "dapo.yaml"
     config = parse_config(["--config", str(path), "--learning_rate", "3e-6", "--output_dir", str(tmp_path)])
     assert config.learning_rate == 3e-6
     assert config.epsilon_high == 0.28          # from the recipe

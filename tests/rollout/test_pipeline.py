@@ -12,15 +12,16 @@ import time
 import pytest
 import torch
 
-from hf_grpo import GRPOConfig, checkpoints
+from hf_grpo import GRPOConfig
+from hf_grpo.runtime import checkpoints
 from hf_grpo.algorithms import groups_with_spread
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.rollout.sampler import RepeatPromptSampler
 from tests.helpers.processes import kill9, wait_for
 from tests.helpers.rewards import even_token_reward
-from tests.test_trainer import make_trainer, params
+from tests.helpers.trainers import make_trainer, params
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VLLM = dict(generation_backend="vllm", vllm_enforce_eager=True, vllm_kv_cache_gib=0.25, max_prompt_length=256,
             per_device_train_batch_size=8, num_generations=4)
 

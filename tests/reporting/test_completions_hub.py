@@ -1,7 +1,7 @@
 """log_completions_hub_repo: what can run here. The Hub cannot be reached from this machine (nor from CI
 deterministically), so the upload itself is not exercised: these tests cover the start-up check, which must stop a run
 that cannot push before it trains, with an error naming the field, the repo and the fix. What would be uploaded (the
-parquet files) is tested in tests/test_completions_log.py. Each check runs in a fresh interpreter, since
+parquet files) is tested in tests/reporting/test_completions.py. Each check runs in a fresh interpreter, since
 huggingface_hub reads HF_HUB_OFFLINE / HF_ENDPOINT / HF_HOME when it is imported.
 """
 
@@ -17,7 +17,7 @@ from hf_grpo.config import GRPOConfig
 from hf_grpo.errors import InputError
 from hf_grpo.reporting.completions_hub import HubCompletionsError, check_hub_access
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPO = "someone/run-completions"
 
 CHECK = """
@@ -34,7 +34,7 @@ print("reachable")
 TRAINER = """
 import sys
 from hf_grpo.reporting.completions_hub import HubCompletionsError
-from tests.test_trainer import make_trainer
+from tests.helpers.trainers import make_trainer
 try:
     make_trainer(sys.argv[1], __import__("pathlib").Path(sys.argv[2]), log_completions=True,
                  log_completions_hub_repo=sys.argv[3], max_steps=1)

@@ -12,7 +12,7 @@ import torch
 from hf_grpo.data.schema import DataFormatError
 from hf_grpo.learner.ptx import PTXBatches, load_texts
 from tests.helpers.fixed_generation import FixedCompletions
-from tests.test_trainer import make_trainer
+from tests.helpers.trainers import make_trainer
 
 PTX_FILE = "recipes/data/ptx_sample.txt"
 

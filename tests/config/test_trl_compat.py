@@ -17,7 +17,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import trl
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "trl_compatibility.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "trl_compatibility.md"
 BASE = dict(report_to="none", use_cpu=True)
 
 
