@@ -12,7 +12,8 @@ import time
 import pytest
 import torch
 
-from hf_grpo import GRPOConfig, checkpoints
+from hf_grpo import GRPOConfig
+from hf_grpo.runtime import checkpoints
 from hf_grpo.algorithms import groups_with_spread
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.rollout.sampler import RepeatPromptSampler

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-from hf_grpo import DistributedGRPOTrainer, GRPOConfig, checkpoints
+from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+from hf_grpo.runtime import checkpoints
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.generation.weights import iter_policy_weights
 from hf_grpo.rewards import RewardFunctionError
