@@ -152,10 +152,16 @@ def worker(opts) -> None:
             self.prepare.append(time.perf_counter() - start)
             return out
 
-        def _add_logprob_inputs(self, micro):
-            start = time.perf_counter()
-            super()._add_logprob_inputs(micro)
-            self.logprobs.append(time.perf_counter() - start)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            add = self.scorer.add_old_and_reference
+
+            def timed(micro, global_step):
+                start = time.perf_counter()
+                add(micro, global_step)
+                self.logprobs.append(time.perf_counter() - start)
+
+            self.scorer.add_old_and_reference = timed
 
         def training_step(self, model, inputs, num_items_in_batch=None):
             start = time.perf_counter()

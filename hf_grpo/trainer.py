@@ -2,12 +2,26 @@
 
 `Trainer.train()` is used as is. This class overrides: the sampler/dataloader (one batch of prompts per generation
 round, repeated for each micro-batch it serves), `_prepare_inputs` (generate, score and buffer a round, then serve
-micro-batches), `compute_loss`, `log`, `evaluate` and the model card. Generation, rewards, algorithms and batching
-live in their own modules.
+micro-batches), `compute_loss`, `log`, `evaluate`, checkpointing and the model card. Everything else lives in the
+packages by role (README, "Layout").
+
+The contract with the helpers: the trainer builds each helper from the parts it uses and calls it; no helper is given
+the trainer or reads its private state.
+
+| helper | built from | the trainer calls |
+| --- | --- | --- |
+| `learner.scoring.PolicyScorer` | config, accelerator, ``policy()`` / ``wrapped()`` model getters, reference | log-probs for the old policy, the reference, evaluation |
+| `learner.loss_step.LossStep` | config, accelerator, scorer, metrics, `LossTerms`, PTX batches | ``loss_step(model, inputs)`` in `compute_loss` |
+| `reporting.step_log.StepLog` | config, accelerator, training clock | ``record_round``, ``credit_micro_step``, ``logs`` |
+| `rollout.collector.RolloutCollector` | generator, tokenizer, reward runner, config, multi-turn hook | ``collect``, ``collect_dynamic`` |
+| `rollout.pipeline` | config, collector, prompt stream, temperature schedule, refill, state getter | ``pipelined_round(...)`` with the step, the weight push and the metrics |
+| `agents.multi_turn_rollouts` | agent or ``rollout_func``, generator, tokenizer, accelerator, policy | the collector's hook (``rollout_func`` receives the trainer, as in TRL) |
+| `evaluation.in_training` | an `EvalContext` per ``evaluate`` call | ``evaluate_sets`` under the engine lock, after the weight push |
 
 Departures from TRL's `GRPOTrainer`: groups never straddle processes (each process samples all ``G`` completions of
 its prompts in one request), so advantages need no gather; micro-batches are padded to their own length (or packed,
-`hf_grpo.learner.packing`); the ``dapo`` loss is normalised by the active tokens of the optimizer step over all processes.
+`hf_grpo.learner.packing`); the ``dapo`` loss is normalised by the active tokens of the optimizer step over all
+processes.
 """
 
 from __future__ import annotations
@@ -29,35 +43,35 @@ from .agents import (USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi
                      with_environment_rewards)
 from .algorithms import scheduled_temperature
 from .algorithms.surrogates import off_policy_mask
-from .learner.batching import add_normalizers, build_samples, collate_microbatches, normalizer_group, split_microbatches
-from .runtime import checkpoints
-from .reporting.callbacks import PlotCallback, RichProgressCallback, write_rollout_log
-from .reporting.completions import CompletionsLog
 from .config.grpo_config import GRPOConfig
+from .config.trl_compat import check_trainer_arguments, resolve_model_init_kwargs
 from .data.checks import model_positions, prepare_datasets
 from .data.streaming import is_streaming
-from .runtime.distributed import is_fsdp, is_zero3, warn_if_fsdp_falls_back, zero3_init_disabled
-from .models.reference import check_reference_matches, prepare_reference_model
-from .runtime.time_budget import TimeBudgetCallback
-from .evaluation.in_training import trainer_evaluate
+from .evaluation.in_training import EvalContext, checked_eval_sets, eval_mode, evaluate_sets
 from .generation import build_generator
+from .learner.batching import (add_normalizers, build_samples, collate_microbatches, normalizer_group,
+                               split_microbatches)
 from .learner.global_stats import rollout_advantages, top_entropy_mask
-from .runtime.host_memory import ReleaseHostMemory
-from .learner.logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
-                       packed_completion_logprobs)
-from .learner.loss_step import micro_batch_loss, setup_loss_terms
-from .reporting.metrics import MetricsBuffer
-from .reporting.model_card import model_card_text
-from .models.loading import disable_dropout, load_model, load_tokenizer, resolve_model_path
-from .learner.packing import first_sequence, model_inputs, single_row
-from .learner.ptx import PTXBatches, ptx_nll_sum
-from .rewards import RewardFunctionError, RewardRunner, load_reward_function, reward_functions
-from .rollout.pipeline import build_pipeline, pipelined_round
+from .learner.loss_step import LossStep, loss_terms
+from .learner.packing import single_row
+from .learner.ptx import PTXBatches
+from .learner.scoring import PolicyScorer
+from .models.lm_head import cast_lm_head_to_fp32
+from .models.loading import load_model, load_tokenizer, prepare_policy, resolve_model_path
 from .models.ref_sync import SyncRefModelCallback
+from .models.reference import prepare_reference_model
+from .reporting.callbacks import PlotCallback, RichProgressCallback, write_rollout_log
+from .reporting.completions import CompletionsLog
+from .reporting.model_card import model_card_text
+from .reporting.step_log import StepLog
+from .rewards import RewardFunctionError, RewardRunner, load_reward_function, reward_functions
 from .rollout.collector import RolloutCollector
+from .rollout.pipeline import build_pipeline, pipelined_round
 from .rollout.sampler import RepeatPromptSampler, keep_rows
-from .reporting.step_log import record_rollout_metrics, step_logs
-from .config.trl_compat import check_trainer_arguments, resolve_model_init_kwargs
+from .runtime import checkpoints
+from .runtime.distributed import any_rank, warn_if_fsdp_falls_back, zero3_init_disabled
+from .runtime.host_memory import ReleaseHostMemory
+from .runtime.time_budget import TimeBudgetCallback
 
 logger = logging.getLogger(__name__)
 
@@ -93,17 +107,7 @@ class DistributedGRPOTrainer(Trainer):
         train_dataset, eval_dataset = prepare_datasets(
             train_dataset, eval_dataset, processing_class, args, model_positions(model), environment_factory,
             encode=self.agent.encode_prompt if self.agent is not None else None)
-        if isinstance(model, str):
-            model = load_model(model, dtype, args.attn_implementation, **init_kwargs)
-        if peft_config is None and args.use_peft:
-            from peft import LoraConfig
-            peft_config = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                                     target_modules=args.lora_target_modules or "all-linear", task_type="CAUSAL_LM")
-        if peft_config is not None:
-            from peft import get_peft_model
-            model = get_peft_model(model, peft_config)
-        if args.disable_dropout:     # old, current and reference log-probs: one deterministic function
-            logger.info("disable_dropout: %d dropout probabilities set to 0", disable_dropout(model))
+        model, peft_config = prepare_policy(model, args, peft_config, dtype, init_kwargs)
         self.rollout_func = rollout_func
         with zero3_init_disabled(args):      # reward models load whole on every rank, never partitioned
             funcs, self.reward_processing_classes = reward_functions(reward_funcs, reward_processing_classes, args)
@@ -131,16 +135,20 @@ class DistributedGRPOTrainer(Trainer):
             self.ref_model = prepare_reference_model(
                 self.accelerator, self.model,
                 lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation, **init_kwargs))
-        self._reference_checked = self.ref_model is None
-        setup_loss_terms(self)       # loss settings checked; aux_loss_enabled, entropy_control (hf_grpo.learner.loss_step)
+        policy = self.accelerator.unwrap_model(self.model)
+        # Loss settings checked against the model; TRL's attribute names for the terms (hf_grpo.learner.loss_step).
+        terms = loss_terms(args, policy)
+        if terms.entropy_control is not None:
+            self.add_callback(terms.entropy_control)
+        if args.cast_lm_head_to_fp32:
+            cast_lm_head_to_fp32(policy)
+            if self.ref_model is not None:
+                cast_lm_head_to_fp32(self.accelerator.unwrap_model(self.ref_model))
         if args.sync_ref_model:      # TRL's TR-DPO mixing (hf_grpo.models.ref_sync)
             self.add_callback(SyncRefModelCallback(self.accelerator, self.ref_model))
-        self._chunked_logprobs: bool | None = None     # decided at the first log-prob pass (_choose_logprob_path)
-        self._logit_transform = LogitTransform.from_config(self.accelerator.unwrap_model(self.model).config)
-        self._sampling_filters = SamplingFilters.from_config(args) if args.logprob_sampling_filters else None
-        if args.logprob_path == "chunked" and (is_zero3(self.accelerator) or is_fsdp(self.accelerator)):
-            raise ValueError("GRPOConfig: logprob_path=chunked calls the output head outside the model's forward, "
-                             "where ZeRO-3 and FSDP hold only a shard of its weights; use logprob_path: auto or model")
+        # The contract with the helpers: each gets what it uses, never the trainer (see the module docstring).
+        self.scorer = PolicyScorer(args, self.accelerator, lambda: self.accelerator.unwrap_model(self.model),
+                                   lambda: self.model_wrapped, self.ref_model)
         if args.disable_tqdm is False:
             self.remove_callback(ProgressCallback)
             self.add_callback(RichProgressCallback())
@@ -152,17 +160,22 @@ class DistributedGRPOTrainer(Trainer):
             None if args.save_every_minutes is None else args.save_every_minutes * 60)
         self.add_callback(self.clock)
         self.add_callback(ReleaseHostMemory())    # freed host memory back to the OS after each step
+        self.step_log = StepLog(args, self.accelerator, self.clock)
         self.generator = build_generator(args, self.accelerator, self.model_wrapped, processing_class,
                                          resolve_model_path(model_id))
-        self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args,
-                                          multi_turn_rollouts(self))
-        self.pipeline = None if args.max_staleness is None else build_pipeline(self)
+        multi_turn = multi_turn_rollouts(args.num_generations, self.agent, rollout_func, self.generator,
+                                         processing_class, self.accelerator, policy, trainer=self)
+        self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args, multi_turn)
+        self.pipeline = None
+        if args.max_staleness is not None:
+            sampler, rank = self._get_train_sampler(), self.accelerator.process_index
+            self.pipeline = build_pipeline(args, self.collector,
+                                           lambda k: [self.train_dataset[i] for i in sampler.round_rows(k, rank)],
+                                           self._temperature, self._refill, lambda: self.state)
         self.ptx = PTXBatches(args, processing_class) if args.ptx_dataset else None
-        self._metrics = MetricsBuffer()
+        self.loss_step = LossStep(args, self.accelerator, self.scorer, self.step_log.metrics, terms, self.ptx)
         self._buffer: list[dict] = []
         self._micro_step: int | None = None
-        self._tokens_since_log = self._round_tokens = 0.0
-        self._last_log_wall = time.perf_counter()
         self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
         self._staging = False        # while True, checkpoints are written to the staging area (_save_checkpoint)
 
@@ -205,17 +218,12 @@ class DistributedGRPOTrainer(Trainer):
         position = self._micro_step % cycle
         if position == 0 or not self._buffer:
             self._buffer = self._generate_and_score(inputs)
-        # The round's tokens are credited to its micro-steps in equal parts, so steps that only reuse the round
-        # still show its throughput (crediting the generating step alone logged 0 tokens/s for the others).
-        self._tokens_since_log += self._round_tokens / cycle
+        self.step_log.credit_micro_step(cycle)
         self._micro_step += 1
         return self._buffer[position % self.args.steps_per_generation]
 
     def _any_rank(self, flag: bool) -> bool:
-        if self.accelerator.num_processes == 1:
-            return flag
-        t = torch.tensor([float(flag)], device=self.accelerator.device)
-        return bool(self.accelerator.reduce(t, reduction="sum").item() > 0)
+        return any_rank(self.accelerator, flag)
 
     def _temperature(self, step: int) -> float:
         """The round's temperature (annealed by step): it samples the round and scores it, so every ratio compares
@@ -229,7 +237,9 @@ class DistributedGRPOTrainer(Trainer):
         error = None
         if self.pipeline is not None:
             start = time.perf_counter()
-            round_ = pipelined_round(self, rows)
+            k = self._micro_step // (args.steps_per_generation * args.num_iterations)
+            round_ = pipelined_round(self.pipeline, k, rows, self.state.global_step, self._sync_generator,
+                                     self.step_log.metrics)
             batch, error, version, temperature = round_.batch, round_.error, round_.version, round_.temperature
             if error is not None and not isinstance(error, USER_CODE_ERRORS):
                 raise error
@@ -263,19 +273,22 @@ class DistributedGRPOTrainer(Trainer):
         parts, step_tokens, skipped = split_microbatches(samples, args.steps_per_generation, group, shuffle,
                                                          skip_zero_advantage=skip,
                                                          balance_tokens=args.max_tokens_per_microbatch is not None)
+        attn_implementation = self.accelerator.unwrap_model(self.model).config._attn_implementation
         micro, padding = collate_microbatches(parts, self.processing_class.pad_token_id,
-                                              args.max_tokens_per_microbatch, single_row(self._attn_implementation()),
+                                              args.max_tokens_per_microbatch, single_row(attn_implementation),
                                               args.pad_to_multiple_of)
         micro = [{**m, "temperature": temperature} for m in micro]
+        metrics = self.step_log.metrics
         for key, value in padding.items():
-            self._metrics.add(key, value)
+            metrics.add(key, value)
         if self.ptx is not None:
             self.ptx.attach(micro, self._micro_step, args.gradient_accumulation_steps, group, self.accelerator)
-        self._metrics.add("temperature", temperature)
-        self._metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
-        self._add_logprob_inputs(micro)
+        metrics.add("temperature", temperature)
+        metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
+        self.scorer.add_old_and_reference(micro, self.state.global_step)
         add_normalizers(micro, step_tokens, len(samples), group, self.accelerator)
-        record_rollout_metrics(self, batch, advantages, time.perf_counter() - start, version)
+        self.step_log.record_round(batch, advantages, time.perf_counter() - start, version, self.reward_runner.names,
+                                   self.collector.dynamic_sampling_stats)
         step = self.state.global_step + 1
         rollout_log = args.log_completions_steps and step % args.log_completions_steps == 0
         if rollout_log or args.log_completions:
@@ -293,7 +306,7 @@ class DistributedGRPOTrainer(Trainer):
             return
         start = time.perf_counter()
         self.generator.update_weights(self.model_wrapped, self.state.global_step)
-        self._metrics.add("timing/weight_sync_s", time.perf_counter() - start)
+        self.step_log.metrics.add("timing/weight_sync_s", time.perf_counter() - start)
 
     def _save_last_step(self, what: str) -> None:
         """Save the last completed optimizer step before an error ends the run (every process calls this). Weights
@@ -318,122 +331,10 @@ class DistributedGRPOTrainer(Trainer):
             self._save_last_step(what)
             raise error if error is not None else RuntimeError(f"{what} on another process (see its log)")
 
-    @torch.no_grad()
-    def _add_logprob_inputs(self, micro: list[dict]) -> None:
-        """Old-policy log-probs (needed once a batch is reused) and reference log-probs (when beta > 0)."""
-        args = self.args
-        # Also with the pipeline: a round used by one optimizer step is scored at the weights that train on it, so
-        # the proximal policy of the decoupled objective is the loss pass's own log-probs (hf_grpo.rollout.pipeline).
-        # Old log-probs are needed once an optimizer step falls inside a round (its later micro-batches then train
-        # a policy that moved since they were sampled): unless the round fits inside one step.
-        need_old = args.num_iterations > 1 or args.gradient_accumulation_steps % args.steps_per_generation != 0
-        if need_old and args.old_logprobs_from_sampler:
-            # The sampler's log-probs become the old policy's; popping them means compute_loss applies no second
-            # (mismatch) ratio on top of the clipped one.
-            for batch in micro:
-                batch["old_logp"] = batch.pop("sampling_logp")                                # [B, C]
-            need_old = False
-        if not need_old and args.beta == 0:
-            return
-        for batch in micro:
-            inputs = self._model_inputs(batch)
-            C, temperature = batch["completion_mask"].shape[1], batch["temperature"]
-            if need_old:
-                batch["old_logp"] = self._logprobs(self.model_wrapped, inputs, C, temperature)[0].cpu()
-            if args.beta > 0:
-                if self.ref_model is not None:
-                    batch["ref_logp"] = self._logprobs(self.ref_model, inputs, C, temperature)[0].cpu()
-                    if not self._reference_checked:
-                        self._check_reference(inputs, batch)
-                else:
-                    with self.accelerator.unwrap_model(self.model).disable_adapter():
-                        batch["ref_logp"] = self._logprobs(self.model_wrapped, inputs, C, temperature)[0].cpu()
-
-    def _check_reference(self, inputs: dict, batch: dict) -> None:
-        """Before the first update the policy is the reference: stop if their log-probs differ (see
-        `hf_grpo.runtime.distributed.check_reference_matches`). Skipped when resuming, where they legitimately differ."""
-        self._reference_checked = True
-        if self.state.global_step > 0:
-            return
-        with self._without_dropout():    # the reference runs without dropout; compare like with like
-            policy = self._logprobs(self.model_wrapped, inputs, batch["completion_mask"].shape[1],
-                                    batch["temperature"])[0].cpu()
-        check_reference_matches(policy, batch["ref_logp"], batch["completion_mask"],
-                                0.1 if self._low_precision() else 1e-3)
-
-    @contextlib.contextmanager
-    def _without_dropout(self):
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        was_training = unwrapped.training
-        unwrapped.eval()
-        try:
-            yield unwrapped
-        finally:
-            unwrapped.train(was_training)
-
-    def _low_precision(self) -> bool:
-        dtype = next(self.accelerator.unwrap_model(self.model).parameters()).dtype
-        return bool(self.args.bf16 or self.args.fp16 or dtype != torch.float32)
-
-    def _attn_implementation(self) -> str | None:
-        return self.accelerator.unwrap_model(self.model).config._attn_implementation
-
-    def _model_inputs(self, batch: dict) -> dict[str, torch.Tensor]:
-        """A micro-batch's model inputs on the device: padded, or packed with its attention mask (hf_grpo.learner.packing)."""
-        return model_inputs(batch, self.accelerator.device, self._attn_implementation(),
-                            self.accelerator.unwrap_model(self.model).dtype)
-
-    def _logprobs(self, model, inputs, completion_length: int, temperature: float, with_entropy: bool | str = False,
-                  sampled: bool = True, aux_losses: list | None = None):
-        """Per-token log-probs of the last ``completion_length`` tokens; ``sampled`` applies the sampler's filters
-        (False for PTX text, scored as plain maximum likelihood at temperature 1); see `completion_logprobs`."""
-        if self._chunked_logprobs is None:
-            self._chunked_logprobs = self._choose_logprob_path(inputs, completion_length)
-        unwrapped = self.accelerator.unwrap_model(model)
-        head = unwrapped.get_output_embeddings() if self._chunked_logprobs else None
-        if "completion_index" in inputs:      # packed rows (hf_grpo.learner.packing)
-            return packed_completion_logprobs(model, head, inputs, temperature=temperature,
-                                              chunk_size=self.args.logprob_chunk_size, with_entropy=with_entropy,
-                                              transform=self._logit_transform, aux_losses=aux_losses,
-                                              filters=self._sampling_filters if sampled else None)
-        return completion_logprobs(model, head, inputs["input_ids"], inputs["attention_mask"], completion_length,
-                                   temperature=temperature, chunk_size=self.args.logprob_chunk_size,
-                                   with_entropy=with_entropy, transform=self._logit_transform, aux_losses=aux_losses,
-                                   filters=self._sampling_filters if sampled else None)
-
-    @torch.no_grad()
-    def _choose_logprob_path(self, inputs: dict, completion_length: int) -> bool:
-        """True for the chunked path (see `hf_grpo.learner.logprobs`): ``logprob_path``, resolved and checked once on the
-        first real batch against the model's own logits."""
-        if self.args.logprob_path == "model" or is_zero3(self.accelerator) or is_fsdp(self.accelerator):
-            return False
-        if "completion_index" in inputs:      # packed: check on one of its sequences, unpacked
-            inputs, completion_length = first_sequence(inputs)
-        with self._without_dropout() as unwrapped:
-            ok, diff = chunked_path_matches(self.model_wrapped, unwrapped.get_output_embeddings(),
-                                            self._logit_transform, inputs["input_ids"][:1],
-                                            inputs["attention_mask"][:1], completion_length,
-                                            0.05 if self._low_precision() else 1e-3)
-        if not ok:
-            logger.warning("chunked log-probs differ from %s's own logits by up to %.3g; using the model's own head "
-                           "(logprob_path=model: full [B, C, V] logits per micro-batch)", type(unwrapped).__name__,
-                           diff)
-        return ok
-
     # ---- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss = micro_batch_loss(self, model, inputs)      # policy, entropy, MoE and PTX terms (hf_grpo.learner.loss_step)
+        loss = self.loss_step(model, inputs)      # policy, entropy, MoE and PTX terms (hf_grpo.learner.loss_step)
         return (loss, None) if return_outputs else loss
-
-    def _ptx_loss(self, model, inputs) -> torch.Tensor:
-        """The micro-batch's PTX next-token loss, normalised by its optimizer step's PTX tokens (`hf_grpo.learner.ptx`)."""
-        ids = inputs["ptx_input_ids"].to(self.accelerator.device)                       # [B, L]
-        attention = inputs["ptx_attention_mask"].to(self.accelerator.device)            # [B, L]
-        logp, _ = self._logprobs(model, {"input_ids": ids, "attention_mask": attention}, ids.shape[1] - 1, 1.0,
-                                 sampled=False)                                         # [B, L-1]
-        nll, tokens = ptx_nll_sum(logp, attention)
-        self._metrics.add("ptx_loss", nll.detach() / tokens.clamp(min=1.0))
-        return nll / inputs["ptx_normalizer"]
 
     # TRL's public helpers and attributes, with TRL's signatures (scripts and callbacks written for TRL use them).
     get_off_policy_mask = staticmethod(off_policy_mask)
@@ -441,6 +342,33 @@ class DistributedGRPOTrainer(Trainer):
     def get_high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
         """TRL's: the ``[B, T]`` tokens whose entropy is at or above the ``threshold`` quantile over all processes."""
         return top_entropy_mask(self.accelerator, entropies, mask, 1.0 - threshold).bool()
+
+    # TRL's attribute names for the loss terms, read and set on the loss step (a script that switches one off, as
+    # TRL's tests do, changes the next loss).
+    @property
+    def router_aux_loss_coef(self) -> float:
+        return self.loss_step.terms.router_aux_loss_coef
+
+    @router_aux_loss_coef.setter
+    def router_aux_loss_coef(self, value: float) -> None:
+        self.loss_step.terms.router_aux_loss_coef = value
+
+    @property
+    def aux_loss_enabled(self) -> bool:
+        return self.loss_step.terms.aux_loss_enabled
+
+    @aux_loss_enabled.setter
+    def aux_loss_enabled(self, value: bool) -> None:
+        self.loss_step.terms.aux_loss_enabled = value
+
+    @property
+    def entropy_control(self):
+        """The entropy bonus's control callback (`hf_grpo.learner.loss_step.EntropyControlCallback`), or None."""
+        return self.loss_step.terms.entropy_control
+
+    @entropy_control.setter
+    def entropy_control(self, value) -> None:
+        self.loss_step.terms.entropy_control = value
 
     @property
     def entropy_coef(self) -> float:
@@ -468,14 +396,32 @@ class DistributedGRPOTrainer(Trainer):
 
     # ---- logging ------------------------------------------------------------------------------------------------
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        logs = step_logs(self, logs)
+        logs = self.step_log.logs(logs, training=self.model.training)
         with self._save_on_crash("logging failed"):     # a logger (wandb, a callback) that raises
             super().log(logs, start_time)
 
     # ---- evaluation ---------------------------------------------------------------------------------------------
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        """Greedy accuracy, sampled mean@k / pass@k and TRL's eval loss per eval set (`hf_grpo.evaluation.in_training`)."""
-        return trainer_evaluate(self, eval_dataset, metric_key_prefix)
+        """Greedy accuracy, sampled mean@k / pass@k and TRL's eval loss per eval set
+        (`hf_grpo.evaluation.in_training`); logged and passed to the callbacks."""
+        sets = checked_eval_sets(eval_dataset, self.eval_dataset, self.processing_class, self.args,
+                                 self.accelerator.unwrap_model(self.model),
+                                 self.agent.encode_prompt if self.agent is not None else None)
+        if sets is None:
+            return {}
+        context = EvalContext(self.args, self.accelerator, self.generator, self.processing_class,
+                              self.eval_reward_runner, self.reward_runner, self.scorer, self.model_wrapped,
+                              self.collector.multi_turn, self.state)
+        # With the pipeline running, the engine is taken for the whole evaluation (its generate calls wait).
+        engine = self.pipeline.lock if self.pipeline is not None else contextlib.nullcontext()
+        with self._save_on_crash("evaluation failed"), engine, eval_mode(self.model):
+            self._sync_generator()
+            metrics = evaluate_sets(sets, context, metric_key_prefix)
+        if self.pipeline is not None:
+            self.pipeline.publish(self.generator.weight_version)
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
 
     # ---- saving -------------------------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
@@ -535,7 +481,7 @@ class DistributedGRPOTrainer(Trainer):
         cycle = self.args.steps_per_generation * self.args.num_iterations
         mid_round = self._micro_step is not None and self._micro_step % cycle != 0
         return {"refill_generator": self._refill_generator.get_state(),
-                "buffer": self._buffer if mid_round else [], "round_tokens": self._round_tokens,
+                "buffer": self._buffer if mid_round else [], "round_tokens": self.step_log.round_tokens,
                 "weight_version": self.generator.weight_version, "train_seconds": self.clock.elapsed(),
                 # The prompt stream's position and the rounds in flight (generated again after a restart).
                 "pipeline": None if self.pipeline is None else {"next_round": self.pipeline.next_round,
@@ -547,7 +493,7 @@ class DistributedGRPOTrainer(Trainer):
         if state is None:
             return
         self._refill_generator.set_state(state["refill_generator"])
-        self._buffer, self._round_tokens = state["buffer"], state["round_tokens"]
+        self._buffer, self.step_log.round_tokens = state["buffer"], state["round_tokens"]
         self.clock.resume(state["train_seconds"])
         logger.info("resumed from %s: %d buffered micro-batches of a round sampled by weight version %d, %.1f "
                     "training minutes so far", checkpoint, len(self._buffer), state["weight_version"],

@@ -168,8 +168,8 @@ def test_old_logprobs_from_sampler_replace_the_trainer_forward(vllm_tiny_path, t
                                vllm_kv_cache_gib=0.25, max_prompt_length=256, skip_zero_advantage=False,
                                old_logprobs_from_sampler=from_sampler)
         calls = []
-        forward = trainer._logprobs
-        trainer._logprobs = lambda *a, **k: calls.append(1) or forward(*a, **k)
+        forward = trainer.scorer.logprobs
+        trainer.scorer.logprobs = lambda *a, **k: calls.append(1) or forward(*a, **k)
         trainer.train()
         logs = [r for r in trainer.state.log_history if "reward" in r]
         results[from_sampler] = params(trainer.model), len(calls), logs
@@ -317,8 +317,8 @@ def test_dropout_is_disabled_so_repeated_logprob_passes_agree(tiny_llama_path, t
     ids = torch.randint(3, 100, (2, 10), generator=torch.Generator().manual_seed(0))
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     with torch.no_grad():
-        first = trainer._logprobs(trainer.model_wrapped, inputs, 4, 1.0)[0]
-        second = trainer._logprobs(trainer.model_wrapped, inputs, 4, 1.0)[0]
+        first = trainer.scorer.logprobs(trainer.model_wrapped, inputs, 4, 1.0)[0]
+        second = trainer.scorer.logprobs(trainer.model_wrapped, inputs, 4, 1.0)[0]
     dropouts = [m.p for m in trainer.model.modules() if isinstance(m, torch.nn.Dropout)]
     attention = [m.attention_dropout for m in trainer.model.modules() if hasattr(m, "attention_dropout")]
     assert dropouts and attention

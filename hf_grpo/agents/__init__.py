@@ -1,12 +1,15 @@
-"""Agentic RL: multi-turn rollouts with tools and environments, and TRL's ``rollout_func`` (docs/agents.md).
+"""Agents: multi-turn rollouts with tools and environments, and TRL's ``rollout_func`` (docs/agents.md).
 
-`trainer.py` calls three things from here: `AgentRollouts` (built from ``tools`` / ``environment_factory``),
-`environment_dataset` (the placeholder rows when an environment owns the data) and `multi_turn_rollouts` (the
-collector's generation hook). Everything else is internal: `tools` (schemas, validation, execution), `protocol`
+`trainer.py` calls four things from here: `AgentRollouts` (built from ``tools`` / ``environment_factory``),
+`environment_dataset` (the placeholder rows when an environment owns the data), `with_environment_rewards` (the
+environments' own rewards) and `multi_turn_rollouts` (the collector's generation hook, built from the parts it
+uses). Everything else is internal: `tools` (schemas, validation, execution), `protocol`
 (call syntax and token-exact observations), `environments`, `backends` (turn-level generation) and `loop`.
 """
 
 from __future__ import annotations
+
+import functools
 
 from ..rewards import RewardFunctionError
 from .calculator import calculator
@@ -78,24 +81,34 @@ def _with_empty_prompts(dataset, prompt_column: str, agent):
     return dataset
 
 
-def multi_turn_rollouts(trainer):
-    """The collector's ``multi_turn`` hook for ``trainer``, or None for single-turn training."""
-    from ..runtime.distributed import forward_is_collective
-    from ..generation.hf import HFGenerator
+def multi_turn_rollouts(num_generations: int, agent: AgentRollouts | None, rollout_func, generator, tokenizer,
+                        accelerator, policy, trainer):
+    """The collector's ``multi_turn`` hook, or None for single-turn training. The hook is called as
+    ``multi_turn(generator, rows, sampling, round_key, n=num_generations)`` with the backend to generate with.
 
-    G, process = trainer.args.num_generations, trainer.accelerator.process_index
-    if trainer.rollout_func is not None:
-        tokenizer = trainer.processing_class
+    ``rollout_func`` (TRL's) is called as TRL calls it, ``rollout_func(prompts, trainer)``: ``trainer`` is passed
+    through to it and read by nothing here. Otherwise ``agent`` generates turn by turn. With HF generate (the run's
+    ``generator``) under ZeRO-3/FSDP every forward of the (unwrapped) ``policy`` is collective, so the processes' turn
+    loops run in lock step (`hf_grpo.runtime.distributed.any_rank`).
+    """
+    from ..generation.hf import HFGenerator
+    from ..runtime.distributed import any_rank, forward_is_collective
+
+    G, process = num_generations, accelerator.process_index
+    if rollout_func is not None:
         eos = {t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None}
-        return lambda rows, sampling, round_key, n=G: custom_rollouts(trainer.rollout_func,
-                                                                      [r["prompt"] for r in rows], trainer, n, eos)
-    if trainer.agent is None:
+
+        def custom(generator, rows, sampling, round_key, n=G):
+            return custom_rollouts(rollout_func, [r["prompt"] for r in rows], trainer, n, eos)
+        return custom
+    if agent is None:
         return None
-    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-    lockstep = (trainer._any_rank if isinstance(trainer.generator, HFGenerator)
-                and forward_is_collective(trainer.accelerator, unwrapped) else None)
-    return lambda rows, sampling, round_key, n=G: trainer.agent.generate(trainer.generator, rows, n, sampling,
-                                                                         round_key, process, lockstep)
+    lockstep = (functools.partial(any_rank, accelerator) if isinstance(generator, HFGenerator)
+                and forward_is_collective(accelerator, policy) else None)
+
+    def turns(generator, rows, sampling, round_key, n=G):
+        return agent.generate(generator, rows, n, sampling, round_key, process, lockstep)
+    return turns
 
 
 __all__ = ["AgentResult", "AgentRollouts", "BUILTIN_TOOLS", "EnvironmentResetError", "TERMINATIONS",

@@ -28,9 +28,11 @@ Departures from the papers:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
-ADVANTAGE_ESTIMATORS = ("grpo", "grpo_batch_std", "dr_grpo", "rloo", "reinforce_pp")
 WHITENING_LEVELS = ("sequence", "token")
 
 
@@ -147,3 +149,57 @@ def group_std(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     if num_generations == 1:
         return torch.zeros(grouped.shape[0], dtype=rewards.dtype)
     return grouped.std(dim=1)                                          # [N]
+
+
+# ---- One table: advantage_estimator -> its function ------------------------------------------------------------------
+# Every estimator is called as ``fn(rewards, num_generations, eps=, valid=, reduce=, loss_tokens=)``:
+#   rewards ``[N*G]`` group-major; valid ``[N*G]`` bool (scored completions); reduce(t) sums a float64 tensor over
+#   all processes (the identity on one process, and in tests), which is how the batch-level estimators see the whole
+#   step while staying pure; loss_tokens ``[N*G]`` each completion's loss tokens (REINFORCE++'s token whitening), or
+#   None to weigh every completion once.
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _group(estimator: str):
+    def fn(rewards, num_generations, *, eps, valid, reduce, loss_tokens=None):
+        return group_advantages(rewards, num_generations, estimator, eps, valid=valid)
+    return fn
+
+
+def _grpo_batch_std(rewards, num_generations, *, eps, valid, reduce, loss_tokens=None):
+    """TRL's ``scale_rewards="batch"``: the group mean as baseline, the step's Bessel std on all processes."""
+    std = unbiased_std(reduce(whitening_sums(rewards, valid.double())))
+    return batch_std_group_advantages(rewards, num_generations, std, eps, valid=valid)
+
+
+def _reinforce_pp(rewards, num_generations, *, eps, valid, reduce, loss_tokens=None):
+    """REINFORCE++: whitened with the mean and std of the whole step on all processes, per sequence or per loss
+    token (``loss_tokens``; a completion masked out of the loss has none)."""
+    weights = valid.double() if loss_tokens is None else valid.double() * loss_tokens.double()     # [N*G]
+    mean, std = whitening_mean_std(reduce(whitening_sums(rewards, weights)))
+    return batch_whitened_advantages(rewards, mean, std, eps, valid=valid)
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    fn: Callable[..., torch.Tensor]
+    group_local: bool          # needs only each group's own rewards (no statistics over the step)
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
+    "grpo": AdvantageEstimator(_group("grpo"), group_local=True),
+    "dr_grpo": AdvantageEstimator(_group("dr_grpo"), group_local=True),
+    "rloo": AdvantageEstimator(_group("rloo"), group_local=True),
+    "grpo_batch_std": AdvantageEstimator(_grpo_batch_std, group_local=False),
+    "reinforce_pp": AdvantageEstimator(_reinforce_pp, group_local=False),
+}
+
+
+def gdpo_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int, *, eps: float,
+                    valid: torch.Tensor, reduce: Reduce) -> torch.Tensor:
+    """TRL's ``multi_objective_aggregation="normalize_then_sum"`` (GDPO): `normalize_then_sum`, then whitened over
+    the step on all processes (mean, Bessel std), whatever the estimator."""
+    summed = normalize_then_sum(rewards_per_func, weights, num_generations, eps)                    # [N*G]
+    sums = reduce(whitening_sums(summed, valid.double()))                                          # [3]
+    mean, _ = whitening_mean_std(sums)
+    return batch_whitened_advantages(summed, mean, unbiased_std(sums), eps, valid=valid)

@@ -42,20 +42,36 @@ Departures from the papers:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from .surrogates import cispo_per_token, off_policy_mask, sapo_per_token, vespo_per_token, vespo_weights
 
-LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo", "cispo", "sapo", "luspo", "vespo")
-CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo", "luspo")     # the PPO clipped surrogate
-TOKEN_SUM_LOSS_TYPES = ("bnpo", "dr_grpo", "dapo", "cispo")       # sum token terms: a sequence ratio weighs by length
-_AGGREGATION = {"sapo": "grpo", "cispo": "dapo", "vespo": "dapo"}
-KL_ESTIMATORS = ("k1", "k2", "k3", "k3+")
 LOG_RATIO_CLAMP = 20.0     # exp(20) ~ 4.9e8: finite in float32, and far outside any clip range
 K3_CLAMP = 10.0
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+
+
+# ---- KL estimators: kl_estimator -> (clamped d = ref_logp - logp) -> ([B, T] estimate, [B, T] bool: k3 clamped) ----
+def _k3(d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    k3 = torch.exp(d) - d - 1.0                                        # [B, T]
+    return k3.clamp(-K3_CLAMP, K3_CLAMP), k3.detach().abs() > K3_CLAMP
+
+
+def _k3_plus(d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    k3, clamped = _k3(d)
+    k2 = 0.5 * d.pow(2)                                                # [B, T] carries the gradient
+    return k2 - k2.detach() + k3.detach(), clamped
+
+
+KL_ESTIMATORS: dict[str, Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {
+    "k1": lambda d: (-d, torch.zeros_like(d, dtype=torch.bool)),
+    "k2": lambda d: (0.5 * d.pow(2), torch.zeros_like(d, dtype=torch.bool)),
+    "k3": _k3,
+    "k3+": _k3_plus,
+}
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor,
@@ -67,26 +83,107 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor,
     Returns ``([B, T] estimate, [B, T] bool: a clamp was active)``.
     """
     if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"unknown kl_estimator {estimator!r}; expected one of {KL_ESTIMATORS}")
+        raise ValueError(f"unknown kl_estimator {estimator!r}; expected one of {tuple(KL_ESTIMATORS)}")
     raw = ref_logp - logp                                              # [B, T]
     d = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)                   # [B, T]
-    clamped = raw.detach().abs() > LOG_RATIO_CLAMP                     # [B, T]
-    if estimator == "k1":
-        return -d, clamped
-    if estimator == "k2":
-        return 0.5 * d.pow(2), clamped
-    k3 = torch.exp(d) - d - 1.0                                        # [B, T]
-    clamped = clamped | (k3.detach().abs() > K3_CLAMP)
-    k3 = k3.clamp(-K3_CLAMP, K3_CLAMP)
-    if estimator == "k3":
-        return k3, clamped
-    k2 = 0.5 * d.pow(2)                                                # [B, T] carries the gradient
-    return k2 - k2.detach() + k3.detach(), clamped
+    value, k3_clamped = KL_ESTIMATORS[estimator](d)                    # [B, T] each
+    return value, (raw.detach().abs() > LOG_RATIO_CLAMP) | k3_clamped
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``x`` over positions where ``mask`` is 1 (0 if the mask is empty)."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+# ---- Aggregations: ([B, T] masked per-token loss, [B, T] mask, denominators) -> scalar (module docstring) ----------
+@dataclass(frozen=True)
+class Denominators:
+    sequences: int                                     # B, or the caller's count (rows known to contribute zero)
+    tokens: float | None = None                        # bnpo: this process's active tokens (None: the batch's own)
+    token_normalizer: float | torch.Tensor | None = None   # dapo: active tokens of the global batch
+    max_completion_length: int | None = None           # dr_grpo: the constant length
+
+
+def _sequence_mean(masked: torch.Tensor, mask: torch.Tensor, n: Denominators) -> torch.Tensor:
+    return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / n.sequences
+
+
+def _local_token_mean(masked: torch.Tensor, mask: torch.Tensor, n: Denominators) -> torch.Tensor:
+    return masked.sum() / (mask.sum().clamp(min=1.0) if n.tokens is None else max(n.tokens, 1.0))
+
+
+def _constant_length(masked: torch.Tensor, mask: torch.Tensor, n: Denominators) -> torch.Tensor:
+    if n.max_completion_length is None:
+        raise ValueError("loss_type='dr_grpo' needs max_completion_length")
+    return masked.sum() / (n.sequences * n.max_completion_length)
+
+
+def _global_token_mean(masked: torch.Tensor, mask: torch.Tensor, n: Denominators) -> torch.Tensor:
+    if n.token_normalizer is None:
+        raise ValueError("loss_type='dapo' needs token_normalizer (active tokens in the global batch)")
+    return masked.sum() / n.token_normalizer
+
+
+def _sequence_sum_mean(masked: torch.Tensor, mask: torch.Tensor, n: Denominators) -> torch.Tensor:
+    return masked.sum() / n.sequences
+
+
+# ---- Per-token objectives: (_Tokens, parameters) -> ([B, T] loss, extra outputs) ------------------------------------
+@dataclass(frozen=True)
+class _Tokens:
+    logp: torch.Tensor             # [B, T] current policy, with grad
+    raw_log_ratio: torch.Tensor    # [B, T] logp - old_logp, unclamped
+    ratio: torch.Tensor            # [B, T] importance ratio (token or broadcast sequence level)
+    adv: torch.Tensor              # [B, 1]
+    mask: torch.Tensor             # [B, T]
+    is_weights: torch.Tensor | None
+
+
+def _clipped(t: _Tokens, p: dict) -> tuple[torch.Tensor, dict]:
+    clipped = torch.clamp(t.ratio, 1.0 - p["epsilon_low"], 1.0 + p["epsilon_high"]) * t.adv       # [B, T]
+    unclipped = (t.ratio if p["delta"] is None else torch.clamp(t.ratio, max=p["delta"])) * t.adv  # [B, T]
+    return -torch.min(unclipped, clipped), {}
+
+
+def _cispo(t: _Tokens, p: dict) -> tuple[torch.Tensor, dict]:
+    # epsilon_high is CISPO's absolute cap on the ratio (TRL's meaning)
+    per_token = cispo_per_token(t.ratio, t.logp, t.adv, p["epsilon_high"])                        # [B, T]
+    return per_token, {"cispo_clipped": (t.ratio.detach() > p["epsilon_high"]) & (t.adv > 0)}
+
+
+def _sapo(t: _Tokens, p: dict) -> tuple[torch.Tensor, dict]:
+    return sapo_per_token(t.ratio, t.adv, p["sapo_temperature_pos"], p["sapo_temperature_neg"]), {}
+
+
+def _vespo(t: _Tokens, p: dict) -> tuple[torch.Tensor, dict]:
+    # Per-token log-ratios whatever the level; the train/inference ratio goes into phi.
+    phi = vespo_weights(t.raw_log_ratio, t.adv, t.mask, t.is_weights, k_pos=p["vespo_k_pos"],
+                        lambda_pos=p["vespo_lambda_pos"], k_neg=p["vespo_k_neg"],
+                        lambda_neg=p["vespo_lambda_neg"])                                        # [B, 1]
+    return vespo_per_token(t.logp, t.adv, phi), {"vespo_phi": phi.squeeze(-1)}
+
+
+@dataclass(frozen=True)
+class LossType:
+    """One ``loss_type``: its per-token objective, its aggregation, and the facts other code asks about it."""
+    objective: Callable[[_Tokens, dict], tuple[torch.Tensor, dict]]
+    aggregation: Callable[[torch.Tensor, torch.Tensor, Denominators], torch.Tensor]
+    clipped: bool                  # PPO's clipped surrogate: the clip_ratio/* metrics apply
+    sums_tokens: bool              # sums per-token terms, so a sequence-level ratio weighs by length (TRL's warning)
+    own_is_weights: bool = False   # the objective takes the train/inference ratio itself (not multiplied after)
+
+
+LOSS_TYPES: dict[str, LossType] = {
+    "grpo": LossType(_clipped, _sequence_mean, clipped=True, sums_tokens=False),
+    "bnpo": LossType(_clipped, _local_token_mean, clipped=True, sums_tokens=True),
+    "dapo": LossType(_clipped, _global_token_mean, clipped=True, sums_tokens=True),
+    "dr_grpo": LossType(_clipped, _constant_length, clipped=True, sums_tokens=True),
+    "luspo": LossType(_clipped, _sequence_sum_mean, clipped=True, sums_tokens=False),
+    "cispo": LossType(_cispo, _global_token_mean, clipped=False, sums_tokens=True),
+    "sapo": LossType(_sapo, _sequence_mean, clipped=False, sums_tokens=False),
+    # vespo aggregates like dapo; its own weights make the level moot (it has its own warning), so not flagged here.
+    "vespo": LossType(_vespo, _global_token_mean, clipped=False, sums_tokens=False, own_is_weights=True),
+}
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, *, max_completion_length: int | None = None,
@@ -97,24 +194,11 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, *, ma
     ``num_sequences`` / ``num_tokens`` override the batch's own sequence and token counts in the denominators, for
     callers that leave out rows known to contribute zero (their numerator terms are 0, their counts still matter).
     """
-    loss_type = _AGGREGATION.get(loss_type, loss_type)
-    masked = per_token * mask                                          # [B, T]
-    sequences = per_token.shape[0] if num_sequences is None else num_sequences
-    if loss_type == "grpo":
-        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / sequences
-    if loss_type == "bnpo":
-        return masked.sum() / (mask.sum().clamp(min=1.0) if num_tokens is None else max(num_tokens, 1.0))
-    if loss_type == "dr_grpo":
-        if max_completion_length is None:
-            raise ValueError("loss_type='dr_grpo' needs max_completion_length")
-        return masked.sum() / (sequences * max_completion_length)
-    if loss_type == "dapo":
-        if token_normalizer is None:
-            raise ValueError("loss_type='dapo' needs token_normalizer (active tokens in the global batch)")
-        return masked.sum() / token_normalizer
-    if loss_type == "luspo":
-        return masked.sum() / sequences
-    raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {LOSS_TYPES}")
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {tuple(LOSS_TYPES)}")
+    n = Denominators(per_token.shape[0] if num_sequences is None else num_sequences, num_tokens, token_normalizer,
+                     max_completion_length)
+    return LOSS_TYPES[loss_type].aggregation(per_token * mask, mask, n)
 
 
 @dataclass
@@ -166,10 +250,11 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
             ``sampling_logp`` (``[B, T]``, the sampler's log-probs; ``old_logp`` when None).
     """
     if loss_type not in LOSS_TYPES:
-        raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {LOSS_TYPES}")
+        raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {tuple(LOSS_TYPES)}")
     if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
         raise ValueError(f"unknown importance_sampling_level {importance_sampling_level!r}; "
                          f"expected one of {IMPORTANCE_SAMPLING_LEVELS}")
+    kind = LOSS_TYPES[loss_type]
     mask = mask.to(logp.dtype)
     raw_log_ratio = logp - old_logp                                    # [B, T]
     ratio_clamped = raw_log_ratio.detach().abs() > LOG_RATIO_CLAMP      # [B, T]
@@ -179,27 +264,19 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         log_ratio = seq_log_ratio.unsqueeze(-1).expand_as(logp)        # [B, T]
     ratio = torch.exp(log_ratio)                                       # [B, T]
     adv = advantages.unsqueeze(-1).to(logp.dtype)                      # [B, 1]
-    phi = kept = cispo_clipped = None
-    if loss_type == "cispo":        # epsilon_high is CISPO's absolute cap on the ratio (TRL's meaning)
-        per_token = cispo_per_token(ratio, logp, adv, epsilon_high)    # [B, T]
-        cispo_clipped = (ratio.detach() > epsilon_high) & (adv > 0)    # [B, T]
-    elif loss_type == "sapo":
-        per_token = sapo_per_token(ratio, adv, sapo_temperature_pos, sapo_temperature_neg)   # [B, T]
-    elif loss_type == "vespo":      # per-token log-ratios whatever the level; the train/inference ratio goes into phi
-        phi = vespo_weights(raw_log_ratio, adv, mask, is_weights, k_pos=vespo_k_pos, lambda_pos=vespo_lambda_pos,
-                            k_neg=vespo_k_neg, lambda_neg=vespo_lambda_neg)   # [B, 1]
-        per_token = vespo_per_token(logp, adv, phi)                    # [B, T]
-    else:
-        clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * adv  # [B, T]
-        unclipped = (ratio if delta is None else torch.clamp(ratio, max=delta)) * adv  # [B, T]
-        per_token = -torch.min(unclipped, clipped)                     # [B, T]
+    params = dict(epsilon_low=epsilon_low, epsilon_high=epsilon_high, delta=delta,
+                  sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg,
+                  vespo_k_pos=vespo_k_pos, vespo_lambda_pos=vespo_lambda_pos, vespo_k_neg=vespo_k_neg,
+                  vespo_lambda_neg=vespo_lambda_neg)
+    per_token, extra = kind.objective(_Tokens(logp, raw_log_ratio, ratio, adv, mask, is_weights), params)   # [B, T]
+    kept = None
     if off_policy_threshold is not None:
         kept = off_policy_mask(adv, logp, old_logp if sampling_logp is None else sampling_logp, mask,
                                off_policy_threshold)                   # [B, 1]
         per_token = per_token * kept
     if entropy_mask is not None:
         per_token = per_token * entropy_mask.detach()
-    if is_weights is not None and loss_type != "vespo":
+    if is_weights is not None and not kind.own_is_weights:
         per_token = per_token * is_weights.detach()
     kl = None
     kl_clamped = torch.zeros_like(ratio_clamped)
@@ -219,11 +296,10 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
     loss = aggregate(per_token, mask, loss_type, max_completion_length=max_completion_length,
                      token_normalizer=token_normalizer, num_sequences=num_sequences, num_tokens=num_tokens)
     with torch.no_grad():
-        clips = loss_type in CLIPPED_LOSS_TYPES
-        low = (ratio < 1.0 - epsilon_low) & (adv < 0) & clips            # [B, T]
-        high = (ratio > 1.0 + epsilon_high) & (adv > 0) & clips          # [B, T]
+        low = (ratio < 1.0 - epsilon_low) & (adv < 0) & kind.clipped            # [B, T]
+        high = (ratio > 1.0 + epsilon_high) & (adv > 0) & kind.clipped          # [B, T]
     return PolicyLossOutput(loss=loss, per_token_loss=per_token, ratio=ratio.detach(), low_clipped=low,
                             high_clipped=high, kl=None if kl is None else kl.detach(), ratio_clamped=ratio_clamped,
-                            kl_clamped=kl_clamped, ratio_skipped=skipped, cispo_clipped=cispo_clipped,
-                            vespo_phi=None if phi is None else phi.squeeze(-1),
+                            kl_clamped=kl_clamped, ratio_skipped=skipped, cispo_clipped=extra.get("cispo_clipped"),
+                            vespo_phi=extra.get("vespo_phi"),
                             off_policy_kept=None if kept is None else kept.squeeze(-1))

@@ -166,9 +166,9 @@ def validate(config) -> None:
         if not ok:
             raise ConfigError(message)
 
-    def one_of(name: str, allowed: tuple[str, ...]) -> None:
+    def one_of(name: str, allowed) -> None:          # a tuple of names, or a table keyed by them
         if getattr(config, name) not in allowed:
-            raise ConfigError(f"{name}={getattr(config, name)!r} is not one of {allowed}", name)
+            raise ConfigError(f"{name}={getattr(config, name)!r} is not one of {tuple(allowed)}", name)
 
     check(bool(config.output_dir), "output_dir must name a folder (checkpoints and logs go there), got an empty one")
     one_of("generation_backend", GENERATION_BACKENDS)

@@ -1,4 +1,5 @@
-"""Prompt data for GRPO: loading, validation, tokenisation helpers and the embedded arithmetic task.
+"""Data: prompt datasets for GRPO: loading, row checks with file:line errors, tokenisation helpers and the generated
+tasks.
 
 Every loader returns a ``datasets.Dataset`` with a ``prompt`` column (a conversation, i.e. a list of
 ``{"role", "content"}`` dicts, or a plain string) plus all other columns passed through for the reward

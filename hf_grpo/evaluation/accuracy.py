@@ -115,7 +115,7 @@ def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampl
         indices = mine[r * chunk:(r + 1) * chunk]
         rows = [dataset[i] for i in indices]
         if multi_turn is not None:
-            result = multi_turn(rows, sampling, r, n=k)
+            result = multi_turn(generator, rows, sampling, r, n=k)
         else:
             prompt_ids = encode_prompts(tokenizer, [row["prompt"] for row in rows])
             result = generator.generate(prompt_ids, k, sampling)

@@ -22,18 +22,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
-from ..algorithms import group_advantages, policy_loss
+from ..algorithms import ADVANTAGE_ESTIMATORS, group_advantages, policy_loss
 from ..learner.batching import build_samples, collate
 from ..data.checks import KEEP, model_positions, prepare_datasets
 from ..data.streaming import LazyEvalSet, is_streaming
 from .accuracy import evaluate_rows
 from ..generation import SamplingParams
+from ..learner.scoring import PolicyScorer
+from ..rewards import RewardRunner
 from ..rollout.collector import reward_columns
-
-GROUP_ESTIMATORS = ("grpo", "dr_grpo", "rloo")
 
 
 def eval_loss_value(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, args,
@@ -48,44 +49,54 @@ def eval_loss_value(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Te
     return out.loss
 
 
+@dataclass
+class EvalContext:
+    """What the in-training evaluation needs, built by the trainer for each `evaluate` call."""
+    args: object                  # GRPOConfig
+    accelerator: object
+    generator: object             # the generation backend, holding the current weights
+    tokenizer: object
+    eval_rewards: RewardRunner    # accuracy (``eval_reward``, default: the first training reward)
+    train_rewards: RewardRunner   # the eval loss's advantages: the training reward functions, as in TRL
+    scorer: PolicyScorer          # log-probs of the policy and the reference
+    policy: torch.nn.Module       # the wrapped policy (what a forward runs through)
+    multi_turn: object            # the collector's multi-turn hook, or None
+    trainer_state: object         # TrainerState, passed to the reward functions
+
+
 class EvalLoss:
     """``on_chunk`` hook of `evaluate_rows`: accumulates the loss of each generated chunk (see module docstring)."""
 
-    def __init__(self, trainer, k: int):
-        self.trainer, self.k = trainer, k
+    def __init__(self, ctx: EvalContext, k: int):
+        self.ctx, self.k = ctx, k
         self.total = torch.zeros(2, dtype=torch.float64)           # [loss x completions, completions]
 
     @torch.no_grad()
     def __call__(self, rows, prompt_ids, result, completions) -> None:
-        trainer, args, k = self.trainer, self.trainer.args, self.k
-        runner = trainer.reward_runner
+        ctx, args, k = self.ctx, self.ctx.args, self.k
+        runner = ctx.train_rewards
         per_func = runner(prompts=[r["prompt"] for r in rows for _ in range(k)], completions=completions,
                           completion_ids=result.completion_ids, columns=reward_columns(rows, k),
-                          trainer_state=trainer.state)                                   # [n*k, F]
+                          trainer_state=ctx.trainer_state)                              # [n*k, F]
         rewards = runner.total(per_func)                                                 # [n*k]
-        estimator = args.advantage_estimator if args.advantage_estimator in GROUP_ESTIMATORS else "grpo"
+        # A batch-level estimator needs the whole step's statistics, which a chunk of eval prompts is not.
+        estimator = args.advantage_estimator if ADVANTAGE_ESTIMATORS[args.advantage_estimator].group_local else "grpo"
         advantages = group_advantages(rewards, k, estimator, args.advantage_eps,
                                       valid=~per_func.isnan().all(-1))                   # [n*k]
         samples = build_samples(prompt_ids, result.completion_ids, result.finished, advantages, k,
                                 args.mask_truncated_completions)
-        batch = collate(samples, trainer.processing_class.pad_token_id)
-        inputs = trainer._model_inputs(batch)
-        mask = batch["completion_mask"].to(trainer.accelerator.device)                  # [n*k, C]
+        batch = collate(samples, ctx.tokenizer.pad_token_id)
+        inputs = ctx.scorer.model_inputs(batch)
+        mask = batch["completion_mask"].to(ctx.accelerator.device)                      # [n*k, C]
         temperature = args.temperature
-        logp = trainer._logprobs(trainer.model_wrapped, inputs, mask.shape[1], temperature)[0]   # [n*k, C]
-        ref_logp = None
-        if args.beta > 0:
-            if trainer.ref_model is not None:
-                ref_logp = trainer._logprobs(trainer.ref_model, inputs, mask.shape[1], temperature)[0]
-            else:
-                with trainer.accelerator.unwrap_model(trainer.model).disable_adapter():
-                    ref_logp = trainer._logprobs(trainer.model_wrapped, inputs, mask.shape[1], temperature)[0]
+        logp = ctx.scorer.logprobs(ctx.policy, inputs, mask.shape[1], temperature)[0]  # [n*k, C]
+        ref_logp = ctx.scorer.reference_logprobs(inputs, mask.shape[1], temperature) if args.beta > 0 else None
         loss = eval_loss_value(logp, batch["advantages"].to(mask.device), mask, args, ref_logp)
         self.total += torch.tensor([loss.item() * len(samples), len(samples)], dtype=torch.float64)
 
     def value(self) -> float:
         total = self.total
-        accelerator = self.trainer.accelerator
+        accelerator = self.ctx.accelerator
         if accelerator.num_processes > 1:
             total = accelerator.reduce(total.to(accelerator.device), reduction="sum").cpu()
         return float(total[0] / total[1].clamp(min=1.0))
@@ -102,50 +113,46 @@ def eval_mode(model):
         model.train(was_training)
 
 
-def trainer_evaluate(trainer, eval_dataset=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-    """The metrics of every eval set (see the module docstring), logged and passed to the callbacks."""
-    sets = eval_dataset if eval_dataset is not None else trainer.eval_dataset
+def checked_eval_sets(eval_dataset, trainer_sets, tokenizer, args, policy, encode=None) -> dict | None:
+    """The named eval sets to evaluate: ``eval_dataset`` (given to ``evaluate()``), else the trainer's; None when
+    there are none. Sets given here get the checks the constructor runs; streamed sets are checked as they are
+    drawn. ``policy``: the unwrapped policy (its context length); ``encode``: the agent's prompt encoder, if any."""
+    sets = eval_dataset if eval_dataset is not None else trainer_sets
     if sets is None:
-        return {}
+        return None
     if not isinstance(sets, Mapping):
         sets = {"eval": sets}
-    # Sets given here get the checks the constructor runs; streamed sets are checked as they are drawn.
     fresh = {name: s for name, s in sets.items() if eval_dataset is not None or is_streaming(s)}
     if fresh:
-        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-        _, fresh = prepare_datasets(KEEP, fresh, trainer.processing_class, trainer.args, model_positions(unwrapped),
-                                    encode=trainer.agent.encode_prompt if trainer.agent is not None else None)
+        _, fresh = prepare_datasets(KEEP, fresh, tokenizer, args, model_positions(policy), encode=encode)
         sets = {**sets, **fresh}
-    args = trainer.args
+    return dict(sets)
+
+
+def evaluate_sets(sets: Mapping, ctx: EvalContext, metric_key_prefix: str = "eval") -> dict[str, float]:
+    """The metrics of every eval set (see the module docstring). The caller holds the engine and has pushed the
+    current weights; every process calls this (the loss is reduced over processes)."""
+    args = ctx.args
     k = args.num_generations_eval or args.num_generations
     greedy = SamplingParams.from_config(args, greedy=True)
     sampled = SamplingParams.from_config(args)
-    multi_turn = trainer.collector.multi_turn
     metrics: dict[str, float] = {}
-    # With the pipeline running, the engine is taken for the whole evaluation (its generate calls wait).
-    with trainer._save_on_crash("evaluation failed"), (trainer.pipeline.lock if trainer.pipeline is not None
-                                                       else contextlib.nullcontext()), eval_mode(trainer.model):
-        trainer._sync_generator()
-        for name, dataset in sets.items():
-            rows = dataset.rows(args.eval_max_samples) if isinstance(dataset, LazyEvalSet) else dataset
-            common = dict(max_rows=args.eval_max_samples, multi_turn=multi_turn)
-            result = evaluate_rows(trainer.generator, trainer.processing_class, rows, trainer.eval_reward_runner,
-                                   greedy, trainer.accelerator, **common)
-            loss = EvalLoss(trainer, k) if multi_turn is None else None
-            many = evaluate_rows(trainer.generator, trainer.processing_class, rows, trainer.eval_reward_runner,
-                                 sampled, trainer.accelerator, k=k, on_chunk=loss, **common)
-            prefix = f"{metric_key_prefix}_{name}"
-            metrics[f"{prefix}_accuracy"] = result.accuracy
-            metrics[f"{prefix}_lenient_accuracy"] = result.lenient_accuracy
-            metrics[f"{prefix}_mean_length"] = result.mean_length
-            metrics[f"{prefix}_samples"] = float(result.count)
-            metrics[f"{prefix}_mean_accuracy@{k}"] = many.accuracy
-            metrics[f"{prefix}_pass@{k}"] = many.strict_pass_at_k
-            if loss is not None:
-                metrics[f"{prefix}_loss"] = loss.value()
-                metrics.setdefault(f"{metric_key_prefix}_loss", metrics[f"{prefix}_loss"])
-    if trainer.pipeline is not None:
-        trainer.pipeline.publish(trainer.generator.weight_version)
-    trainer.log(metrics)
-    trainer.control = trainer.callback_handler.on_evaluate(trainer.args, trainer.state, trainer.control, metrics)
+    for name, dataset in sets.items():
+        rows = dataset.rows(args.eval_max_samples) if isinstance(dataset, LazyEvalSet) else dataset
+        common = dict(max_rows=args.eval_max_samples, multi_turn=ctx.multi_turn)
+        result = evaluate_rows(ctx.generator, ctx.tokenizer, rows, ctx.eval_rewards, greedy, ctx.accelerator,
+                               **common)
+        loss = EvalLoss(ctx, k) if ctx.multi_turn is None else None
+        many = evaluate_rows(ctx.generator, ctx.tokenizer, rows, ctx.eval_rewards, sampled, ctx.accelerator, k=k,
+                             on_chunk=loss, **common)
+        prefix = f"{metric_key_prefix}_{name}"
+        metrics[f"{prefix}_accuracy"] = result.accuracy
+        metrics[f"{prefix}_lenient_accuracy"] = result.lenient_accuracy
+        metrics[f"{prefix}_mean_length"] = result.mean_length
+        metrics[f"{prefix}_samples"] = float(result.count)
+        metrics[f"{prefix}_mean_accuracy@{k}"] = many.accuracy
+        metrics[f"{prefix}_pass@{k}"] = many.strict_pass_at_k
+        if loss is not None:
+            metrics[f"{prefix}_loss"] = loss.value()
+            metrics.setdefault(f"{metric_key_prefix}_loss", metrics[f"{prefix}_loss"])
     return metrics

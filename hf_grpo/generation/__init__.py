@@ -1,4 +1,5 @@
-"""Generation backends behind one interface (`Generator`), and the choice between them."""
+"""Generation: the backends behind one interface (`Generator`), the choice between them, weight sync into them, and
+`hf-grpo serve` (a `vllm serve` configured for weight sync, `serve`)."""
 
 from .base import GenerationResult, Generator, SamplingParams
 from .hf import HFGenerator

@@ -7,10 +7,11 @@ TRL's ``scale_rewards="batch"`` std, and TRL's ``top_entropy_quantile`` threshol
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from ..algorithms import (batch_std_group_advantages, batch_whitened_advantages, entropy_threshold, group_advantages,
-                         high_entropy_mask, normalize_then_sum, unbiased_std, whitening_mean_std, whitening_sums)
+from ..algorithms import ADVANTAGE_ESTIMATORS, entropy_threshold, gdpo_advantages, high_entropy_mask
 
 
 def _sum(accelerator, sums: torch.Tensor) -> torch.Tensor:
@@ -20,29 +21,20 @@ def _sum(accelerator, sums: torch.Tensor) -> torch.Tensor:
 
 
 def rollout_advantages(batch, args, accelerator, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """``[P*G]`` advantages; completions no reward function scored get 0 and stay out of the statistics.
-    ``weights`` ``[F]``: the reward weights, for ``multi_objective_aggregation="normalize_then_sum"``."""
+    """``[P*G]`` advantages by ``advantage_estimator`` (`hf_grpo.algorithms.ADVANTAGE_ESTIMATORS`), with the step's
+    statistics summed over all processes; completions no reward function scored get 0 and stay out of the
+    statistics. ``weights`` ``[F]``: the reward weights, for ``multi_objective_aggregation="normalize_then_sum"``."""
+    reduce = functools.partial(_sum, accelerator)
     scored = batch.scored                                                                 # [P*G] bool
+    G, eps = args.num_generations, args.advantage_eps
     if args.multi_objective_aggregation == "normalize_then_sum":
-        # GDPO: per-function group normalisation, weighted sum, then whitened over the step on all processes.
-        summed = normalize_then_sum(batch.rewards_per_func, weights, args.num_generations, args.advantage_eps)
-        sums = _sum(accelerator, whitening_sums(summed, scored.double()))                 # [3]
-        mean, _ = whitening_mean_std(sums)
-        return batch_whitened_advantages(summed, mean, unbiased_std(sums), args.advantage_eps, valid=scored)
-    if args.advantage_estimator == "grpo_batch_std":
-        std = unbiased_std(_sum(accelerator, whitening_sums(batch.rewards, scored.double())))
-        return batch_std_group_advantages(batch.rewards, args.num_generations, std, args.advantage_eps, valid=scored)
-    if args.advantage_estimator != "reinforce_pp":
-        return group_advantages(batch.rewards, args.num_generations, args.advantage_estimator,
-                                args.advantage_eps, valid=scored)
-    # REINFORCE++: whiten with the mean/std of the whole step's batch over all processes, per sequence or per
-    # loss token (a completion masked out of the loss has no tokens there).
-    weights = scored.double()                                                             # [P*G]
+        return gdpo_advantages(batch.rewards_per_func, weights, G, eps=eps, valid=scored, reduce=reduce)
+    loss_tokens = None
     if args.reinforce_pp_whitening == "token":
-        weights = weights * torch.tensor([len(c) if done or not args.mask_truncated_completions else 0
-                                          for c, done in zip(batch.completion_ids, batch.finished)])
-    mean, std = whitening_mean_std(_sum(accelerator, whitening_sums(batch.rewards, weights)))   # [3] summed
-    return batch_whitened_advantages(batch.rewards, mean, std, args.advantage_eps, valid=scored)
+        loss_tokens = torch.tensor([len(c) if done or not args.mask_truncated_completions else 0
+                                    for c, done in zip(batch.completion_ids, batch.finished)])   # [P*G]
+    return ADVANTAGE_ESTIMATORS[args.advantage_estimator].fn(batch.rewards, G, eps=eps, valid=scored, reduce=reduce,
+                                                             loss_tokens=loss_tokens)
 
 
 def top_entropy_mask(accelerator, entropy: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:

@@ -18,15 +18,18 @@ from __future__ import annotations
 import importlib.util
 import logging
 import warnings
+from dataclasses import dataclass
 
 import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from ..algorithms import (CLIPPED_LOSS_TYPES, TOKEN_SUM_LOSS_TYPES, EntropyControl, entropy_bonus,
-                         importance_sampling_weights, logp_difference, masked_mean, policy_loss)
+from ..algorithms import (LOSS_TYPES, EntropyControl, entropy_bonus, importance_sampling_weights, logp_difference,
+                         masked_mean, policy_loss)
+from ..reporting.metrics import MetricsBuffer
 from .global_stats import top_entropy_mask
-from ..models.lm_head import cast_lm_head_to_fp32
+from .ptx import PTXBatches, ptx_nll_sum
+from .scoring import PolicyScorer
 
 logger = logging.getLogger(__name__)
 
@@ -58,35 +61,36 @@ class EntropyControlCallback(TrainerCallback, ExportableState):
             self.window = None
 
 
-def setup_loss_terms(trainer) -> None:
-    """Check the loss settings against the model, as TRL does when its trainer is built, and set the trainer's
-    ``router_aux_loss_coef``, ``aux_loss_enabled`` (TRL's attribute names) and ``entropy_control``."""
-    args = trainer.args
-    model = trainer.accelerator.unwrap_model(trainer.model)
+@dataclass
+class LossTerms:
+    """The loss terms a model and config call for, decided when the trainer is built (TRL's attribute names)."""
+    router_aux_loss_coef: float                          # the MoE load-balancing loss's weight
+    aux_loss_enabled: bool                               # the model returns router logits and the weight is not 0
+    entropy_control: EntropyControlCallback | None       # the entropy bonus's coefficient (fixed or adaptive)
+
+
+def loss_terms(args, model: torch.nn.Module) -> LossTerms:
+    """Check the loss settings against the (unwrapped) model, as TRL does when its trainer is built, and decide the
+    terms: the MoE auxiliary loss's weight and the entropy bonus's control (a callback the trainer registers)."""
     warn_about_loss_settings(args)
     check_liger_kernel(args)
     text_config = model.config.get_text_config()
     coef = args.router_aux_loss_coef
-    trainer.router_aux_loss_coef = getattr(text_config, "router_aux_loss_coef", 0.0) if coef is None else coef
+    router_aux_loss_coef = getattr(text_config, "router_aux_loss_coef", 0.0) if coef is None else coef
     if coef and not hasattr(text_config, "output_router_logits"):
         raise ValueError(f"GRPOConfig: router_aux_loss_coef={coef} but {type(model).__name__} is not a "
                          f"Mixture-of-Experts model that returns its router logits: there is no auxiliary loss to "
                          f"weight. Leave router_aux_loss_coef unset (or 0).")
-    trainer.aux_loss_enabled = hasattr(text_config, "output_router_logits") and trainer.router_aux_loss_coef != 0.0
-    if trainer.aux_loss_enabled and args.max_tokens_per_microbatch is not None:
+    aux_loss_enabled = hasattr(text_config, "output_router_logits") and router_aux_loss_coef != 0.0
+    if aux_loss_enabled and args.max_tokens_per_microbatch is not None:
         # transformers' load-balancing losses take a [B, L] padding mask, not a packed row's block mask.
         raise ValueError(f"GRPOConfig: {type(model).__name__}'s load-balancing loss (router_aux_loss_coef="
-                         f"{trainer.router_aux_loss_coef}) cannot be computed on packed rows "
+                         f"{router_aux_loss_coef}) cannot be computed on packed rows "
                          f"(max_tokens_per_microbatch); leave max_tokens_per_microbatch unset, or set "
                          f"router_aux_loss_coef: 0")
     control = EntropyControl.from_config(args)
-    trainer.entropy_control = None if control is None else EntropyControlCallback(control)
-    if control is not None:
-        trainer.add_callback(trainer.entropy_control)
-    if args.cast_lm_head_to_fp32:
-        cast_lm_head_to_fp32(model)
-        if isinstance(trainer.ref_model, torch.nn.Module):
-            cast_lm_head_to_fp32(trainer.accelerator.unwrap_model(trainer.ref_model))
+    return LossTerms(router_aux_loss_coef, aux_loss_enabled,
+                     None if control is None else EntropyControlCallback(control))
 
 
 def warn_about_loss_settings(args) -> None:
@@ -97,7 +101,7 @@ def warn_about_loss_settings(args) -> None:
     if args.loss_type == "vespo" and args.importance_sampling_level != "token":
         logger.warning("loss_type='vespo' computes its sequence-level weights itself; set importance_sampling_level "
                        "to 'token' (the default)")
-    if args.importance_sampling_level == "sequence" and args.loss_type in TOKEN_SUM_LOSS_TYPES:
+    if args.importance_sampling_level == "sequence" and LOSS_TYPES[args.loss_type].sums_tokens:
         logger.warning("importance_sampling_level='sequence' with loss_type=%r: that loss sums per-token terms, which "
                        "weights each sequence by its completion length instead of optimizing the per-sequence "
                        "objective. For the GSPO paper's setup use loss_type='grpo'.", args.loss_type)
@@ -125,66 +129,95 @@ def check_liger_kernel(args) -> None:
     args.liger_kernel_config = {**config, "fused_linear_cross_entropy": False}
 
 
-def micro_batch_loss(trainer, model, inputs) -> torch.Tensor:
-    """The loss `DistributedGRPOTrainer.compute_loss` returns for one micro-batch (metrics recorded on the way)."""
-    args, device, m = trainer.args, trainer.accelerator.device, trainer._metrics
-    control = trainer.entropy_control
-    mask = inputs["completion_mask"].to(device)                                           # [B, C]
-    aux_losses = [] if trainer.aux_loss_enabled else None
-    logp, entropy = trainer._logprobs(model, trainer._model_inputs(inputs), mask.shape[1], inputs["temperature"],
-                                      with_entropy="grad" if control is not None else True,
-                                      aux_losses=aux_losses)                             # [B, C] each
-    old_logp = inputs["old_logp"].to(device) if "old_logp" in inputs else logp.detach()
-    ref_logp = inputs["ref_logp"].to(device) if "ref_logp" in inputs else None
-    sampling_logp = inputs["sampling_logp"].to(device) if "sampling_logp" in inputs else None   # [B, C]
-    is_weights = None
-    if sampling_logp is not None:
-        # old_logp is the trainer's view of the sampling policy (same weights): compare it with the sampler's.
-        diff_mean, diff_max = logp_difference(old_logp, sampling_logp, mask)
-        m.add("sampling/logp_difference/mean", diff_mean)
-        m.add("sampling/logp_difference/max", diff_max)
-        if args.vllm_importance_sampling_correction:
-            is_weights = importance_sampling_weights(old_logp, sampling_logp, mask, args.vllm_importance_sampling_mode,
-                                                     args.vllm_importance_sampling_cap,
-                                                     args.vllm_importance_sampling_clip_min)      # [B, C]
-            m.add("sampling/importance_sampling_ratio/mean", masked_mean(is_weights, mask))
-    entropy_mask = None if args.top_entropy_quantile == 1.0 else top_entropy_mask(
-        trainer.accelerator, entropy.detach(), mask, args.top_entropy_quantile)           # [B, C]
-    out = policy_loss(logp, old_logp, inputs["advantages"].to(device), mask, epsilon_low=args.epsilon,
-                      epsilon_high=args.epsilon_high, loss_type=args.loss_type,
-                      importance_sampling_level=args.importance_sampling_level, beta=args.beta, ref_logp=ref_logp,
-                      kl_estimator=args.kl_estimator, max_completion_length=args.max_completion_length,
-                      token_normalizer=inputs["token_normalizer"], num_sequences=inputs["num_sequences"],
-                      num_tokens=inputs["num_tokens"], is_weights=is_weights,
-                      use_bias_correction_kl=args.use_bias_correction_kl,
-                      ratio_skip_threshold=args.ratio_skip_threshold, delta=args.delta, entropy_mask=entropy_mask,
-                      sapo_temperature_pos=args.sapo_temperature_pos, sapo_temperature_neg=args.sapo_temperature_neg,
-                      vespo_k_pos=args.vespo_k_pos, vespo_lambda_pos=args.vespo_lambda_pos,
-                      vespo_k_neg=args.vespo_k_neg, vespo_lambda_neg=args.vespo_lambda_neg,
-                      off_policy_threshold=args.off_policy_mask_threshold, sampling_logp=sampling_logp)
-    _record_policy_metrics(m, args, out, entropy.detach(), mask)
-    loss = out.loss
-    if control is not None:
-        # The bonus acts on the tokens that carry the policy gradient (all of them without the entropy mask).
-        bonus_mask = mask if entropy_mask is None else mask * entropy_mask                # [B, C]
-        m.add("policy_loss", out.loss.detach())
-        loss = loss - control.control.applied() * entropy_bonus(entropy, bonus_mask)
-        if model.training and control.control.adaptive:
-            control.accumulate(trainer.accelerator, entropy, bonus_mask)
-        if model.training and trainer.accelerator.sync_gradients:
-            m.add("entropy_coef", control.control.coef)
-    if aux_losses is not None:
-        aux = torch.stack(aux_losses).mean()
-        m.add("aux_loss", aux.detach())
-        loss = loss + trainer.router_aux_loss_coef * aux
-    if trainer.ptx is not None:
-        loss = loss + args.ptx_coef * trainer._ptx_loss(model, inputs)
-    return loss
+class LossStep:
+    """The loss `DistributedGRPOTrainer.compute_loss` returns for one micro-batch (metrics recorded on the way).
+
+    Built by the trainer from what the loss needs of it: the config, the accelerator (device, gradient sync, the
+    collectives of the entropy quantile and the adaptive coefficient), the scorer (log-probs), the metrics buffer, the
+    loss terms and the PTX batches (None without ``ptx_dataset``).
+    """
+
+    def __init__(self, args, accelerator, scorer: PolicyScorer, metrics: MetricsBuffer, terms: LossTerms,
+                 ptx: PTXBatches | None):
+        self.args, self.accelerator, self.scorer, self.metrics, self.terms, self.ptx = (args, accelerator, scorer,
+                                                                                        metrics, terms, ptx)
+
+    def __call__(self, model, inputs: dict) -> torch.Tensor:
+        args, accelerator, m = self.args, self.accelerator, self.metrics
+        device = accelerator.device
+        control = self.terms.entropy_control
+        mask = inputs["completion_mask"].to(device)                                           # [B, C]
+        aux_losses = [] if self.terms.aux_loss_enabled else None
+        logp, entropy = self.scorer.logprobs(model, self.scorer.model_inputs(inputs), mask.shape[1],
+                                             inputs["temperature"],
+                                             with_entropy="grad" if control is not None else True,
+                                             aux_losses=aux_losses)                           # [B, C] each
+        old_logp = inputs["old_logp"].to(device) if "old_logp" in inputs else logp.detach()  # [B, C]
+        ref_logp = inputs["ref_logp"].to(device) if "ref_logp" in inputs else None           # [B, C]
+        sampling_logp = inputs["sampling_logp"].to(device) if "sampling_logp" in inputs else None   # [B, C]
+        is_weights = None
+        if sampling_logp is not None:
+            # old_logp is the trainer's view of the sampling policy (same weights): compare it with the sampler's.
+            diff_mean, diff_max = logp_difference(old_logp, sampling_logp, mask)
+            m.add("sampling/logp_difference/mean", diff_mean)
+            m.add("sampling/logp_difference/max", diff_max)
+            if args.vllm_importance_sampling_correction:
+                is_weights = importance_sampling_weights(old_logp, sampling_logp, mask,
+                                                         args.vllm_importance_sampling_mode,
+                                                         args.vllm_importance_sampling_cap,
+                                                         args.vllm_importance_sampling_clip_min)      # [B, C]
+                m.add("sampling/importance_sampling_ratio/mean", masked_mean(is_weights, mask))
+        entropy_mask = None if args.top_entropy_quantile == 1.0 else top_entropy_mask(
+            accelerator, entropy.detach(), mask, args.top_entropy_quantile)                   # [B, C]
+        out = policy_loss(logp, old_logp, inputs["advantages"].to(device), mask, epsilon_low=args.epsilon,
+                          epsilon_high=args.epsilon_high, loss_type=args.loss_type,
+                          importance_sampling_level=args.importance_sampling_level, beta=args.beta,
+                          ref_logp=ref_logp, kl_estimator=args.kl_estimator,
+                          max_completion_length=args.max_completion_length,
+                          token_normalizer=inputs["token_normalizer"], num_sequences=inputs["num_sequences"],
+                          num_tokens=inputs["num_tokens"], is_weights=is_weights,
+                          use_bias_correction_kl=args.use_bias_correction_kl,
+                          ratio_skip_threshold=args.ratio_skip_threshold, delta=args.delta,
+                          entropy_mask=entropy_mask, sapo_temperature_pos=args.sapo_temperature_pos,
+                          sapo_temperature_neg=args.sapo_temperature_neg, vespo_k_pos=args.vespo_k_pos,
+                          vespo_lambda_pos=args.vespo_lambda_pos, vespo_k_neg=args.vespo_k_neg,
+                          vespo_lambda_neg=args.vespo_lambda_neg, off_policy_threshold=args.off_policy_mask_threshold,
+                          sampling_logp=sampling_logp)
+        _record_policy_metrics(m, args, out, entropy.detach(), mask)
+        loss = out.loss
+        if control is not None:
+            # The bonus acts on the tokens that carry the policy gradient (all of them without the entropy mask).
+            bonus_mask = mask if entropy_mask is None else mask * entropy_mask                # [B, C]
+            m.add("policy_loss", out.loss.detach())
+            loss = loss - control.control.applied() * entropy_bonus(entropy, bonus_mask)
+            if model.training and control.control.adaptive:
+                control.accumulate(accelerator, entropy, bonus_mask)
+            if model.training and accelerator.sync_gradients:
+                m.add("entropy_coef", control.control.coef)
+        if aux_losses is not None:
+            aux = torch.stack(aux_losses).mean()
+            m.add("aux_loss", aux.detach())
+            loss = loss + self.terms.router_aux_loss_coef * aux
+        if self.ptx is not None:
+            loss = loss + args.ptx_coef * self.ptx_loss(model, inputs)
+        return loss
+
+    def ptx_loss(self, model, inputs: dict) -> torch.Tensor:
+        """The micro-batch's PTX next-token loss, normalised by its optimizer step's PTX tokens
+        (`hf_grpo.learner.ptx`)."""
+        device = self.accelerator.device
+        ids = inputs["ptx_input_ids"].to(device)                                             # [B, L]
+        attention = inputs["ptx_attention_mask"].to(device)                                  # [B, L]
+        logp, _ = self.scorer.logprobs(model, {"input_ids": ids, "attention_mask": attention}, ids.shape[1] - 1, 1.0,
+                                       sampled=False)                                         # [B, L-1]
+        nll, tokens = ptx_nll_sum(logp, attention)
+        self.metrics.add("ptx_loss", nll.detach() / tokens.clamp(min=1.0))
+        return nll / inputs["ptx_normalizer"]
 
 
 def _record_policy_metrics(m, args, out, entropy: torch.Tensor, mask: torch.Tensor) -> None:
     m.add("entropy", masked_mean(entropy, mask))
-    if args.loss_type in CLIPPED_LOSS_TYPES:
+    if LOSS_TYPES[args.loss_type].clipped:
         m.add("clip_ratio/low_mean", masked_mean(out.low_clipped.float(), mask))
         m.add("clip_ratio/high_mean", masked_mean(out.high_clipped.float(), mask))
         m.add("clip_ratio/region_mean", masked_mean((out.low_clipped | out.high_clipped).float(), mask))

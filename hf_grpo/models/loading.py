@@ -189,3 +189,21 @@ def disable_dropout(model: torch.nn.Module) -> int:
             module.attention_dropout = 0.0
             changed += 1
     return changed
+
+
+def prepare_policy(model: str | PreTrainedModel, args, peft_config, dtype: str, init_kwargs: dict):
+    """The policy as the trainer trains it: ``model`` loaded when it is a name or path, wrapped in a LoRA adapter when
+    ``peft_config`` (or ``args.use_peft``, TRL's script field) asks for one, dropout switched off when
+    ``args.disable_dropout``. Returns ``(model, peft_config)`` (the config actually used, None without PEFT)."""
+    if isinstance(model, str):
+        model = load_model(model, dtype, args.attn_implementation, **init_kwargs)
+    if peft_config is None and args.use_peft:
+        from peft import LoraConfig
+        peft_config = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                                 target_modules=args.lora_target_modules or "all-linear", task_type="CAUSAL_LM")
+    if peft_config is not None:
+        from peft import get_peft_model
+        model = get_peft_model(model, peft_config)
+    if args.disable_dropout:     # old, current and reference log-probs: one deterministic function
+        logger.info("disable_dropout: %d dropout probabilities set to 0", disable_dropout(model))
+    return model, peft_config

@@ -16,26 +16,63 @@ import torch
 from accelerate.utils import gather_object
 
 from ..rewards.user_logs import RewardLogError
+from .metrics import MetricsBuffer
 
 
-def record_rollout_metrics(trainer, batch, advantages: torch.Tensor, seconds: float, version: int) -> None:
-    """Add a round's statistics to ``trainer._metrics`` (every process calls this: it gathers)."""
-    args, metrics = trainer.args, trainer._metrics
-    # weight_version: of the weights that sampled the round; reward_log: per function seconds, errors, own stats.
-    extra = {"weight_version": float(version), "timing/rollout_s": seconds, **batch.reward_log}
-    if args.overlong_buffer_length:
-        extra["overlong_penalty/mean"] = batch.overlong.mean()
-    if args.dynamic_sampling:
-        extra.update({f"dynamic_sampling/{k}": v for k, v in trainer.collector.dynamic_sampling_stats.items()})
-    own = {**batch.metrics(advantages, args.num_generations, trainer.reward_runner.names), **extra}
-    for key, value in own.items():
-        metrics.add(key, value)
-    for key, value in logged_metric_means(trainer.accelerator, batch.logged_metrics).items():
-        if key in own:
-            raise RewardLogError(f"log_metric: {key!r} is one of the trainer's own metrics; log it under another "
-                                 f"name")
-        metrics.add(key, value)
-    trainer._round_tokens = metrics.last("num_tokens")
+class StepLog:
+    """The trainer's step log: its metrics buffer, the token throughput and the training clock's minutes.
+
+    Built by the trainer with the config, the accelerator (metrics are reduced over processes) and the training clock
+    (`hf_grpo.runtime.time_budget`). The trainer records each round (`record_round`), credits each micro-step its
+    share of the round's tokens (`credit_micro_step`) and passes `Trainer.log`'s dict through `logs`.
+    """
+
+    def __init__(self, args, accelerator, clock):
+        self.args, self.accelerator, self.clock = args, accelerator, clock
+        self.metrics = MetricsBuffer()
+        self.round_tokens = 0.0          # prompt + completion tokens of the current round, on this process
+        self.tokens_since_log = 0.0
+        self.last_log_wall = time.perf_counter()
+
+    def record_round(self, batch, advantages: torch.Tensor, seconds: float, version: int, reward_names: list[str],
+                     dynamic_sampling_stats: dict[str, float] | None = None) -> None:
+        """Add a round's statistics to the metrics (every process calls this: it gathers)."""
+        args, metrics = self.args, self.metrics
+        # weight_version: of the weights that sampled the round; reward_log: per function seconds, errors, own stats.
+        extra = {"weight_version": float(version), "timing/rollout_s": seconds, **batch.reward_log}
+        if args.overlong_buffer_length:
+            extra["overlong_penalty/mean"] = batch.overlong.mean()
+        if args.dynamic_sampling:
+            extra.update({f"dynamic_sampling/{k}": v for k, v in (dynamic_sampling_stats or {}).items()})
+        own = {**batch.metrics(advantages, args.num_generations, reward_names), **extra}
+        for key, value in own.items():
+            metrics.add(key, value)
+        for key, value in logged_metric_means(self.accelerator, batch.logged_metrics).items():
+            if key in own:
+                raise RewardLogError(f"log_metric: {key!r} is one of the trainer's own metrics; log it under another "
+                                     f"name")
+            metrics.add(key, value)
+        self.round_tokens = metrics.last("num_tokens")
+
+    def credit_micro_step(self, micro_steps_per_round: int) -> None:
+        """Credit one micro-step with its equal share of the round's tokens, so steps that only reuse the round still
+        show its throughput (crediting the generating step alone logged 0 tokens/s for the others)."""
+        self.tokens_since_log += self.round_tokens / micro_steps_per_round
+
+    def logs(self, logs: dict[str, float], training: bool) -> dict[str, float]:
+        """``logs`` with the metrics: a training step's window (``training``: the model is in training mode), or (end
+        of training) any not yet logged."""
+        if training and "loss" in logs:
+            logs = {**logs, **self.metrics.reduce(self.accelerator)}
+            # Prompt + completion tokens through the trainer per wall-clock second, all processes.
+            now = time.perf_counter()
+            logs["throughput/tokens_per_s"] = (self.tokens_since_log * self.accelerator.num_processes
+                                               / max(now - self.last_log_wall, 1e-9))
+            self.tokens_since_log, self.last_log_wall = 0.0, now
+            logs["time/train_minutes"] = self.clock.elapsed() / 60
+        elif "train_runtime" in logs:      # Trainer's summary, on every process: the steps since the last log
+            logs = {**logs, **self.metrics.reduce(self.accelerator)}
+        return logs
 
 
 def logged_metric_means(accelerator, values: dict[str, list[float]]) -> dict[str, float]:
@@ -52,18 +89,3 @@ def logged_metric_means(accelerator, values: dict[str, list[float]]) -> dict[str
             total[0] += sum(v)
             total[1] += len(v)
     return {name: s / n for name, (s, n) in sorted(totals.items()) if n}
-
-
-def step_logs(trainer, logs: dict[str, float]) -> dict[str, float]:
-    """``logs`` with the trainer's metrics: a training step's window, or (end of training) any not yet logged."""
-    if trainer.model.training and "loss" in logs:
-        logs = {**logs, **trainer._metrics.reduce(trainer.accelerator)}
-        # Prompt + completion tokens through the trainer per wall-clock second, all processes.
-        now = time.perf_counter()
-        logs["throughput/tokens_per_s"] = (trainer._tokens_since_log * trainer.accelerator.num_processes
-                                           / max(now - trainer._last_log_wall, 1e-9))
-        trainer._tokens_since_log, trainer._last_log_wall = 0.0, now
-        logs["time/train_minutes"] = trainer.clock.elapsed() / 60
-    elif "train_runtime" in logs:      # Trainer's summary, on every process: the steps since the last log
-        logs = {**logs, **trainer._metrics.reduce(trainer.accelerator)}
-    return logs

@@ -1,4 +1,4 @@
-"""Reward functions (TRL contract) and the runner that calls them.
+"""Rewards: reward functions with TRL's contract, and the runner that calls them.
 
 * :mod:`.extract` -- completion text, final answers (``\\boxed{}``, ``<answer>``, GSM8K ``####``), format checks.
 * :mod:`.verify` -- math equivalence with math-verify in a timeout-guarded worker process.
@@ -8,7 +8,8 @@
 * :mod:`.registry` -- ``BUILTIN_REWARDS`` and ``load_reward_function``: built-in name, ``model:<path>`` or dotted
   import path -> callable.
 * :mod:`.building` -- ``reward_functions``: TRL's ``reward_funcs`` / ``reward_processing_classes`` to callables.
-* :mod:`.runner` -- ``RewardRunner``: concurrent calls, strict validation, per-function timings, error policy.
+* :mod:`.runner` -- ``RewardRunner``: concurrent calls, time limits, per-function timings, error policy.
+* :mod:`.contract` -- what a reward function must accept and return, checked with errors that name it.
 
 Importing this package starts nothing: the verification worker starts on the first math-equivalence check, the
 code sandboxes on the first code run.

@@ -11,7 +11,7 @@ Departures from TRL:
   lone function, or one relying on main-thread ``signal`` timeouts, behaves as in TRL). Async functions run together
   on a private event loop in a helper thread, so calling the runner works whether or not the caller's thread already
   runs an event loop.
-* Return values are validated strictly: a wrong length (TRL's ``torch.tensor`` assignment silently broadcasts a
+* Return values are validated strictly (`.contract`): a wrong length (TRL's ``torch.tensor`` assignment silently broadcasts a
   1-element list), a non-list, a non-number or NaN/inf raise :class:`RewardFunctionError` naming the function and
   showing a sample. ``bool`` is accepted as 0/1; so are ``numpy`` scalars and 0-d tensors.
 * Functions that do not take ``**kwargs`` are rejected when the runner is built, not at the first step.
@@ -59,20 +59,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import difflib
-import functools
-import inspect
 import logging
 import math
-import numbers
 import threading
 import time
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from .calls import (SPLIT_WORKERS, Call, call_async, call_sync, fresh_kwargs, one_sample, Outcome, remaining,
                     SampleSplit)
+from .contract import (RewardFunctionError, call_context, check_accepts_kwargs, check_values, is_async,
+                       preview, reward_name, sample_text)
 from .user_logs import LogExtra, RewardLogs
 
 logger = logging.getLogger(__name__)
@@ -81,64 +79,6 @@ _RESERVED = ("prompts", "completions", "completion_ids", "trainer_state", "log_e
 ON_ERROR = ("raise", "zero", "skip")
 MAX_STRANDED = 64    # abandoned calls of one function still running, beyond which it counts as persistently hung
 _SHOWN = 3           # hung samples quoted in a timeout warning
-
-
-class RewardFunctionError(Exception):
-    """A reward function failed or broke the contract. ``function_name`` says which one."""
-
-    def __init__(self, message: str, function_name: str):
-        super().__init__(message)
-        self.function_name = function_name
-
-    def __reduce__(self):  # keep it picklable (e.g. when an error crosses processes) despite the extra argument
-        return type(self), (str(self), self.function_name)
-
-
-def reward_name(fn: Callable) -> str:
-    """The name a reward is logged under: a function's ``__name__``, else the class name of a callable object."""
-    if isinstance(fn, functools.partial):
-        return reward_name(fn.func)
-    name = getattr(fn, "__name__", None)
-    return name if isinstance(name, str) else type(fn).__name__
-
-
-def _is_async(fn: Callable) -> bool:
-    return inspect.iscoroutinefunction(fn) or (
-        not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__))
-
-
-def _check_accepts_kwargs(fn: Callable, name: str) -> None:
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # some builtins and C callables have no signature: cannot check, so trust
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
-        return
-    fixed = signature.replace(parameters=[*signature.parameters.values(),
-                                          inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
-    raise RewardFunctionError(
-        f"Reward function '{name}{signature}' must accept **kwargs: it is called with keyword arguments only "
-        f"(prompts, completions, completion_ids, trainer_state and one per dataset column), and takes the ones it "
-        f"needs by name. Declare it as `def {name}{fixed}`.", name)
-
-
-def _preview(value: Any, limit: int = 160) -> str:
-    """Short repr of a prompt or completion; for a conversation, of its last message's content."""
-    if isinstance(value, list) and value and isinstance(value[-1], dict) and "content" in value[-1]:
-        value = value[-1]["content"]
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "...'"
-
-
-def _as_number(value: Any) -> float:
-    """float(value) for the accepted reward types; TypeError otherwise. None -> NaN (not applicable)."""
-    if value is None:
-        return math.nan
-    if isinstance(value, (numbers.Real, np.bool_)):  # int, float, bool, Fraction, numpy ints/floats/bools
-        return float(value)
-    if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_complex():
-        return float(value.item())
-    raise TypeError(type(value).__name__)
 
 
 class RewardRunner:
@@ -176,7 +116,7 @@ class RewardRunner:
         self.funcs = list(reward_funcs)
         self.names = self._unique_names([reward_name(fn) for fn in self.funcs])
         for fn, name in zip(self.funcs, self.names):
-            _check_accepts_kwargs(fn, name)
+            check_accepts_kwargs(fn, name)
         if reward_weights is None:
             reward_weights = [1.0] * len(self.funcs)
         if len(reward_weights) != len(self.funcs):
@@ -189,7 +129,7 @@ class RewardRunner:
         self.gated = [self._index(name, "gated_reward_funcs") for name in gated or []]
         if self.gate in self.gated:
             raise ValueError(f"reward function '{self.names[self.gate]}' is both the reward_gate and gated by it")
-        self._is_async = [_is_async(fn) for fn in self.funcs]
+        self._is_async = [is_async(fn) for fn in self.funcs]
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._stranded: list[list[threading.Thread]] = [[] for _ in self.funcs]  # abandoned calls' threads
@@ -259,7 +199,7 @@ class RewardRunner:
             if outcome.error is not None and self.on_error != "raise":
                 per_func[:, i] = self._on_error(i, outcome, kwargs)
                 continue
-            per_func[:, i] = torch.tensor(self._validate(i, outcome, kwargs), dtype=torch.float32)
+            per_func[:, i] = torch.tensor(check_values(self.names[i], outcome, kwargs, self.timeout), dtype=torch.float32)
         # Optional contract for reward objects: ``last_stats``, a dict describing their last call (same keys always,
         # so every process logs the same metrics).
         self.last_function_stats = {name: dict(fn.last_stats) for fn, name in zip(self.funcs, self.names)
@@ -278,7 +218,7 @@ class RewardRunner:
         if self.last_all_none_count and not self._warned_all_none:
             self._warned_all_none = True  # once: it may be expected (rows no function applies to)
             row = int(all_none.nonzero()[0, 0])
-            row_kwargs = {k: _preview(v[row]) for k, v in kwargs.items() if isinstance(v, list) and len(v) == n}
+            row_kwargs = {k: preview(v[row]) for k, v in kwargs.items() if isinstance(v, list) and len(v) == n}
             # TRL's wording first ("All reward functions returned None for the following kwargs"), then ours.
             logger.warning("All reward functions returned None for the following kwargs: %s. %d of %d completions "
                            "got None from every reward function (%s): they are unscored, get advantage 0 and are "
@@ -448,7 +388,7 @@ class RewardRunner:
                 return Outcome(error=result.error, error_row=row, seconds=outcome.seconds, timed_out=timed_out,
                                 hung=[r for r in outcome.hung if r in timed_out])
             if not isinstance(result.values, (list, tuple)) or len(result.values) != 1:
-                self._validate(i, result, one_sample(kwargs, row))  # raises, showing this sample
+                check_values(self.names[i], result, one_sample(kwargs, row), self.timeout)  # raises, showing this sample
             values.append(result.values[0])
         return Outcome(values=values, seconds=outcome.seconds, timed_out=timed_out, hung=outcome.hung)
 
@@ -458,14 +398,14 @@ class RewardRunner:
         self.last_timeout_counts[name] = missed
         self.timeout_counts[name] += missed
         if outcome.hung:
-            shown = "; ".join(f"sample {row}: {self._sample(kwargs, row)}" for row in outcome.hung[:_SHOWN])
+            shown = "; ".join(f"sample {row}: {sample_text(kwargs, row)}" for row in outcome.hung[:_SHOWN])
             more = f" and {len(outcome.hung) - _SHOWN} more" if len(outcome.hung) > _SHOWN else ""
             where = f"Still running on {len(outcome.hung)} sample(s) when its time ran out: {shown}{more}."
             unreached = missed - len(outcome.hung)
             if unreached:
                 where += f" {unreached} other sample(s) were not reached before the deadline."
         else:
-            where = f"{outcome.note} First sample of the call: {self._sample(kwargs, 0)}."
+            where = f"{outcome.note} First sample of the call: {sample_text(kwargs, 0)}."
         logger.warning("Reward function '%s' timed out: %d of %d samples unscored after waiting %.2f s "
                        "(reward_timeout=%s s per call, then once per sample). They score None for it (left out of "
                        "its total; a row no function scored is left out of training); %d timeouts of this function "
@@ -477,63 +417,9 @@ class RewardRunner:
         name, error = self.names[i], outcome.error
         self.last_error_counts[name] = 1
         self.error_counts[name] += 1
-        sample = self._context(kwargs, outcome.error_row) if kwargs["completions"] else ""
+        sample = call_context(kwargs, outcome.error_row) if kwargs["completions"] else ""
         logger.warning("Reward function '%s' raised %s: %s. on_error=%s: it %s for these %d completions (error %d "
                        "of this function so far). %s", name, type(error).__name__, error, self.on_error,
                        "scores 0.0" if self.on_error == "zero" else "abstains (None)", len(kwargs["completions"]),
                        self.error_counts[name], sample)
         return 0.0 if self.on_error == "zero" else math.nan
-
-    # ---- validation ---------------------------------------------------------------------------------------------
-    @staticmethod
-    def _sample(kwargs: dict[str, Any], row: int) -> str:
-        return f"prompt={_preview(kwargs['prompts'][row])}, completion={_preview(kwargs['completions'][row])}"
-
-    def _context(self, kwargs: dict[str, Any], row: int) -> str:
-        return f"Called with keyword arguments: {', '.join(kwargs)}. Sample {row}: {self._sample(kwargs, row)}."
-
-    def _validate(self, i: int, outcome: Outcome, kwargs: dict[str, Any]) -> list[float]:
-        name, n = self.names[i], len(kwargs["completions"])
-        first = self._context(kwargs, 0) if n else ""
-        if outcome.error is not None:
-            e = outcome.error
-            hint = ""
-            # Python's own message, or math_verify's rewording of it.
-            if isinstance(e, ValueError) and ("main thread" in str(e) or "signal.alarm" in str(e)):
-                remedy = ("list this function first among the synchronous ones (without a time limit the first runs "
-                          "in the calling thread)" if self.timeout is None else
-                          "set reward_timeout to None (no time limit: the first synchronous function then runs in "
-                          "the calling thread)")
-                hint = (" It ran in a worker thread: signal-based timeouts (e.g. math_verify's) only work in the "
-                        "main thread. Disable them (parse(..., parsing_timeout=None), verify(..., "
-                        f"timeout_seconds=None)), use hf_grpo.rewards.verify.MathVerifier, or {remedy}.")
-            row = outcome.error_row
-            raise RewardFunctionError(f"Reward function '{name}' raised {type(e).__name__}: {e}.{hint} "
-                                      f"{self._context(kwargs, row) if n else ''}", name) from e
-        values = outcome.values
-        expected = (f"Expected a list of {n} values, one float per completion (None where the reward does not "
-                    f"apply).")
-        if inspect.isawaitable(values):
-            raise RewardFunctionError(f"Reward function '{name}' returned an awaitable; declare it with `async def` "
-                                      f"so it is awaited. {expected}", name)
-        if not isinstance(values, (list, tuple)):
-            tip = " Convert arrays and tensors with .tolist()." if hasattr(values, "tolist") else ""
-            raise RewardFunctionError(f"Reward function '{name}' returned a {type(values).__name__}.{tip} "
-                                      f"{expected} {first}", name)
-        if len(values) != n:
-            raise RewardFunctionError(f"Reward function '{name}' returned {len(values)} values for {n} completions. "
-                                      f"{expected} {first}", name)
-        floats = []
-        for row, value in enumerate(values):
-            try:
-                number = _as_number(value)
-            except TypeError:
-                raise RewardFunctionError(
-                    f"Reward function '{name}' returned {value!r} ({type(value).__name__}) at index {row}, not a "
-                    f"number. {expected} {self._context(kwargs, row)}", name) from None
-            if value is not None and not math.isfinite(number):
-                raise RewardFunctionError(
-                    f"Reward function '{name}' returned {number} at index {row}. Rewards must be finite; return None "
-                    f"for not-applicable samples, not NaN. {self._context(kwargs, row)}", name)
-            floats.append(number)
-        return floats

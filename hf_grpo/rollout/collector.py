@@ -160,11 +160,11 @@ def reward_columns(rows: list[dict], repeats: int) -> dict[str, list]:
 
 
 class RolloutCollector:
-    """``multi_turn(rows, sampling, round_key)``, when set, replaces single-turn generation with agentic rollouts
-    (`hf_grpo.agents`: tools, environments or TRL's ``rollout_func``) returning an `AgentResult`."""
+    """``multi_turn(generator, rows, sampling, round_key)``, when set, replaces single-turn generation with agentic
+    rollouts (`hf_grpo.agents`: tools, environments or TRL's ``rollout_func``) returning an `AgentResult`."""
 
     def __init__(self, generator: Generator, tokenizer, reward_runner, args,
-                 multi_turn: Callable[[list[dict], SamplingParams, int], AgentResult] | None = None):
+                 multi_turn: Callable[[Generator, list[dict], SamplingParams, int], AgentResult] | None = None):
         self.multi_turn = multi_turn
         self.generator = generator
         self.tokenizer = tokenizer
@@ -186,7 +186,7 @@ class RolloutCollector:
         if self.multi_turn is not None:
             with self.engine_lock:
                 t0 = time.perf_counter()
-                result = self.multi_turn(rows, sampling or self.sampling, round_key)
+                result = self.multi_turn(self.generator, rows, sampling or self.sampling, round_key)
                 G = self.args.num_generations
                 return [result.prompt_ids[p * G] for p in range(len(rows))], result, time.perf_counter() - t0
         prompt_ids = encode_prompts(self.tokenizer, [r["prompt"] for r in rows],

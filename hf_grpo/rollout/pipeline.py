@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..generation import SamplingParams
+from ..reporting.metrics import MetricsBuffer
 from .collector import RolloutBatch, RolloutCollector
 
 logger = logging.getLogger(__name__)
@@ -180,40 +181,36 @@ class RolloutPipeline:
         return Round(round_.index, version, round_.temperature, round_.rows, batch)
 
 
-def build_pipeline(trainer) -> RolloutPipeline:
-    """The trainer's pipeline: its prompt stream is the trainer's own sampler order, round by round."""
-    args = trainer.args
-    sampler = trainer._get_train_sampler()
-    rank = trainer.accelerator.process_index
+def build_pipeline(args, collector: RolloutCollector, stream: Callable[[int], list[dict]],
+                   temperature: Callable[[int], float], refill: Callable[[int], list[dict]],
+                   trainer_state: Callable[[], object]) -> RolloutPipeline:
+    """The trainer's pipeline. ``stream``: round index -> this process's rows, in the trainer's own sampler order;
+    ``temperature``: optimizer step -> the scheduled sampling temperature; ``refill``: n -> extra prompts for dynamic
+    sampling; ``trainer_state``: () -> the trainer's current ``TrainerState`` (reward functions receive it)."""
     steps_per_round = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
-    collector = trainer.collector
-
-    def stream(k: int) -> list[dict]:
-        return [trainer.train_dataset[i] for i in sampler.round_rows(k, rank)]
 
     def sampling(k: int) -> SamplingParams:
-        return dataclasses.replace(collector.sampling, temperature=trainer._temperature(k * steps_per_round))
+        return dataclasses.replace(collector.sampling, temperature=temperature(k * steps_per_round))
 
     dynamic = None
     if args.dynamic_sampling:
         # In the stream, per process: refills are this process's own vLLM calls, so no collective decides them.
         def dynamic(batch: RolloutBatch, rows: list[dict]) -> RolloutBatch:
-            return collector.collect_dynamic(rows, trainer._refill, lambda need: need, trainer.state, first=batch)
+            return collector.collect_dynamic(rows, refill, lambda need: need, trainer_state(), first=batch)
 
-    return RolloutPipeline(collector, stream, sampling, steps_per_round, args.max_staleness, dynamic,
-                           lambda: trainer.state)
+    return RolloutPipeline(collector, stream, sampling, steps_per_round, args.max_staleness, dynamic, trainer_state)
 
 
-def pipelined_round(trainer, rows: list[dict]) -> Round:
-    """The trainer's side of a round boundary (its own thread): push the new weights, pop the round, check it."""
-    args, pipeline, metrics = trainer.args, trainer.pipeline, trainer._metrics
-    cycle = args.steps_per_generation * args.num_iterations
-    k = trainer._micro_step // cycle
+def pipelined_round(pipeline: RolloutPipeline, k: int, rows: list[dict], global_step: int,
+                    push_weights: Callable[[], None], metrics: MetricsBuffer) -> Round:
+    """The trainer's side of the boundary of round ``k`` (on its own thread): push the new weights (``push_weights``
+    pushes them when the engine holds an older version), pop the round, check it against the ``rows`` the dataloader
+    serves, and record the ``async/*`` metrics."""
     start = time.perf_counter()
     with pipeline.lock:               # waits for a generate call in progress: the engine never mixes versions
         push_wait = time.perf_counter() - start
-        trainer._sync_generator()
-    pipeline.publish(trainer.generator.weight_version)
+        push_weights()
+    pipeline.publish(pipeline.collector.generator.weight_version)
     if not pipeline.running:          # first round, or first after a restart (in-flight rounds are generated again)
         pipeline.start(k)
     start = time.perf_counter()
@@ -222,13 +219,13 @@ def pipelined_round(trainer, rows: list[dict]) -> Round:
     if [r["prompt"] for r in round_.rows] != [r["prompt"] for r in rows]:
         raise RuntimeError(f"pipeline round {k}: its prompts differ from those the dataloader serves for this step "
                            f"(the prompt stream and the sampler disagree)")
-    staleness = trainer.state.global_step - round_.version
+    staleness = global_step - round_.version
     regenerated = 0
-    if round_.error is None and staleness > args.max_staleness:
+    if round_.error is None and staleness > pipeline.max_staleness:
         logger.warning("round %d was sampled by weights %d, %d steps behind (max_staleness=%d): generated again",
-                       k, round_.version, staleness, args.max_staleness)
+                       k, round_.version, staleness, pipeline.max_staleness)
         round_, regenerated = pipeline.regenerate(round_), 1
-        staleness = trainer.state.global_step - round_.version
+        staleness = global_step - round_.version
     metrics.add("async/staleness", float(staleness))
     metrics.add("async/wait_s", waited)
     metrics.add("async/push_wait_s", push_wait)

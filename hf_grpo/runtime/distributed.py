@@ -39,6 +39,14 @@ def forward_is_collective(accelerator, model: torch.nn.Module) -> bool:
     return accelerator.num_processes > 1 and (is_zero3(accelerator) or isinstance(model, FSDPModule))
 
 
+def any_rank(accelerator, flag: bool) -> bool:
+    """True on every process when ``flag`` is True on any (collective: every process calls it)."""
+    if accelerator.num_processes == 1:
+        return flag
+    t = torch.tensor([float(flag)], device=accelerator.device)
+    return bool(accelerator.reduce(t, reduction="sum").item() > 0)
+
+
 def warn_if_fsdp_falls_back(accelerator) -> None:
     """accelerate applies an FSDP config only on GPU-type devices: launched on CPU it trains data-parallel (DDP).
     Say so once, instead of letting a user believe the model is sharded."""

@@ -1,4 +1,5 @@
-"""Run untrusted Python programs confined by the kernel: shared by the ``code`` reward and the agents' ``python`` tool.
+"""Sandbox: run untrusted Python programs confined by the kernel, for the ``code`` reward and the agents' ``python``
+tool.
 
 * :mod:`.sandbox` -- ``Sandbox``: one confined zygote process forking one confined child per run (``_zygote.py``,
   ``_confine.py`` hold the code that runs inside it); ``Job``, ``Limits``, ``RunResult``.

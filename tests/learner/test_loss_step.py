@@ -77,9 +77,9 @@ def test_entropy_bonus_gradient_is_minus_coef_times_the_entropy_gradient(tiny_ll
 
     total_loss = trainer.compute_loss(model, batch)
     total = grads(total_loss)
-    assert trainer._metrics.last("entropy_coef") == 0.1
-    assert total_loss.item() == pytest.approx(trainer._metrics.last("policy_loss") - 0.1 * trainer._metrics.last(
-        "entropy"), rel=1e-5)
+    metrics = trainer.step_log.metrics
+    assert metrics.last("entropy_coef") == 0.1
+    assert total_loss.item() == pytest.approx(metrics.last("policy_loss") - 0.1 * metrics.last("entropy"), rel=1e-5)
     trainer.entropy_control = None
     policy = grads(trainer.compute_loss(model, batch))
     mask, C = batch["completion_mask"], batch["completion_mask"].shape[1]
@@ -140,7 +140,7 @@ def test_moe_load_balancing_loss_is_added_and_logged(tiny_moe_path, tmp_path):
         return loss.detach(), model.model.layers[0].mlp.gate.weight.grad.clone()
 
     with_aux, grad_aux = loss_and_router_grad()
-    aux = trainer._metrics.last("aux_loss")
+    aux = trainer.step_log.metrics.last("aux_loss")
     trainer.aux_loss_enabled = False
     without, grad_plain = loss_and_router_grad()
     assert aux > 0 and with_aux.item() == pytest.approx(without.item() + 0.5 * float(aux), rel=1e-5)
@@ -197,4 +197,4 @@ def test_zero_advantage_completions_stay_in_the_loss_under_an_entropy_bonus(tiny
     trainer = make_trainer(tiny_llama_path, tmp_path, reward_funcs=(half_constant_reward,), entropy_coef=entropy_coef)
     trainer.state.max_steps = 1
     trainer._generate_and_score([trainer.train_dataset[i] for i in range(2)])
-    assert (trainer._metrics.last("skipped_zero_advantage_frac") > 0) == skipped
+    assert (trainer.step_log.metrics.last("skipped_zero_advantage_frac") > 0) == skipped
