@@ -4,7 +4,7 @@
 shared with hf_grpo by name) is implemented, mapped onto the hf_grpo field of the same meaning, or refused with an
 error that names the field and what to use instead. A TRL field that maps onto an hf_grpo field also set to a
 different value is an error naming both. `check_init_kwargs` turns an unknown keyword into an error with the closest
-field name. docs/trl_compatibility.md has the table; tests/test_trl_config.py keeps it in step with TRL's dataclass.
+field name. docs/trl_compatibility.md has the table; tests/config/test_trl_compat.py keeps it in step with TRL's dataclass.
 """
 
 from __future__ import annotations
