@@ -1,4 +1,4 @@
-"""Correct programs in the styles people write, for tests/rewards/test_false_negatives.py: each must score 1.0 with
+"""Correct programs in the styles people write, for tests/rewards/code/test_reward_false_negatives.py: each must score 1.0 with
 no suspected hack. ``HUMANEVAL``: (name, program, test, entry_point, prompt); ``MBPP``: (name, program, asserts);
 ``STDIN``: (name, program, cases, float_tolerance or None)."""
 

@@ -1,4 +1,4 @@
-"""Every reward hack of reward_hacks.py on every row style, per sandbox mode; for tests/rewards/test_reward_hacking.py.
+"""Every reward hack of reward_hacks.py on every row style, per sandbox mode; for tests/rewards/code/test_reward_hacking.py.
 
     python -m tests.helpers.hack_matrix [--modes namespaces,rlimits]    # one JSON line: {mode: {style: [...]}}
 

@@ -1,4 +1,4 @@
-"""Reward hacks against code rows, shared by tests/rewards/test_reward_hacking.py, tests/helpers/hack_matrix.py and
+"""Reward hacks against code rows, shared by tests/rewards/code/test_reward_hacking.py, tests/helpers/hack_matrix.py and
 bench/sandbox_table.py.
 
 Every hack is a *wrong* solution of ``add(a, b)`` (it subtracts) plus an attempt to make the tests pass anyway: forge

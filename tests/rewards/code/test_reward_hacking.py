@@ -20,7 +20,7 @@ from tests.helpers.reward_hacks import (DETECTED, HACKS, HUMANEVAL_TEST, PROMPT,
                                         same_process_scores, weaker_harness_scores)
 
 STYLES = ["humaneval", "mbpp", "stdin"]
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _non_root_run() -> subprocess.Popen | None:

@@ -1,0 +1,211 @@
+"""No bench can rot: every script in bench/ runs end to end at its tiniest shape and prints its ``RESULT`` line.
+
+Each smoke runs the real script as a subprocess from the repository root, the way docs/benchmarks.md runs it, with
+flags that shrink it to the least work that still goes through its code: 1 step, 1 prompt, 2 generations, 8-16
+tokens, a tiny random-init Llama instead of the embedded model (64-dim heads, which vLLM's CPU attention needs),
+and files the test writes itself where a script reads data CI does not have (GSM8K rows, a TRL-style test file).
+Nothing is timed or compared: the test asserts the exit code and that the last non-empty line is
+``RESULT <name> key=value ...`` (plus, where a script reports failures inside its RESULT line, that there were
+none). A new script in bench/ cannot be added without an entry in ``SMOKES``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+# Modules the scripts import; they have no RESULT line of their own.
+HELPERS = {"timing.py"}
+
+
+def gsm8k_files(tmp: Path) -> None:
+    """A few GSM8K-format rows (question, answer ending in ``#### N``): CI has no copy of the data set."""
+    rows = [{"question": f"Sam has {a} boxes with {b} pens each. How many pens does he have?",
+             "answer": f"{a} boxes of {b} pens: {a} * {b} = <<{a}*{b}={a * b}>>{a * b} pens.\n#### {a * b}"}
+            for a, b in ((2, 3), (4, 5), (3, 7), (6, 2), (5, 5), (8, 3))]
+    (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    (tmp / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[4:]))
+
+
+# A stand-in for TRL's tests/test_grpo_trainer.py (read from a TRL checkout, which CI does not have), written the way
+# TRL's tests are: the hub ids of TRL's tiny models, `load_dataset` of its zen prompts, TRL's import line (the one the
+# harness swaps for ours), a support module importing `trl.import_utils` helpers (one the installed TRL lacks: the
+# harness shims it). One test passes, one fails on purpose and one skips, so each count of the harness is checked.
+TRL_TEST_FILE = '''import pytest
+from datasets import load_dataset
+
+from trl import GRPOConfig, GRPOTrainer
+
+from .testing_utils import require_missing_extra
+
+
+class TestGRPOTrainer:
+    def test_training(self, tmp_path):
+        dataset = load_dataset("trl-internal-testing/zen", "standard_prompt_only", split="train")
+        args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2,
+                          max_completion_length=8, max_steps=1, use_vllm=False, bf16=False, report_to="none")
+        trainer = GRPOTrainer(model="trl-internal-testing/tiny-Qwen2ForCausalLM-2.5",
+                              reward_funcs="trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5",
+                              args=args, train_dataset=dataset)
+        trainer.train()
+        assert trainer.state.log_history[-1]["train_loss"] is not None
+
+    def test_fails_on_purpose(self):
+        assert GRPOTrainer.__name__ == "not a trainer", "fails on purpose: the harness must count it as failed"
+
+    @require_missing_extra
+    def test_skipped_without_the_extra(self):
+        pass
+'''
+TRL_TESTING_UTILS = '''import pytest
+
+from trl.import_utils import (
+    is_vllm_available,
+    is_an_extra_no_trl_release_has_available,
+)
+
+require_missing_extra = pytest.mark.skipif(not is_an_extra_no_trl_release_has_available(), reason="needs the extra")
+'''
+
+
+def trl_test_files(tmp: Path) -> None:
+    folder = tmp / "trl_tests_src"
+    folder.mkdir()
+    (folder / "test_grpo_trainer.py").write_text(TRL_TEST_FILE)
+    (folder / "testing_utils.py").write_text(TRL_TESTING_UTILS)
+
+
+@dataclass
+class Smoke:
+    """One script's smoke run: ``argv`` after the script's path ({tiny}: the tiny model's folder, {tmp}: the test's
+    scratch folder); ``expect``: key=value pairs its RESULT line must hold (where failures show up only there)."""
+    name: str
+    argv: list[str]
+    expect: tuple[str, ...] = ()
+    prepare: Callable[[Path], None] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+TINY_TRAIN = ["--prompts", "1", "--generations", "2", "--max_tokens", "8", "--steps", "1", "--warmup", "0"]
+TINY_RECIPE = ["--model_name_or_path", "{tiny}", "--per_device_train_batch_size", "2", "--num_generations", "2",
+               "--max_completion_length", "8"]
+
+SMOKES = {
+    # ours with HF generate (the harness is the same for both backends; vLLM's multi-turn loop has its own tests)
+    "agentic.py": Smoke("agentic", ["--model", "{tiny}", "--prompts", "1", "--generations", "2", "--max_tokens", "16",
+                                    "--steps", "1", "--warmup", "0", "--micro_batch", "2", "--ours_backend", "hf"]),
+    "async_pipeline.py": Smoke("async_pipeline", ["--model", "{tiny}", "--modes", "sync,1", *TINY_TRAIN]),
+    "code_reward.py": Smoke("code_reward", ["--repeats", "1", "--problems", "4"]),
+    "compare_trl.py": Smoke("compare_trl", ["--model", "{tiny}", "--reward", "hash", *TINY_TRAIN]),
+    "distributed_matrix.py": Smoke("distributed_matrix", ["--rows", "ddp:colocate:full", "--steps", "1", "--model",
+                                                          "{tiny}", "--", *TINY_RECIPE[2:], "--heldout_eval_samples",
+                                                          "0"], expect=("rows_passed=1/1",)),
+    "generation.py": Smoke("generation", ["--model", "{tiny}", "--prompts", "1", "--n", "2", "--max-tokens", "8",
+                                          "--eager", "--kv-cache-gib", "0.25"]),
+    "gpu_session.sh": Smoke("gpu_session", ["--dry-run"], expect=("mode=dry_run", "results=3/3"),
+                            env={"DRY_MODEL": "{tiny}", "PYTHON": sys.executable}),
+    # One step each (the budget is spent by the first), one checkpoint each, evaluated with HF generate on 2 rows.
+    "gsm8k_vs_trl.py": Smoke("gsm8k", ["--out", "{tmp}/out", "--dataset", "{tmp}/dev.jsonl", "--max_samples", "2",
+                                       "--minutes", "0.001", "--save_every", "10", "--eval_backend", "hf", "--",
+                                       *TINY_RECIPE, "--dataset_name", "{tmp}/train.jsonl", "--eval_datasets",
+                                       '{"gsm8k_dev": "{tmp}/dev.jsonl"}', "--gradient_accumulation_steps", "1",
+                                       "--steps_per_generation", "1"], prepare=gsm8k_files),
+    "hf_generate.py": Smoke("hf_generate", ["--model", "{tiny}", "--prompts", "1", "--n", "2", "--max-tokens", "8",
+                                            "--repeats", "1", "--chunk", "1"]),
+    "memory.py": Smoke("memory", ["--model", "{tiny}", "--steps", "1", "--prompts", "1", "--generations", "2",
+                                  "--max_tokens", "8", "--parallel"]),
+    "old_logprobs.py": Smoke("old_logprobs", ["--model", "{tiny}", "--prompts", "1", "--generations", "2",
+                                              "--steps_per_generation", "2", "--max_tokens", "8", "--rounds", "1",
+                                              "--warmup", "0"]),
+    "packing.py": Smoke("packing", ["--model", "tiny", "--sequences", "2", "--prompt", "4", "8", "--completion", "4",
+                                    "8", "--max_tokens", "32", "--repeats", "1"]),
+    "recipe_matrix.py": Smoke("recipe_matrix", ["--recipes", "quickstart", "--configs", "ddp", "--steps", "1", "--",
+                                                *TINY_RECIPE], expect=("passed=1", "total=1")),
+    "sampling_filters.py": Smoke("sampling_filters", ["--model", "{tiny}", "--prompts", "1", "--generations", "2",
+                                                      "--max_tokens", "8"]),
+    "sandbox_table.py": Smoke("sandbox_table", []),
+    "transformers_paged.py": Smoke("transformers_paged", ["--model", "{tiny}", "--prompts", "1", "--n", "2",
+                                                          "--max-tokens", "8", "--repeats", "1"]),
+    "trl_tests.py": Smoke("trl_tests", ["--tests-dir", "{tmp}/trl_tests_src", "--work", "{tmp}/work"],
+                          expect=("passed=1", "failed=1", "skipped=1", "trl_passed=1"), prepare=trl_test_files),
+    "weight_sync.py": Smoke("weight_sync", ["--model", "{tiny}", "--repeats", "1"]),
+}
+
+RESULT_PAIR = re.compile(r"[A-Za-z_][\w.]*=\S+")
+
+
+def bench_scripts() -> set[str]:
+    return {p.name for p in BENCH.glob("*.py") if p.name not in HELPERS} | {p.name for p in BENCH.glob("*.sh")}
+
+
+def test_every_bench_script_has_a_smoke_run():
+    missing = sorted(bench_scripts() - SMOKES.keys())
+    assert not missing, f"bench scripts without an entry in tests/bench/test_smoke.py SMOKES: {missing}"
+    stale = sorted(SMOKES.keys() - bench_scripts())
+    assert not stale, f"SMOKES entries for scripts that are not in bench/: {stale}"
+
+
+def test_helpers_are_not_benches():
+    """A module listed as a helper prints no RESULT line (otherwise it is a bench that escaped its smoke run)."""
+    for name in HELPERS:
+        assert "RESULT" not in (BENCH / name).read_text(), f"bench/{name} prints a RESULT line: give it a smoke run"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    """A 2-layer random-init Llama with the embedded model's tokenizer, saved like a hub model."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hf_grpo.models import load_tokenizer, resolve_model_path
+
+    tokenizer = load_tokenizer(resolve_model_path("smollm2-135m"))
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=1024,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    path = tmp_path_factory.mktemp("bench-tiny-llama")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(SMOKES))
+def test_bench_script_reaches_its_result_line(script, tiny_model, tmp_path):
+    smoke = SMOKES[script]
+    if smoke.prepare:
+        smoke.prepare(tmp_path)
+
+    def fill(text: str) -> str:
+        return text.replace("{tiny}", tiny_model).replace("{tmp}", str(tmp_path))
+
+    program = ["bash"] if script.endswith(".sh") else [sys.executable]
+    command = [*program, str(BENCH / script), *map(fill, smoke.argv)]
+    # Scratch folders the scripts make (tempfile) land in the test's own folder.
+    env = {**os.environ, "TMPDIR": str(tmp_path), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+           **{k: fill(v) for k, v in smoke.env.items()}}
+    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    output = run.stdout + run.stderr
+    lines = [line for line in run.stdout.splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    assert run.returncode == 0, f"{' '.join(command)} exited with {run.returncode}:\n{output[-6000:]}"
+    assert last.startswith(f"RESULT {smoke.name} "), f"last line is not the RESULT line: {last!r}\n{output[-6000:]}"
+    pairs = last.split()[2:]
+    assert pairs and all(RESULT_PAIR.fullmatch(p) for p in pairs), f"not key=value pairs: {last!r}"
+    for pair in smoke.expect:
+        assert pair in pairs, f"{pair} not in {last!r}\n{output[-6000:]}"
