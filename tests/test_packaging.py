@@ -116,10 +116,23 @@ def test_pip_install_replaces_an_unsupported_torch(tmp_path):
     assert "torch" in result.stderr and "2.14" in result.stderr
 
 
+def make_recipe(target: str) -> list[str]:
+    """The command lines of a Makefile target's recipe (tab-indented lines after ``target:``, comments dropped)."""
+    lines = (ROOT / "Makefile").read_text().split(f"\n{target}:", 1)[1].splitlines()[1:]
+    recipe = []
+    for line in lines:
+        if not line.startswith("\t"):
+            break
+        if not line.strip().startswith("#"):
+            recipe.append(line.strip())
+    return recipe
+
+
 def test_make_install_installs_the_constrained_set():
     # Every package install in `make install` goes through constraints.txt (pip's own upgrade aside); CI runs it.
-    installs = [line.strip() for line in (ROOT / "Makefile").read_text().splitlines()
-                if "pip install" in line and "--upgrade pip" not in line]
+    # (`make test-latest` installs the newest releases on purpose, in its own venv: not this recipe.)
+    installs = [line for line in make_recipe("$(STAMP)") if "pip install" in line and "--upgrade pip" not in line]
     assert len(installs) == 3 and all("-c constraints.txt" in line for line in installs), installs
     assert "constraints.txt" in (ROOT / "Makefile").read_text().split("$(STAMP):")[1].splitlines()[0]
+    assert all("$(VENV)" not in line and ".venv/" not in line for line in make_recipe("test-latest"))
     assert "make test" in (ROOT / ".ci" / "run").read_text()

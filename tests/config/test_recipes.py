@@ -1,3 +1,4 @@
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,10 @@ def test_required_recipes_exist():
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_every_recipe_parses_into_a_valid_config(path, tmp_path):
-    config = parse_config(["--recipe", str(path), "--output_dir", str(tmp_path)])
     values = read_recipe(path)
+    if values.get("old_logprobs_from_sampler") and importlib.util.find_spec("vllm") is None:
+        pytest.skip("the recipe takes the sampler's log-probs, which only vLLM returns (`make test-latest` has no vLLM)")
+    config = parse_config(["--recipe", str(path), "--output_dir", str(tmp_path)])
     for key, value in values.items():
         actual = getattr(config, key)
         if key == "report_to":          # TrainingArguments normalises "none" to []
