@@ -8,11 +8,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo agent-demo test test-fast test-latest bench clean
+.PHONY: install demo agent-demo lint test test-fast test-latest bench clean
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg setup.py constraints.txt
+$(STAMP): setup.cfg setup.py pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU torch first: with it in place, nothing below may pull a CUDA build.
@@ -33,7 +33,13 @@ demo: install
 agent-demo: install
 	$(BIN)/python train.py --recipe recipes/agent_quickstart.yaml
 
-test: install
+# The linter and the formatter (settings in pyproject.toml); `make test` runs it first, so CI fails on either.
+# `$(BIN)/ruff format hf_grpo tests bench train.py` applies the formatting.
+lint: install
+	$(BIN)/ruff check hf_grpo tests bench train.py
+	$(BIN)/ruff format --check hf_grpo tests bench train.py
+
+test: install lint
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=30
 
 test-fast: install

@@ -11,8 +11,10 @@ __all__ = ["DistributedGRPOTrainer", "GRPOConfig", "__version__"]
 def __getattr__(name):
     if name == "DistributedGRPOTrainer":
         from .trainer import DistributedGRPOTrainer
+
         return DistributedGRPOTrainer
     if name == "GRPOConfig":
         from .config.grpo_config import GRPOConfig
+
         return GRPOConfig
     raise AttributeError(f"module 'hf_grpo' has no attribute {name!r}")

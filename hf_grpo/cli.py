@@ -24,14 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         from .train import main as train_main
+
         train_main(rest)
         return 0
     # Bad input ends each command with one line naming it (hf_grpo.errors); --verbose shows the traceback.
     if command == "eval":
         from .evaluation.command import main as eval_main
+
         return run_command(eval_main, rest, prog="hf-grpo eval")
     if command == "serve":
         from .generation.serve import main as serve_main
+
         return run_command(serve_main, rest, prog="hf-grpo serve")
     print(f"hf-grpo: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2

@@ -14,19 +14,30 @@ import tempfile
 def check() -> list[str]:
     problems = []
     import torch
+
     if torch.__version__.split("+")[0] != "2.13.0":
         problems.append(f"torch {torch.__version__} installed; the tested set (constraints.txt) pins 2.13.0")
     if importlib.util.find_spec("torchvision") is not None:
         try:
             import torchvision  # noqa: F401
-            torch.ops.torchvision.nms  # the op whose absence breaks transformers' image utilities
+
+            _ = torch.ops.torchvision.nms  # the op whose absence breaks transformers' image utilities
         except (RuntimeError, AttributeError, ImportError) as e:
-            problems.append(f"torchvision is installed but broken against this torch ({e}); "
-                            f"run: pip uninstall -y torchvision torchaudio torchcodec")
+            problems.append(
+                f"torchvision is installed but broken against this torch ({e}); "
+                f"run: pip uninstall -y torchvision torchaudio torchcodec"
+            )
     try:
         from transformers import AutoModelForCausalLM, LlamaConfig
-        config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                             num_attention_heads=2, num_key_value_heads=1)
+
+        config = LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
         with tempfile.TemporaryDirectory() as tmp:
             AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
             AutoModelForCausalLM.from_pretrained(tmp)

@@ -16,15 +16,15 @@ import datasets
 import transformers
 from transformers import set_seed
 
-from .reporting.callbacks import plot_training_curves
-from .runtime.checkpoints import checkpoint_step, resolve_resume
+from .config.recipes import parse_config
 from .data import load_prompt_dataset
 from .errors import run_command
-from .generation.vllm_colocate import vllm_logging_level
 from .evaluation.heldout import HeldoutAccuracy, evaluate_heldout, heldout_dataset
+from .generation.vllm_colocate import vllm_logging_level
 from .models.loading import load_tokenizer
+from .reporting.callbacks import plot_training_curves
+from .runtime.checkpoints import checkpoint_step, resolve_resume
 from .runtime.peer_watch import watch_peers
-from .config.recipes import parse_config
 from .trainer import DistributedGRPOTrainer
 
 logger = logging.getLogger("hf_grpo")
@@ -53,10 +53,17 @@ def train(argv: list[str]) -> DistributedGRPOTrainer:
     # the generation backend keeps it at ERROR from engine start on (see vllm_log_level). With verbose, vLLM's own
     # level (VLLM_LOGGING_LEVEL, read, never set) also undoes a quiet run earlier in the same process.
     logging.getLogger("vllm").setLevel(vllm_logging_level(args.verbose))
-    logger.info("config: model=%s dataset=%s rewards=%s estimator=%s loss=%s", args.model_name_or_path,
-                args.dataset_name, args.reward_funcs, args.advantage_estimator, args.loss_type)
+    logger.info(
+        "config: model=%s dataset=%s rewards=%s estimator=%s loss=%s",
+        args.model_name_or_path,
+        args.dataset_name,
+        args.reward_funcs,
+        args.advantage_estimator,
+        args.loss_type,
+    )
     set_seed(args.seed)
-    # A peer rank killed by the OS (out of memory) is reported in one line by the survivors (hf_grpo.runtime.peer_watch).
+    # A peer rank killed by the OS (out of memory) is reported in one line by the survivors
+    # (hf_grpo.runtime.peer_watch).
     with watch_peers(args.verbose):
         return _train(args)
 
@@ -67,21 +74,36 @@ def _train(args) -> DistributedGRPOTrainer:
     tokenizer = load_tokenizer(args.model_name_or_path)
 
     # 4. Data: training prompts and named evaluation sets, every row validated with its file:line.
-    train_dataset = load_prompt_dataset(args.dataset_name, prompt_column=args.prompt_column,
-                                        system_prompt=args.system_prompt, max_rows=args.max_train_samples,
-                                        seed=args.seed)
+    train_dataset = load_prompt_dataset(
+        args.dataset_name,
+        prompt_column=args.prompt_column,
+        system_prompt=args.system_prompt,
+        max_rows=args.max_train_samples,
+        seed=args.seed,
+    )
     eval_datasets = None
     if args.eval_datasets:
-        eval_datasets = {name: load_prompt_dataset(source, prompt_column=args.prompt_column,
-                                                   system_prompt=args.system_prompt, max_rows=args.eval_max_samples,
-                                                   seed=args.seed)
-                         for name, source in args.eval_datasets.items()}
+        eval_datasets = {
+            name: load_prompt_dataset(
+                source,
+                prompt_column=args.prompt_column,
+                system_prompt=args.system_prompt,
+                max_rows=args.eval_max_samples,
+                seed=args.seed,
+            )
+            for name, source in args.eval_datasets.items()
+        }
     heldout = heldout_dataset(args, train_dataset, tokenizer) if args.heldout_eval_samples else None
 
     # 5. Trainer: policy, rewards, generation backend. It drops (and counts) the prompts too long to generate from.
-    trainer = DistributedGRPOTrainer(model=args.model_name_or_path, reward_funcs=args.reward_funcs, args=args,
-                                     train_dataset=train_dataset, eval_dataset=eval_datasets,
-                                     processing_class=tokenizer)
+    trainer = DistributedGRPOTrainer(
+        model=args.model_name_or_path,
+        reward_funcs=args.reward_funcs,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_datasets,
+        processing_class=tokenizer,
+    )
     logger.info("training prompts: %d of %d loaded", len(trainer.train_dataset), len(train_dataset))
 
     # 6. Train, resuming when asked: `--resume_from_checkpoint latest` (the newest complete checkpoint in output_dir,
@@ -93,8 +115,11 @@ def _train(args) -> DistributedGRPOTrainer:
     if args.resume_from_checkpoint:
         logger.info("resuming from %s", checkpoint or "scratch (no checkpoint found)")
     if checkpoint and 0 < args.max_steps <= checkpoint_step(checkpoint):
-        logger.info("%s already reached max_steps=%d: nothing left to train (its weights are the result)", checkpoint,
-                    args.max_steps)
+        logger.info(
+            "%s already reached max_steps=%d: nothing left to train (its weights are the result)",
+            checkpoint,
+            args.max_steps,
+        )
         return trainer
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.log_metrics("train", result.metrics)
@@ -122,12 +147,14 @@ def _report_heldout(trainer: DistributedGRPOTrainer, heldout, base) -> None:
     if not trainer.is_world_process_zero():
         return
     # Greedy pass@1: lenient_accuracy * count is an exact count of correct prompts.
-    report = HeldoutAccuracy.from_counts(base.count, round(base.lenient_accuracy * base.count),
-                                         round(trained.lenient_accuracy * trained.count))
+    report = HeldoutAccuracy.from_counts(
+        base.count, round(base.lenient_accuracy * base.count), round(trained.lenient_accuracy * trained.count)
+    )
     path = report.write(trainer.args.output_dir)
     if trainer.args.plot_metrics:
-        plot_training_curves(trainer.state.log_history, os.path.join(trainer.args.output_dir, "training_curves.png"),
-                             heldout=report)
+        plot_training_curves(
+            trainer.state.log_history, os.path.join(trainer.args.output_dir, "training_curves.png"), heldout=report
+        )
     logger.info("held-out accuracy written to %s", path)
     print(report.line(), flush=True)
 

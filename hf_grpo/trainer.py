@@ -8,15 +8,21 @@ packages by role (README, "Layout").
 The contract with the helpers: the trainer builds each helper from the parts it uses and calls it; no helper is given
 the trainer or reads its private state.
 
-| helper | built from | the trainer calls |
-| --- | --- | --- |
-| `learner.scoring.PolicyScorer` | config, accelerator, ``policy()`` / ``wrapped()`` model getters, reference | log-probs for the old policy, the reference, evaluation |
-| `learner.loss_step.LossStep` | config, accelerator, scorer, metrics, `LossTerms`, PTX batches | ``loss_step(model, inputs)`` in `compute_loss` |
-| `reporting.step_log.StepLog` | config, accelerator, training clock | ``record_round``, ``credit_micro_step``, ``logs`` |
-| `rollout.collector.RolloutCollector` | generator, tokenizer, reward runner, config, multi-turn hook | ``collect``, ``collect_dynamic`` |
-| `rollout.pipeline` | config, collector, prompt stream, temperature schedule, refill, state getter | ``pipelined_round(...)`` with the step, the weight push and the metrics |
-| `agents.multi_turn_rollouts` | agent or ``rollout_func``, generator, tokenizer, accelerator, policy | the collector's hook (``rollout_func`` receives the trainer, as in TRL) |
-| `evaluation.in_training` | an `EvalContext` per ``evaluate`` call | ``evaluate_sets`` under the engine lock, after the weight push |
+* `learner.scoring.PolicyScorer`, from the config, the accelerator, getters of the unwrapped and the wrapped model,
+  and the reference: the log-prob passes (old policy, reference, loss, evaluation);
+* `learner.loss_step.LossStep`, from the config, the accelerator, the scorer, the metrics, the `LossTerms` and the PTX
+  batches: ``loss_step(model, inputs)`` in `compute_loss`;
+* `reporting.step_log.StepLog`, from the config, the accelerator and the training clock: ``record_round``,
+  ``credit_micro_step`` and ``logs``;
+* `rollout.collector.RolloutCollector`, from the generator, the tokenizer, the reward runner, the config and the
+  multi-turn hook: ``collect`` and ``collect_dynamic``;
+* `rollout.pipeline.build_pipeline`, from the config, the collector, the prompt stream, the temperature schedule, the
+  refill and a state getter; each round boundary calls ``pipelined_round`` with the step, the weight push and the
+  metrics;
+* `agents.multi_turn_rollouts`, from the agent (or ``rollout_func``), the generator, the tokenizer, the accelerator and
+  the policy: the collector's hook (``rollout_func`` itself receives the trainer, as in TRL);
+* `evaluation.in_training.evaluate_sets`, from an `EvalContext` built for each ``evaluate`` call, under the engine
+  lock, after the weight push.
 
 Departures from TRL's `GRPOTrainer`: groups never straddle processes (each process samples all ``G`` completions of
 its prompts in one request), so advantages need no gather; micro-batches are padded to their own length (or packed,
@@ -39,19 +45,16 @@ from transformers import PreTrainedModel, Trainer
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import rotate_checkpoints
 
-from .agents import (USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi_turn_rollouts,
-                     with_environment_rewards)
+from .agents import USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi_turn_rollouts, with_environment_rewards
 from .algorithms import scheduled_temperature
-from .algorithms.surrogates import off_policy_mask
 from .config.grpo_config import GRPOConfig
 from .config.trl_compat import check_trainer_arguments, resolve_model_init_kwargs
 from .data.checks import model_positions, prepare_datasets
 from .data.streaming import is_streaming
 from .evaluation.in_training import EvalContext, checked_eval_sets, eval_mode, evaluate_sets
 from .generation import build_generator
-from .learner.batching import (add_normalizers, build_samples, collate_microbatches, normalizer_group,
-                               split_microbatches)
-from .learner.global_stats import rollout_advantages, top_entropy_mask
+from .learner.batching import add_normalizers, build_samples, collate_microbatches, normalizer_group, split_microbatches
+from .learner.global_stats import rollout_advantages
 from .learner.loss_step import LossStep, loss_terms
 from .learner.packing import single_row
 from .learner.ptx import PTXBatches
@@ -64,7 +67,7 @@ from .reporting.callbacks import PlotCallback, RichProgressCallback, write_rollo
 from .reporting.completions import CompletionsLog
 from .reporting.model_card import model_card_text
 from .reporting.step_log import StepLog
-from .rewards import RewardFunctionError, RewardRunner, load_reward_function, reward_functions
+from .rewards import RewardFunctionError, reward_functions, reward_runners
 from .rollout.collector import RolloutCollector
 from .rollout.pipeline import build_pipeline, pipelined_round
 from .rollout.sampler import RepeatPromptSampler, keep_rows
@@ -72,25 +75,42 @@ from .runtime import checkpoints
 from .runtime.distributed import any_rank, warn_if_fsdp_falls_back, zero3_init_disabled
 from .runtime.host_memory import ReleaseHostMemory
 from .runtime.time_budget import TimeBudgetCallback
+from .trl_attributes import TRLAttributes
 
 logger = logging.getLogger(__name__)
 
 
-class DistributedGRPOTrainer(Trainer):
+class DistributedGRPOTrainer(TRLAttributes, Trainer):
     """Drop-in for TRL's `GRPOTrainer`: same constructor arguments, `GRPOConfig` for `args`."""
 
-    def __init__(self, model: str | PreTrainedModel, reward_funcs=None, args: GRPOConfig | None = None,
-                 train_dataset=None, eval_dataset=None, processing_class=None, reward_processing_classes=None,
-                 callbacks=None, optimizers=(None, None), peft_config=None, quantization_config=None, tools=None,
-                 rollout_func=None, environment_factory=None):
+    def __init__(
+        self,
+        model: str | PreTrainedModel,
+        reward_funcs=None,
+        args: GRPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+        quantization_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+    ):
         if args is None:
             args = GRPOConfig()
-        check_trainer_arguments(quantization_config, tools, rollout_func, environment_factory,
-                                model_is_loaded=not isinstance(model, str))
+        check_trainer_arguments(
+            quantization_config, tools, rollout_func, environment_factory, model_is_loaded=not isinstance(model, str)
+        )
         # Again here: TRL's scripts assign model_init_kwargs after the config is built.
         args.model_init_kwargs = resolve_model_init_kwargs(args)
-        init_kwargs = {**args.model_init_kwargs, **({"quantization_config": quantization_config}
-                                                    if quantization_config is not None else {})}
+        init_kwargs = {
+            **args.model_init_kwargs,
+            **({"quantization_config": quantization_config} if quantization_config is not None else {}),
+        }
         model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)
         dtype = args.policy_dtype(peft_config is not None or args.use_peft)
         self._model_id = model_id
@@ -105,36 +125,47 @@ class DistributedGRPOTrainer(Trainer):
         train_dataset = environment_dataset(train_dataset, environment_factory, args, self.agent)
         # Every row checked and over-long prompts dropped and counted, before the model loads (hf_grpo.data.checks).
         train_dataset, eval_dataset = prepare_datasets(
-            train_dataset, eval_dataset, processing_class, args, model_positions(model), environment_factory,
-            encode=self.agent.encode_prompt if self.agent is not None else None)
+            train_dataset,
+            eval_dataset,
+            processing_class,
+            args,
+            model_positions(model),
+            environment_factory,
+            encode=self.agent.encode_prompt if self.agent is not None else None,
+        )
         model, peft_config = prepare_policy(model, args, peft_config, dtype, init_kwargs)
         self.rollout_func = rollout_func
-        with zero3_init_disabled(args):      # reward models load whole on every rank, never partitioned
+        with zero3_init_disabled(args):  # reward models load whole on every rank, never partitioned
             funcs, self.reward_processing_classes = reward_functions(reward_funcs, reward_processing_classes, args)
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
         funcs = with_environment_rewards(funcs, self.agent, args)
-        self.reward_runner = RewardRunner(funcs, args.reward_weights, on_error=args.reward_error, gate=args.reward_gate,
-                                          gated=args.gated_reward_funcs, timeout=args.reward_timeout)
-        # Evaluation scores with eval_reward (default: the first training reward, reusing its object and any pool).
-        eval_funcs = [load_reward_function(args.eval_reward, args)] if args.eval_reward else funcs[:1]
-        self.eval_reward_runner = RewardRunner(eval_funcs, timeout=args.reward_timeout)
+        self.reward_runner, self.eval_reward_runner = reward_runners(funcs, args)
 
-        super().__init__(model=model, args=args, data_collator=keep_rows, train_dataset=train_dataset,
-                         eval_dataset=eval_dataset, processing_class=processing_class, callbacks=callbacks,
-                         optimizers=optimizers)
+        super().__init__(
+            model=model,
+            args=args,
+            data_collator=keep_rows,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+        )
         # compute_loss returns a loss already normalised per micro-batch; Trainer divides by the accumulation steps.
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
         warn_if_fsdp_falls_back(self.accelerator)
-        self.completions_log = CompletionsLog(args, self.accelerator.is_main_process)     # checks the Hub first
+        self.completions_log = CompletionsLog(args, self.accelerator.is_main_process)  # checks the Hub first
         # With PEFT the reference is the policy with its adapter disabled; otherwise a frozen copy, prepared the way
         # the backend needs (hf_grpo.runtime.distributed) and checked against the policy at the first step.
         self.ref_model = None
         if args.beta > 0 and peft_config is None:
             self.ref_model = prepare_reference_model(
-                self.accelerator, self.model,
-                lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation, **init_kwargs))
+                self.accelerator,
+                self.model,
+                lambda: load_model(resolve_model_path(model_id), dtype, args.attn_implementation, **init_kwargs),
+            )
         policy = self.accelerator.unwrap_model(self.model)
         # Loss settings checked against the model; TRL's attribute names for the terms (hf_grpo.learner.loss_step).
         terms = loss_terms(args, policy)
@@ -144,11 +175,16 @@ class DistributedGRPOTrainer(Trainer):
             cast_lm_head_to_fp32(policy)
             if self.ref_model is not None:
                 cast_lm_head_to_fp32(self.accelerator.unwrap_model(self.ref_model))
-        if args.sync_ref_model:      # TRL's TR-DPO mixing (hf_grpo.models.ref_sync)
+        if args.sync_ref_model:  # TRL's TR-DPO mixing (hf_grpo.models.ref_sync)
             self.add_callback(SyncRefModelCallback(self.accelerator, self.ref_model))
         # The contract with the helpers: each gets what it uses, never the trainer (see the module docstring).
-        self.scorer = PolicyScorer(args, self.accelerator, lambda: self.accelerator.unwrap_model(self.model),
-                                   lambda: self.model_wrapped, self.ref_model)
+        self.scorer = PolicyScorer(
+            args,
+            self.accelerator,
+            lambda: self.accelerator.unwrap_model(self.model),
+            lambda: self.model_wrapped,
+            self.ref_model,
+        )
         if args.disable_tqdm is False:
             self.remove_callback(ProgressCallback)
             self.add_callback(RichProgressCallback())
@@ -157,40 +193,64 @@ class DistributedGRPOTrainer(Trainer):
         # The training clock behind max_train_minutes, save_every_minutes and the logged time/train_minutes.
         self.clock = TimeBudgetCallback(
             None if args.max_train_minutes is None else args.max_train_minutes * 60,
-            None if args.save_every_minutes is None else args.save_every_minutes * 60)
+            None if args.save_every_minutes is None else args.save_every_minutes * 60,
+        )
         self.add_callback(self.clock)
-        self.add_callback(ReleaseHostMemory())    # freed host memory back to the OS after each step
+        self.add_callback(ReleaseHostMemory())  # freed host memory back to the OS after each step
         self.step_log = StepLog(args, self.accelerator, self.clock)
-        self.generator = build_generator(args, self.accelerator, self.model_wrapped, processing_class,
-                                         resolve_model_path(model_id))
-        multi_turn = multi_turn_rollouts(args.num_generations, self.agent, rollout_func, self.generator,
-                                         processing_class, self.accelerator, policy, trainer=self)
+        self.generator = build_generator(
+            args, self.accelerator, self.model_wrapped, processing_class, resolve_model_path(model_id)
+        )
+        multi_turn = multi_turn_rollouts(
+            args.num_generations,
+            self.agent,
+            rollout_func,
+            self.generator,
+            processing_class,
+            self.accelerator,
+            policy,
+            trainer=self,
+        )
         self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args, multi_turn)
         self.pipeline = None
         if args.max_staleness is not None:
             sampler, rank = self._get_train_sampler(), self.accelerator.process_index
-            self.pipeline = build_pipeline(args, self.collector,
-                                           lambda k: [self.train_dataset[i] for i in sampler.round_rows(k, rank)],
-                                           self._temperature, self._refill, lambda: self.state)
+            self.pipeline = build_pipeline(
+                args,
+                self.collector,
+                lambda k: [self.train_dataset[i] for i in sampler.round_rows(k, rank)],
+                self._temperature,
+                self._refill,
+                lambda: self.state,
+            )
         self.ptx = PTXBatches(args, processing_class) if args.ptx_dataset else None
         self.loss_step = LossStep(args, self.accelerator, self.scorer, self.step_log.metrics, terms, self.ptx)
         self._buffer: list[dict] = []
         self._micro_step: int | None = None
         self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
-        self._staging = False        # while True, checkpoints are written to the staging area (_save_checkpoint)
+        self._staging = False  # while True, checkpoints are written to the staging area (_save_checkpoint)
 
     # ---- data ---------------------------------------------------------------------------------------------------
     def _get_train_sampler(self, train_dataset=None):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
-        return RepeatPromptSampler(len(dataset), self.args.prompts_per_generation, self.accelerator.num_processes,
-                                   repeats=self.args.steps_per_generation * self.args.num_iterations,
-                                   seed=self.args.seed, shuffle=self.args.shuffle_dataset)
+        return RepeatPromptSampler(
+            len(dataset),
+            self.args.prompts_per_generation,
+            self.accelerator.num_processes,
+            repeats=self.args.steps_per_generation * self.args.num_iterations,
+            seed=self.args.seed,
+            shuffle=self.args.shuffle_dataset,
+        )
 
     def get_train_dataloader(self):
         # One batch = the prompts of one generation round on one process (not per_device_train_batch_size).
-        return self._get_dataloader(dataset=self.train_dataset, description="Training",
-                                    batch_size=self.args.prompts_per_generation,
-                                    sampler_fn=self._get_train_sampler, is_training=True)
+        return self._get_dataloader(
+            dataset=self.train_dataset,
+            description="Training",
+            batch_size=self.args.prompts_per_generation,
+            sampler_fn=self._get_train_sampler,
+            is_training=True,
+        )
 
     def _refill(self, n: int) -> list[dict]:
         """Extra prompts for dynamic sampling, from a per-process seeded stream independent of the main order."""
@@ -200,8 +260,11 @@ class DistributedGRPOTrainer(Trainer):
     def get_eval_dataloader(self, eval_dataset=None):
         """Trainer's loader; an iterable eval set is read with no worker processes (each would read the whole
         stream: TRL's rule), without changing ``args.dataloader_num_workers`` for the training loader."""
-        chosen = self.eval_dataset[eval_dataset] if isinstance(eval_dataset, str) else (
-            self.eval_dataset if eval_dataset is None else eval_dataset)
+        chosen = (
+            self.eval_dataset[eval_dataset]
+            if isinstance(eval_dataset, str)
+            else (self.eval_dataset if eval_dataset is None else eval_dataset)
+        )
         if not is_streaming(chosen) or self.args.dataloader_num_workers == 0:
             return super().get_eval_dataloader(eval_dataset)
         workers, self.args.dataloader_num_workers = self.args.dataloader_num_workers, 0
@@ -212,7 +275,7 @@ class DistributedGRPOTrainer(Trainer):
 
     # ---- rollouts -----------------------------------------------------------------------------------------------
     def _prepare_inputs(self, inputs):
-        if self._micro_step is None:     # first call, or first after resuming mid-run
+        if self._micro_step is None:  # first call, or first after resuming mid-run
             self._micro_step = self.state.global_step * self.args.gradient_accumulation_steps
         cycle = self.args.steps_per_generation * self.args.num_iterations
         position = self._micro_step % cycle
@@ -229,8 +292,13 @@ class DistributedGRPOTrainer(Trainer):
         """The round's temperature (annealed by step): it samples the round and scores it, so every ratio compares
         one distribution."""
         args = self.args
-        return scheduled_temperature(step, args.temperature_anneal_steps or self.state.max_steps, args.temperature,
-                                     args.temperature_end, args.temperature_schedule)
+        return scheduled_temperature(
+            step,
+            args.temperature_anneal_steps or self.state.max_steps,
+            args.temperature,
+            args.temperature_end,
+            args.temperature_schedule,
+        )
 
     def _generate_and_score(self, rows: list[dict]) -> list[dict]:
         args, G = self.args, self.args.num_generations
@@ -238,8 +306,9 @@ class DistributedGRPOTrainer(Trainer):
         if self.pipeline is not None:
             start = time.perf_counter()
             k = self._micro_step // (args.steps_per_generation * args.num_iterations)
-            round_ = pipelined_round(self.pipeline, k, rows, self.state.global_step, self._sync_generator,
-                                     self.step_log.metrics)
+            round_ = pipelined_round(
+                self.pipeline, k, rows, self.state.global_step, self._sync_generator, self.step_log.metrics
+            )
             batch, error, version, temperature = round_.batch, round_.error, round_.version, round_.temperature
             if error is not None and not isinstance(error, USER_CODE_ERRORS):
                 raise error
@@ -253,30 +322,49 @@ class DistributedGRPOTrainer(Trainer):
                     batch = self.collector.collect_dynamic(rows, self._refill, self._any_rank, self.state)
                 else:
                     batch = self.collector.collect(rows, self.state)
-            except USER_CODE_ERRORS as e:     # reward_error: raise (zero/skip handled in the runner); reset() failed
+            except USER_CODE_ERRORS as e:  # reward_error: raise (zero/skip handled in the runner); reset() failed
                 error = e
         # Every process learns whether any failed, so all can take part in the (collective) save, then stop.
         if self._any_rank(error is not None):
             self._save_last_step("a reward function failed")
             if error is not None:
                 raise error
-            raise RewardFunctionError("a reward function failed on another process (its error is in that "
-                                      "process's log)", function_name="<other process>")
+            raise RewardFunctionError(
+                "a reward function failed on another process (its error is in that process's log)",
+                function_name="<other process>",
+            )
         advantages = rollout_advantages(batch, args, self.accelerator, self.reward_runner.weights)  # [P*G]
-        samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, advantages, G,
-                                args.mask_truncated_completions, batch.sampling_logprobs, batch.completion_mask,
-                                batch.completion_prompt_ids)
+        samples = build_samples(
+            batch.prompt_ids,
+            batch.completion_ids,
+            batch.finished,
+            advantages,
+            G,
+            args.mask_truncated_completions,
+            batch.sampling_logprobs,
+            batch.completion_mask,
+            batch.completion_prompt_ids,
+        )
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
         # Zero-advantage completions have exactly zero gradient unless a KL, entropy or MoE term pulls on them.
         skip = args.skip_zero_advantage and args.beta == 0 and not (self.entropy_control or self.aux_loss_enabled)
         group = normalizer_group(args.steps_per_generation, args.gradient_accumulation_steps)
-        parts, step_tokens, skipped = split_microbatches(samples, args.steps_per_generation, group, shuffle,
-                                                         skip_zero_advantage=skip,
-                                                         balance_tokens=args.max_tokens_per_microbatch is not None)
+        parts, step_tokens, skipped = split_microbatches(
+            samples,
+            args.steps_per_generation,
+            group,
+            shuffle,
+            skip_zero_advantage=skip,
+            balance_tokens=args.max_tokens_per_microbatch is not None,
+        )
         attn_implementation = self.accelerator.unwrap_model(self.model).config._attn_implementation
-        micro, padding = collate_microbatches(parts, self.processing_class.pad_token_id,
-                                              args.max_tokens_per_microbatch, single_row(attn_implementation),
-                                              args.pad_to_multiple_of)
+        micro, padding = collate_microbatches(
+            parts,
+            self.processing_class.pad_token_id,
+            args.max_tokens_per_microbatch,
+            single_row(attn_implementation),
+            args.pad_to_multiple_of,
+        )
         micro = [{**m, "temperature": temperature} for m in micro]
         metrics = self.step_log.metrics
         for key, value in padding.items():
@@ -287,14 +375,27 @@ class DistributedGRPOTrainer(Trainer):
         metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
         self.scorer.add_old_and_reference(micro, self.state.global_step)
         add_normalizers(micro, step_tokens, len(samples), group, self.accelerator)
-        self.step_log.record_round(batch, advantages, time.perf_counter() - start, version, self.reward_runner.names,
-                                   self.collector.dynamic_sampling_stats)
+        self.step_log.record_round(
+            batch,
+            advantages,
+            time.perf_counter() - start,
+            version,
+            self.reward_runner.names,
+            self.collector.dynamic_sampling_stats,
+        )
         step = self.state.global_step + 1
         rollout_log = args.log_completions_steps and step % args.log_completions_steps == 0
         if rollout_log or args.log_completions:
-            records = gather_object(batch.records(advantages, G, self.reward_runner.names, step=step,
-                                                  process=self.accelerator.process_index,
-                                                  weight_version=version))
+            records = gather_object(
+                batch.records(
+                    advantages,
+                    G,
+                    self.reward_runner.names,
+                    step=step,
+                    process=self.accelerator.process_index,
+                    weight_version=version,
+                )
+            )
             if rollout_log:
                 write_rollout_log(args.output_dir, step, records, self.accelerator.is_main_process)
             self.completions_log.add(records, step)
@@ -333,85 +434,41 @@ class DistributedGRPOTrainer(Trainer):
 
     # ---- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss = self.loss_step(model, inputs)      # policy, entropy, MoE and PTX terms (hf_grpo.learner.loss_step)
+        loss = self.loss_step(model, inputs)  # policy, entropy, MoE and PTX terms (hf_grpo.learner.loss_step)
         return (loss, None) if return_outputs else loss
-
-    # TRL's public helpers and attributes, with TRL's signatures (scripts and callbacks written for TRL use them).
-    get_off_policy_mask = staticmethod(off_policy_mask)
-
-    def get_high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
-        """TRL's: the ``[B, T]`` tokens whose entropy is at or above the ``threshold`` quantile over all processes."""
-        return top_entropy_mask(self.accelerator, entropies, mask, 1.0 - threshold).bool()
-
-    # TRL's attribute names for the loss terms, read and set on the loss step (a script that switches one off, as
-    # TRL's tests do, changes the next loss).
-    @property
-    def router_aux_loss_coef(self) -> float:
-        return self.loss_step.terms.router_aux_loss_coef
-
-    @router_aux_loss_coef.setter
-    def router_aux_loss_coef(self, value: float) -> None:
-        self.loss_step.terms.router_aux_loss_coef = value
-
-    @property
-    def aux_loss_enabled(self) -> bool:
-        return self.loss_step.terms.aux_loss_enabled
-
-    @aux_loss_enabled.setter
-    def aux_loss_enabled(self, value: bool) -> None:
-        self.loss_step.terms.aux_loss_enabled = value
-
-    @property
-    def entropy_control(self):
-        """The entropy bonus's control callback (`hf_grpo.learner.loss_step.EntropyControlCallback`), or None."""
-        return self.loss_step.terms.entropy_control
-
-    @entropy_control.setter
-    def entropy_control(self, value) -> None:
-        self.loss_step.terms.entropy_control = value
-
-    @property
-    def entropy_coef(self) -> float:
-        """The entropy bonus's current coefficient (adaptive or fixed; 0 without one)."""
-        return 0.0 if self.entropy_control is None else self.entropy_control.control.coef
-
-    @property
-    def reward_funcs(self) -> list:
-        """TRL's attribute: the reward callables in order, environment-owned rewards included."""
-        return self.reward_runner.funcs
-
-    @property
-    def tools(self) -> list:
-        """TRL's attribute: the tool callables, environments' tool methods included (empty without tools)."""
-        return [] if self.agent is None else self.agent.tool_functions()
-
-    @property
-    def reward_func_names(self) -> list[str]:
-        return self.reward_runner.names
-
-    @property
-    def reward_weights(self) -> torch.Tensor:
-        """``[F]`` float32, one weight per reward function, environment-owned rewards included (TRL's attribute)."""
-        return self.reward_runner.weights
 
     # ---- logging ------------------------------------------------------------------------------------------------
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         logs = self.step_log.logs(logs, training=self.model.training)
-        with self._save_on_crash("logging failed"):     # a logger (wandb, a callback) that raises
+        with self._save_on_crash("logging failed"):  # a logger (wandb, a callback) that raises
             super().log(logs, start_time)
 
     # ---- evaluation ---------------------------------------------------------------------------------------------
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Greedy accuracy, sampled mean@k / pass@k and TRL's eval loss per eval set
         (`hf_grpo.evaluation.in_training`); logged and passed to the callbacks."""
-        sets = checked_eval_sets(eval_dataset, self.eval_dataset, self.processing_class, self.args,
-                                 self.accelerator.unwrap_model(self.model),
-                                 self.agent.encode_prompt if self.agent is not None else None)
+        sets = checked_eval_sets(
+            eval_dataset,
+            self.eval_dataset,
+            self.processing_class,
+            self.args,
+            self.accelerator.unwrap_model(self.model),
+            self.agent.encode_prompt if self.agent is not None else None,
+        )
         if sets is None:
             return {}
-        context = EvalContext(self.args, self.accelerator, self.generator, self.processing_class,
-                              self.eval_reward_runner, self.reward_runner, self.scorer, self.model_wrapped,
-                              self.collector.multi_turn, self.state)
+        context = EvalContext(
+            self.args,
+            self.accelerator,
+            self.generator,
+            self.processing_class,
+            self.eval_reward_runner,
+            self.reward_runner,
+            self.scorer,
+            self.model_wrapped,
+            self.collector.multi_turn,
+            self.state,
+        )
         # With the pipeline running, the engine is taken for the whole evaluation (its generate calls wait).
         engine = self.pipeline.lock if self.pipeline is not None else contextlib.nullcontext()
         with self._save_on_crash("evaluation failed"), engine, eval_mode(self.model):
@@ -433,16 +490,22 @@ class DistributedGRPOTrainer(Trainer):
             checkpoints.check_resume(resume_from_checkpoint, settings, self.args.resume_allow_changes)
             done = checkpoints.checkpoint_step(resume_from_checkpoint)
         if 0 < self.args.max_steps <= done:
-            raise ValueError(f"{resume_from_checkpoint} is at step {done}, max_steps={self.args.max_steps}: the run is "
-                             f"complete and its weights are in that checkpoint. Raise max_steps to train further.")
+            raise ValueError(
+                f"{resume_from_checkpoint} is at step {done}, max_steps={self.args.max_steps}: the run is "
+                f"complete and its weights are in that checkpoint. Raise max_steps to train further."
+            )
         try:
-            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
-                                 ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
-        except Exception as error:      # several processes: only the coordinated paths (_save_on_crash) save
+            return super().train(
+                resume_from_checkpoint=resume_from_checkpoint,
+                trial=trial,
+                ignore_keys_for_eval=ignore_keys_for_eval,
+                **kwargs,
+            )
+        except Exception as error:  # several processes: only the coordinated paths (_save_on_crash) save
             if self.accelerator.num_processes == 1:
                 try:
                     self._save_last_step(f"{type(error).__name__}: {error}")
-                except Exception:     # logged; a failing save must not hide the error that ended the run
+                except Exception:  # logged; a failing save must not hide the error that ended the run
                     logger.exception("could not save the last completed step")
             raise
         finally:
@@ -464,28 +527,38 @@ class DistributedGRPOTrainer(Trainer):
         self._staging = True
         try:
             checkpoints.clear_staging(self.accelerator, os.path.dirname(staging), folder)
-            super()._save_checkpoint(model, trial)        # rotation inside only sees the staging area: a no-op
+            super()._save_checkpoint(model, trial)  # rotation inside only sees the staging area: a no-op
             checkpoints.save_rank_state(staging, self.accelerator.process_index, self._resume_state())
             if self.args.should_save:
-                self._write_model_card(staging)        # a checkpoint pushed or shared on its own says what it is
-                checkpoints.write_run_settings(staging, checkpoints.run_settings(
-                    self.args, self.accelerator.num_processes, self.train_dataset))
+                self._write_model_card(staging)  # a checkpoint pushed or shared on its own says what it is
+                checkpoints.write_run_settings(
+                    staging, checkpoints.run_settings(self.args, self.accelerator.num_processes, self.train_dataset)
+                )
         finally:
             self._staging = False
         checkpoints.publish(self.accelerator, staging, os.path.join(run_dir, folder))
         if self.args.should_save:
-            rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
-                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
 
     def _resume_state(self) -> dict:
         cycle = self.args.steps_per_generation * self.args.num_iterations
         mid_round = self._micro_step is not None and self._micro_step % cycle != 0
-        return {"refill_generator": self._refill_generator.get_state(),
-                "buffer": self._buffer if mid_round else [], "round_tokens": self.step_log.round_tokens,
-                "weight_version": self.generator.weight_version, "train_seconds": self.clock.elapsed(),
-                # The prompt stream's position and the rounds in flight (generated again after a restart).
-                "pipeline": None if self.pipeline is None else {"next_round": self.pipeline.next_round,
-                                                                "in_flight": self.pipeline.in_flight()}}
+        return {
+            "refill_generator": self._refill_generator.get_state(),
+            "buffer": self._buffer if mid_round else [],
+            "round_tokens": self.step_log.round_tokens,
+            "weight_version": self.generator.weight_version,
+            "train_seconds": self.clock.elapsed(),
+            # The prompt stream's position and the rounds in flight (generated again after a restart).
+            "pipeline": None
+            if self.pipeline is None
+            else {"next_round": self.pipeline.next_round, "in_flight": self.pipeline.in_flight()},
+        }
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)
@@ -495,16 +568,28 @@ class DistributedGRPOTrainer(Trainer):
         self._refill_generator.set_state(state["refill_generator"])
         self._buffer, self.step_log.round_tokens = state["buffer"], state["round_tokens"]
         self.clock.resume(state["train_seconds"])
-        logger.info("resumed from %s: %d buffered micro-batches of a round sampled by weight version %d, %.1f "
-                    "training minutes so far", checkpoint, len(self._buffer), state["weight_version"],
-                    state["train_seconds"] / 60)
+        logger.info(
+            "resumed from %s: %d buffered micro-batches of a round sampled by weight version %d, %.1f "
+            "training minutes so far",
+            checkpoint,
+            len(self._buffer),
+            state["weight_version"],
+            state["train_seconds"] / 60,
+        )
 
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None, **kwargs):
         if self.is_world_process_zero():
             self._write_model_card(self.args.output_dir, model_name, dataset_name)
 
     def _write_model_card(self, folder: str, model_name: str | None = None, dataset_name: str | None = None) -> None:
-        Path(folder, "README.md").write_text(model_card_text(
-            self.args, model_name=model_name, dataset_name=dataset_name, reward_names=self.reward_runner.names,
-            log_history=self.state.log_history, base_model=self._model_id,
-            adapter=hasattr(self.accelerator.unwrap_model(self.model), "peft_config")))
+        Path(folder, "README.md").write_text(
+            model_card_text(
+                self.args,
+                model_name=model_name,
+                dataset_name=dataset_name,
+                reward_names=self.reward_runner.names,
+                log_history=self.state.log_history,
+                base_model=self._model_id,
+                adapter=hasattr(self.accelerator.unwrap_model(self.model), "peft_config"),
+            )
+        )

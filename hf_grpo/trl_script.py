@@ -1,10 +1,10 @@
 """`GRPOConfig` for TRL's own scripts (``trl/scripts/grpo.py``): ``from hf_grpo.trl_script import GRPOConfig``.
 
 TRL's scripts parse `GRPOConfig` next to `ScriptArguments` and `ModelConfig`, which own ``model_name_or_path``,
-``dataset_name``, ``reward_funcs``, ``dtype``, ``attn_implementation``, ``use_peft`` and the ``lora_*`` fields; hf_grpo's
-config has fields of those names too, and argparse refuses two options with one name. This subclass leaves them out
-of ``__init__`` (so out of the parser, which skips non-init fields) at their defaults: the script hands the model
-id, the reward functions, the dataset and the PEFT config to the trainer itself, and ``dtype`` /
+``dataset_name``, ``reward_funcs``, ``dtype``, ``attn_implementation``, ``use_peft`` and the ``lora_*`` fields;
+hf_grpo's config has fields of those names too, and argparse refuses two options with one name. This subclass leaves
+them out of ``__init__`` (so out of the parser, which skips non-init fields) at their defaults: the script hands the
+model id, the reward functions, the dataset and the PEFT config to the trainer itself, and ``dtype`` /
 ``attn_implementation`` arrive through ``model_init_kwargs`` as in TRL.
 """
 

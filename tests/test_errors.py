@@ -11,11 +11,11 @@ import pytest
 from datasets import Dataset, IterableDataset
 
 from hf_grpo import DistributedGRPOTrainer, GRPOConfig
-from hf_grpo.runtime.checkpoints import ResumeError, check_resume
+from hf_grpo.config.recipes import RecipeError, parse_config
 from hf_grpo.config.validation import ConfigError
 from hf_grpo.data import DataFormatError, load_prompt_dataset
 from hf_grpo.data.checks import prompt_token_limit
-from hf_grpo.config.recipes import RecipeError, parse_config
+from hf_grpo.runtime.checkpoints import ResumeError, check_resume
 from tests.helpers.rewards import even_token_reward
 from tests.helpers.trainers import make_config
 
@@ -33,22 +33,25 @@ def write_recipe(tmp_path, text):
 
 
 # ---- 5. batch arithmetic and counts: stated rules, before any arithmetic --------------------------------------------
-@pytest.mark.parametrize("field,value,message", [
-    ("per_device_train_batch_size", 0, "per_device_train_batch_size must be an integer >= 1, got 0"),
-    ("per_device_train_batch_size", -2, "per_device_train_batch_size must be an integer >= 1, got -2"),
-    ("per_device_train_batch_size", 2.5, "per_device_train_batch_size must be an integer, got 2.5"),
-    ("num_generations", 0, "num_generations must be an integer >= 1, got 0"),
-    ("num_generations", 4.0, "num_generations must be an integer, got 4.0"),
-    ("gradient_accumulation_steps", 0, "gradient_accumulation_steps must be an integer >= 1, got 0"),
-    ("max_train_samples", 0, "max_train_samples must be an integer >= 1 or None, got 0"),
-    ("eval_max_samples", 0, "eval_max_samples must be an integer >= 1 or None, got 0"),
-    ("max_prompt_length", 0, "max_prompt_length must be an integer >= 1 or None"),
-    ("learning_rate", -1e-5, "learning_rate must be >= 0"),
-    ("max_steps", 0, "max_steps must be >= 1, or -1"),
-    ("save_steps", 0, "save_steps must be > 0"),
-    ("reward_timeout", 0, "reward_timeout must be > 0"),
-    ("output_dir", "", "output_dir must name a folder"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("per_device_train_batch_size", 0, "per_device_train_batch_size must be an integer >= 1, got 0"),
+        ("per_device_train_batch_size", -2, "per_device_train_batch_size must be an integer >= 1, got -2"),
+        ("per_device_train_batch_size", 2.5, "per_device_train_batch_size must be an integer, got 2.5"),
+        ("num_generations", 0, "num_generations must be an integer >= 1, got 0"),
+        ("num_generations", 4.0, "num_generations must be an integer, got 4.0"),
+        ("gradient_accumulation_steps", 0, "gradient_accumulation_steps must be an integer >= 1, got 0"),
+        ("max_train_samples", 0, "max_train_samples must be an integer >= 1 or None, got 0"),
+        ("eval_max_samples", 0, "eval_max_samples must be an integer >= 1 or None, got 0"),
+        ("max_prompt_length", 0, "max_prompt_length must be an integer >= 1 or None"),
+        ("learning_rate", -1e-5, "learning_rate must be >= 0"),
+        ("max_steps", 0, "max_steps must be >= 1, or -1"),
+        ("save_steps", 0, "save_steps must be > 0"),
+        ("reward_timeout", 0, "reward_timeout must be > 0"),
+        ("output_dir", "", "output_dir must name a folder"),
+    ],
+)
 def test_counts_and_types_fail_in_the_config_naming_the_field(tmp_path, field, value, message):
     values = {"output_dir": str(tmp_path), field: value}
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
@@ -62,15 +65,27 @@ def test_a_scalar_for_a_list_field_is_one_element_not_its_characters(tmp_path):
 
 
 # ---- 6. YAML traps and command-line flags -------------------------------------------------------------------------
-@pytest.mark.parametrize("text,message", [
-    ("learning_rate: 1.0e-5\nseed: 1\nlearning_rate: 2.0e-5\n", r"r.yaml: line 3: key `learning_rate` is given twice"),
-    ("per_device_train_batch_size: 2.5\n", r"r.yaml:1: key `per_device_train_batch_size`: expected an integer, got 2.5"),
-    ("learning_rate: fast\n", r"r.yaml:1: key `learning_rate`: expected a number, got 'fast'"),
-    ("use_peft: maybe\n", r"r.yaml:1: key `use_peft`: expected true/false, got 'maybe'"),
-    ("seed: 1\nmax_train_samples: 0\n", r"r.yaml:2: key `max_train_samples`: max_train_samples must be an integer >= 1"),
-    ("seed: 1\nlearning_rate: [1\n", r"r.yaml:3:1: invalid YAML: expected ',' or ']'"),
-    ("reward_weights: [1, a]\n", r"r.yaml:1: key `reward_weights`: expected a list of numbers or None"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            "learning_rate: 1.0e-5\nseed: 1\nlearning_rate: 2.0e-5\n",
+            r"r.yaml: line 3: key `learning_rate` is given twice",
+        ),
+        (
+            "per_device_train_batch_size: 2.5\n",
+            r"r.yaml:1: key `per_device_train_batch_size`: expected an integer, got 2.5",
+        ),
+        ("learning_rate: fast\n", r"r.yaml:1: key `learning_rate`: expected a number, got 'fast'"),
+        ("use_peft: maybe\n", r"r.yaml:1: key `use_peft`: expected true/false, got 'maybe'"),
+        (
+            "seed: 1\nmax_train_samples: 0\n",
+            r"r.yaml:2: key `max_train_samples`: max_train_samples must be an integer >= 1",
+        ),
+        ("seed: 1\nlearning_rate: [1\n", r"r.yaml:3:1: invalid YAML: expected ',' or ']'"),
+        ("reward_weights: [1, a]\n", r"r.yaml:1: key `reward_weights`: expected a list of numbers or None"),
+    ],
+)
 def test_recipe_errors_name_file_line_and_key(tmp_path, text, message):
     with pytest.raises(RecipeError, match=message):
         parse_config(write_recipe(tmp_path, text))
@@ -94,8 +109,7 @@ def test_train_py_prints_one_line_last_and_verbose_brings_the_traceback(tmp_path
     lines = quiet.stderr.strip().splitlines()
     assert "Traceback" not in quiet.stderr and len(lines) <= 3, quiet.stderr
     assert lines[-2].startswith("train.py: error: ") and "r.yaml:3:1: invalid YAML" in lines[-2]
-    verbose = subprocess.run([sys.executable, "train.py", *argv, "--verbose"], cwd=ROOT, capture_output=True,
-                             text=True)
+    verbose = subprocess.run([sys.executable, "train.py", *argv, "--verbose"], cwd=ROOT, capture_output=True, text=True)
     assert verbose.returncode != 0 and "Traceback" in verbose.stderr and "RecipeError" in verbose.stderr
 
 
@@ -103,20 +117,31 @@ def test_train_py_prints_one_line_last_and_verbose_brings_the_traceback(tmp_path
 @pytest.fixture
 def api(tiny_llama_path, tmp_path):
     """Build a trainer the way a TRL script does; the data errors below are raised before the model loads."""
+
     def build(train_dataset, eval_dataset=None, **overrides):
-        return DistributedGRPOTrainer(model=tiny_llama_path, reward_funcs=[even_token_reward],
-                                      args=make_config(tmp_path, **overrides), train_dataset=train_dataset,
-                                      eval_dataset=eval_dataset)
+        return DistributedGRPOTrainer(
+            model=tiny_llama_path,
+            reward_funcs=[even_token_reward],
+            args=make_config(tmp_path, **overrides),
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+        )
+
     return build
 
 
-@pytest.mark.parametrize("rows,message", [
-    ([{"prompt": user("a")}, {"prompt": [{"role": "bot", "content": "b"}]}],
-     r"train_dataset\[1\]: key 'prompt\[0\].role': expected one of system, user, assistant, tool, got 'bot'"),
-    ([{"prompt": user("a"), "images": ["x.png"]}], r"train_dataset\[0\]: key 'images': multimodal prompts"),
-    ([{"question_text": "a"}], r"train_dataset\[0\]: row matches no known format: it has keys \['question_text'\]"),
-    ([{"prompt": "  "}], r"train_dataset\[0\]: key 'prompt': the prompt is empty"),
-])
+@pytest.mark.parametrize(
+    "rows,message",
+    [
+        (
+            [{"prompt": user("a")}, {"prompt": [{"role": "bot", "content": "b"}]}],
+            r"train_dataset\[1\]: key 'prompt\[0\].role': expected one of system, user, assistant, tool, got 'bot'",
+        ),
+        ([{"prompt": user("a"), "images": ["x.png"]}], r"train_dataset\[0\]: key 'images': multimodal prompts"),
+        ([{"question_text": "a"}], r"train_dataset\[0\]: row matches no known format: it has keys \['question_text'\]"),
+        ([{"prompt": "  "}], r"train_dataset\[0\]: key 'prompt': the prompt is empty"),
+    ],
+)
 def test_python_api_validates_rows_like_train_py(api, tmp_path, rows, message):
     with pytest.raises(DataFormatError, match=message):
         api(Dataset.from_list(rows))
@@ -133,24 +158,30 @@ def test_python_api_drops_and_counts_long_prompts_before_training(api, caplog):
     with caplog.at_level(logging.WARNING):
         trainer = api(Dataset.from_list(rows), max_prompt_length=40)
     assert len(trainer.train_dataset) == 2
-    assert "train_dataset: dropped 1 of 3 prompts longer than 40 tokens (max_prompt_length=40) (first: " \
-           "train_dataset[1]" in caplog.text
+    assert (
+        "train_dataset: dropped 1 of 3 prompts longer than 40 tokens (max_prompt_length=40) (first: "
+        "train_dataset[1]" in caplog.text
+    )
 
 
 def test_dropped_rows_of_a_file_are_named_by_their_line(tmp_path, tokenizer, caplog):
     from hf_grpo.data import filter_long_prompts
+
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"prompt": "short"}) + "\n\n" + json.dumps({"prompt": "long " * 50}) + "\n")
     with caplog.at_level(logging.WARNING):
         kept, dropped = filter_long_prompts(load_prompt_dataset(str(path)), tokenizer, 10)
-    assert dropped == 1 and f"first: {path}:3, " in caplog.text     # line 3: the blank line 2 is counted
+    assert dropped == 1 and f"first: {path}:3, " in caplog.text  # line 3: the blank line 2 is counted
 
 
-@pytest.mark.parametrize("eval_dataset,error,message", [
-    ("no/such/dev.jsonl", FileNotFoundError, "no/such/dev.jsonl: no such file or folder"),
-    (42, DataFormatError, "eval_dataset: unsupported prompt source of type int"),
-    ({"dev": [{"prompt": [{"role": "bot", "content": "x"}]}]}, DataFormatError, r"eval_dataset\['dev'\]\[0\]"),
-])
+@pytest.mark.parametrize(
+    "eval_dataset,error,message",
+    [
+        ("no/such/dev.jsonl", FileNotFoundError, "no/such/dev.jsonl: no such file or folder"),
+        (42, DataFormatError, "eval_dataset: unsupported prompt source of type int"),
+        ({"dev": [{"prompt": [{"role": "bot", "content": "x"}]}]}, DataFormatError, r"eval_dataset\['dev'\]\[0\]"),
+    ],
+)
 def test_eval_dataset_is_validated_at_init(api, eval_dataset, error, message):
     with pytest.raises(error, match=message):
         api(Dataset.from_list([{"prompt": user("a")}]), eval_dataset=eval_dataset)
@@ -158,17 +189,19 @@ def test_eval_dataset_is_validated_at_init(api, eval_dataset, error, message):
 
 def test_streaming_dataset_is_accepted_by_the_trainer_and_refused_by_the_eager_loader(api):
     stream = IterableDataset.from_generator(lambda: iter([{"prompt": "a"}]))
-    assert list(api(stream).train_dataset) == []       # one row, fewer than a round (2 prompts): nothing to train on
+    assert list(api(stream).train_dataset) == []  # one row, fewer than a round (2 prompts): nothing to train on
     with pytest.raises(DataFormatError, match="reads every row up front.*pass it to DistributedGRPOTrainer"):
         load_prompt_dataset(stream)
 
 
 def test_prompt_limit_follows_the_engine_context_and_the_model_positions(tmp_path):
-    config = GRPOConfig(output_dir=str(tmp_path), max_prompt_length=None, max_completion_length=100,
-                        generation_backend="vllm")
-    assert prompt_token_limit(config, None)[0] == 512          # the colocated engine is sized for 512 prompt tokens
-    config = GRPOConfig(output_dir=str(tmp_path), max_prompt_length=900, max_completion_length=200,
-                        generation_backend="hf")
+    config = GRPOConfig(
+        output_dir=str(tmp_path), max_prompt_length=None, max_completion_length=100, generation_backend="vllm"
+    )
+    assert prompt_token_limit(config, None)[0] == 512  # the colocated engine is sized for 512 prompt tokens
+    config = GRPOConfig(
+        output_dir=str(tmp_path), max_prompt_length=900, max_completion_length=200, generation_backend="hf"
+    )
     limit, reason = prompt_token_limit(config, 1024)
     assert limit == 824 and "1024 positions minus max_completion_length=200" in reason
 
@@ -185,9 +218,13 @@ def crashed_run(tiny_llama_path, tmp_path_factory):
                 raise OSError("disk full while writing the metrics")
 
     out = tmp_path_factory.mktemp("crash")
-    trainer = DistributedGRPOTrainer(model=tiny_llama_path, reward_funcs=[even_token_reward],
-                                     args=make_config(out, max_steps=3), callbacks=[FailingLogger()],
-                                     train_dataset=load_prompt_dataset("arithmetic:64"))
+    trainer = DistributedGRPOTrainer(
+        model=tiny_llama_path,
+        reward_funcs=[even_token_reward],
+        args=make_config(out, max_steps=3),
+        callbacks=[FailingLogger()],
+        train_dataset=load_prompt_dataset("arithmetic:64"),
+    )
     with pytest.raises(OSError, match="disk full"):
         trainer.train()
     return out / "out"
@@ -203,8 +240,11 @@ def test_resume_refuses_a_setting_that_would_skip_data_unless_allowed(crashed_ru
     checkpoint = str(crashed_run / "checkpoint-2")
     saved = json.loads((crashed_run / "checkpoint-2" / "hf_grpo_run.json").read_text())
     changed = {**saved, "num_generations": 8}
-    with pytest.raises(ResumeError, match=r"num_generations: 4 in the checkpoint, 8 now.*resume_allow_changes: "
-                                          r"\[num_generations\]"):
+    with pytest.raises(
+        ResumeError,
+        match=r"num_generations: 4 in the checkpoint, 8 now.*resume_allow_changes: "
+        r"\[num_generations\]",
+    ):
         check_resume(checkpoint, changed, allowed=None)
     check_resume(checkpoint, changed, allowed=["num_generations"])
     other_data = {**saved, "train_dataset": {"rows": 63, "sha256": "0"}}
@@ -214,11 +254,14 @@ def test_resume_refuses_a_setting_that_would_skip_data_unless_allowed(crashed_ru
 
 def test_resume_names_the_corrupt_file_and_an_earlier_checkpoint(crashed_run, tmp_path):
     import shutil
+
     run = tmp_path / "run"
     shutil.copytree(crashed_run, run)
     shutil.copytree(run / "checkpoint-2", run / "checkpoint-1")
     weights = run / "checkpoint-2" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
-    with pytest.raises(ResumeError, match=f"{weights}: corrupt or truncated safetensors file .*"
-                                          f"--resume_from_checkpoint {run / 'checkpoint-1'}"):
+    with pytest.raises(
+        ResumeError,
+        match=f"{weights}: corrupt or truncated safetensors file .*--resume_from_checkpoint {run / 'checkpoint-1'}",
+    ):
         check_resume(str(run / "checkpoint-2"), {}, allowed=None)

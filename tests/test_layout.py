@@ -16,8 +16,28 @@ PACKAGE = ROOT / "hf_grpo"
 
 # Lowest first. A module may import from its own unit and from units earlier in this list, never from a later one
 # (`errors` is the one leaf every layer may use). The top-level entry points come last, `cli` above them all.
-LAYERS = ["errors", "algorithms", "sandbox", "runtime", "models", "data", "generation", "config", "rewards", "agents",
-          "reporting", "rollout", "learner", "evaluation", "trainer", "train", "trl_script", "envcheck", "cli"]
+LAYERS = [
+    "errors",
+    "algorithms",
+    "sandbox",
+    "runtime",
+    "models",
+    "data",
+    "generation",
+    "config",
+    "rewards",
+    "agents",
+    "reporting",
+    "rollout",
+    "learner",
+    "evaluation",
+    "trl_attributes",
+    "trainer",
+    "train",
+    "trl_script",
+    "envcheck",
+    "cli",
+]
 
 # Prose files whose import paths are public (README, docs) and recipes (dotted reward paths).
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -41,7 +61,7 @@ def import_graph() -> dict[str, set[str]]:
             if isinstance(node, ast.ImportFrom):
                 base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
                 target = ".".join(base + ([node.module] if node.module else []))
-                for alias in node.names:      # `from . import x` imports the module x
+                for alias in node.names:  # `from . import x` imports the module x
                     sub = f"{target}.{alias.name}"
                     targets.add(sub if sub in modules else target)
             elif isinstance(node, ast.Import):
@@ -61,7 +81,7 @@ def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     for source, targets in graph.items():
         for target in targets:
             a, b = unit(source), unit(target)
-            if a is None or a == b or b == "errors":      # the root package imports lazily; errors is the leaf
+            if a is None or a == b or b == "errors":  # the root package imports lazily; errors is the leaf
                 continue
             if a not in rank or b not in rank or rank[b] > rank[a]:
                 found.append((source, target))
@@ -106,9 +126,13 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def private_trainer_reads() -> list[str]:
     """``trainer._x`` anywhere in the package but the trainer itself."""
-    return [f"{p.relative_to(ROOT)}:{i}" for p in sorted(PACKAGE.rglob("*.py")) if p.name != "trainer.py"
-            or p.parent != PACKAGE for i, line in enumerate(p.read_text().splitlines(), 1)
-            if re.search(r"\btrainer\._", line)]
+    return [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.name != "trainer.py" or p.parent != PACKAGE
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\btrainer\._", line)
+    ]
 
 
 def test_no_import_runs_back_up_a_layer():
@@ -123,8 +147,12 @@ def test_no_import_circles():
 
 def test_the_checks_see_a_circle_and_an_upward_import():
     """The checks themselves: a planted circle and a planted upward import are found."""
-    graph = {"hf_grpo.data.a": {"hf_grpo.data.b"}, "hf_grpo.data.b": {"hf_grpo.data.a"},
-             "hf_grpo.algorithms.x": {"hf_grpo.trainer"}, "hf_grpo.trainer": set()}
+    graph = {
+        "hf_grpo.data.a": {"hf_grpo.data.b"},
+        "hf_grpo.data.b": {"hf_grpo.data.a"},
+        "hf_grpo.algorithms.x": {"hf_grpo.trainer"},
+        "hf_grpo.trainer": set(),
+    }
     assert import_circles(graph) == [["hf_grpo.data.a", "hf_grpo.data.b"]]
     assert upward_imports(graph) == [("hf_grpo.algorithms.x", "hf_grpo.trainer")]
 
@@ -135,7 +163,7 @@ def test_no_helper_reads_the_trainers_private_state():
 
 def test_every_package_says_its_job_in_its_docstring_and_the_readme():
     readme = (ROOT / "README.md").read_text()
-    layout = readme[readme.index("## Layout"):]
+    layout = readme[readme.index("## Layout") :]
     for init in sorted(PACKAGE.glob("*/__init__.py")):
         package = init.parent.name
         doc = ast.get_docstring(ast.parse(init.read_text()))
@@ -170,9 +198,17 @@ def resolve(dotted: str) -> object:
 def test_every_documented_import_path_resolves():
     paths = documented_paths()
     # The issue's list: the public API, whatever the docs say today.
-    paths |= {"hf_grpo.DistributedGRPOTrainer", "hf_grpo.GRPOConfig", "hf_grpo.data.load_prompt_dataset",
-              "hf_grpo.rewards", "hf_grpo.trl_script.GRPOConfig", "hf_grpo.envcheck", "hf_grpo.cli.main",
-              "hf_grpo.train.main", "hf_grpo.evaluation.final_number_reward"}
+    paths |= {
+        "hf_grpo.DistributedGRPOTrainer",
+        "hf_grpo.GRPOConfig",
+        "hf_grpo.data.load_prompt_dataset",
+        "hf_grpo.rewards",
+        "hf_grpo.trl_script.GRPOConfig",
+        "hf_grpo.envcheck",
+        "hf_grpo.cli.main",
+        "hf_grpo.train.main",
+        "hf_grpo.evaluation.final_number_reward",
+    }
     assert len(paths) > 15
     failures = []
     for dotted in sorted(paths):
@@ -193,12 +229,16 @@ def test_every_cited_file_path_exists():
     sources = [*DOCS, *PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").glob("*")]
     pattern = re.compile(r"\b((?:hf_grpo|tests|bench|recipes)/[\w/.-]+\.(?:py|yaml|sh))")
     cited = {m: path for path in sources if path.is_file() for m in pattern.findall(path.read_text())}
-    missing = sorted(f"{cited[c].relative_to(ROOT)}: {c}" for c in set(cited) - set(NOT_OURS) if not (ROOT / c).exists())
+    missing = sorted(
+        f"{cited[c].relative_to(ROOT)}: {c}" for c in set(cited) - set(NOT_OURS) if not (ROOT / c).exists()
+    )
     assert len(cited) > 20 and missing == []
 
 
 if __name__ == "__main__":
     graph = import_graph()
     print(f"modules: {len(graph)}  import edges: {sum(map(len, graph.values()))}")
-    print(f"circles: {len(import_circles(graph))}  imports that run back up: {len(upward_imports(graph))}  "
-          f"trainer._ reads outside trainer.py: {len(private_trainer_reads())}")
+    print(
+        f"circles: {len(import_circles(graph))}  imports that run back up: {len(upward_imports(graph))}  "
+        f"trainer._ reads outside trainer.py: {len(private_trainer_reads())}"
+    )

@@ -29,8 +29,9 @@ def declared_requirements() -> dict[str, list[Requirement]]:
     cfg.read(ROOT / "setup.cfg")
 
     def parse(text: str) -> list[Requirement]:
-        return [Requirement(line.strip()) for line in text.splitlines()
-                if line.strip() and not line.strip().startswith("#")]
+        return [
+            Requirement(line.strip()) for line in text.splitlines() if line.strip() and not line.strip().startswith("#")
+        ]
 
     groups = {"": parse(cfg["options"]["install_requires"])}
     groups.update({extra: parse(text) for extra, text in cfg["options.extras_require"].items()})
@@ -56,8 +57,9 @@ def test_every_pin_lies_in_its_declared_range():
         for req in reqs:
             name = canonicalize_name(req.name)
             assert name in pins, f"{req} (extra {group or 'none'}) has no pin in constraints.txt"
-            assert req.specifier.contains(pins[name]), \
+            assert req.specifier.contains(pins[name]), (
                 f"constraints.txt pins {name}=={pins[name]}, outside setup.cfg's {req} (extra {group or 'none'})"
+            )
             checked += 1
     assert checked >= 20
 
@@ -75,7 +77,7 @@ def _dry_run(tmp_path: Path, torch_record: str | None) -> subprocess.CompletedPr
     what pip finds installed."""
     project = tmp_path / "project"
     (project / "hf_grpo").mkdir(parents=True)
-    for name in ("setup.cfg", "setup.py", "README.md"):        # metadata only: no build in the worktree
+    for name in ("setup.cfg", "setup.py", "README.md"):  # metadata only: no build in the worktree
         shutil.copy(ROOT / name, project / name)
     shutil.copy(ROOT / "hf_grpo" / "__init__.py", project / "hf_grpo" / "__init__.py")
     # No configuration, no PIP_* variables (a PIP_FIND_LINKS would offer wheels): only what is installed counts.
@@ -89,9 +91,25 @@ def _dry_run(tmp_path: Path, torch_record: str | None) -> subprocess.CompletedPr
         (record / "INSTALLER").write_text("pip\n")
         env["PYTHONPATH"] = str(site)
     report = tmp_path / "report.json"
-    return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation",
-                           "--quiet", "--report", str(report), str(project)],
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-index",
+            "--no-build-isolation",
+            "--quiet",
+            "--report",
+            str(report),
+            str(project),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _installs(tmp_path: Path) -> set[str]:
@@ -104,7 +122,7 @@ def _installs(tmp_path: Path) -> set[str]:
 def test_pip_install_keeps_an_installed_supported_torch(tmp_path, torch_record):
     result = _dry_run(tmp_path, torch_record)
     assert result.returncode == 0, result.stderr
-    assert _installs(tmp_path) == {"hf-grpo"}     # torch and every other dependency: already satisfied
+    assert _installs(tmp_path) == {"hf-grpo"}  # torch and every other dependency: already satisfied
 
 
 @pytest.mark.slow

@@ -16,16 +16,42 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 def test_code_recipe_scores_programs_in_the_sandbox(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    trainer = main(["--recipe", "recipes/code.yaml", "--output_dir", str(tmp_path / "code"), "--max_steps", "2",
-                    "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "64",
-                    "--save_strategy", "no", "--log_completions_steps", "0", "--code_timeout_s", "1.5"])
+    trainer = main(
+        [
+            "--recipe",
+            "recipes/code.yaml",
+            "--output_dir",
+            str(tmp_path / "code"),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            "--num_generations",
+            "4",
+            "--max_completion_length",
+            "64",
+            "--save_strategy",
+            "no",
+            "--log_completions_steps",
+            "0",
+            "--code_timeout_s",
+            "1.5",
+        ]
+    )
     (reward,) = trainer.reward_runner.funcs
     assert isinstance(reward, CodeReward) and reward.limits.timeout_s == 1.5  # built from the config's code_* fields
     assert trainer.reward_runner.on_error == "zero"  # the recipe's reward_error reached the runner
     logs = [r for r in trainer.state.log_history if "reward" in r]
     assert len(logs) == 2
-    for key in ("reward", "rewards/code/mean", "rewards/code/errors", "rewards/code/runs", "rewards/code/no_code",
-                "rewards/code/timeouts", "rewards/code/sandbox_errors"):
+    for key in (
+        "reward",
+        "rewards/code/mean",
+        "rewards/code/errors",
+        "rewards/code/runs",
+        "rewards/code/no_code",
+        "rewards/code/timeouts",
+        "rewards/code/sandbox_errors",
+    ):
         assert all(math.isfinite(r[key]) for r in logs), key
     assert sum(r["rewards/code/errors"] for r in logs) == 0
     assert sum(r["rewards/code/sandbox_errors"] for r in logs) == 0

@@ -13,11 +13,26 @@ from tests.helpers.fixed_generation import FixedCompletions
 from tests.helpers.rewards import even_token_reward
 from tests.helpers.trainers import make_config, make_trainer, params
 
-EXPECTED_METRICS = ["loss", "reward", "reward_std", "rewards/even_token_reward/mean", "rewards/even_token_reward/std",
-                    "completions/mean_length", "completions/clipped_ratio", "entropy", "clip_ratio/low_mean",
-                    "clip_ratio/high_mean", "clip_ratio/region_mean", "frac_reward_zero_std", "num_tokens",
-                    "throughput/tokens_per_s", "timing/generation_s", "grad_norm", "learning_rate",
-                    "numerics/log_ratio_clamped_tokens"]
+EXPECTED_METRICS = [
+    "loss",
+    "reward",
+    "reward_std",
+    "rewards/even_token_reward/mean",
+    "rewards/even_token_reward/std",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "entropy",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "clip_ratio/region_mean",
+    "frac_reward_zero_std",
+    "num_tokens",
+    "throughput/tokens_per_s",
+    "timing/generation_s",
+    "grad_norm",
+    "learning_rate",
+    "numerics/log_ratio_clamped_tokens",
+]
 
 
 def test_training_moves_parameters_and_logs_finite_metrics(tiny_llama_path, tmp_path):
@@ -40,18 +55,31 @@ def test_training_moves_parameters_and_logs_finite_metrics(tiny_llama_path, tmp_
     assert (tmp_path / "out" / "training_curves.png").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(loss_type="grpo", advantage_estimator="grpo", beta=0.04),
-    dict(loss_type="dr_grpo", advantage_estimator="dr_grpo"),
-    dict(loss_type="bnpo", advantage_estimator="rloo", kl_estimator="k2", beta=0.1),
-    dict(loss_type="dapo", advantage_estimator="reinforce_pp", num_generations=2),
-    dict(advantage_estimator="reinforce_pp", reinforce_pp_whitening="token", beta=0.04, kl_estimator="k3+"),
-    dict(loss_type="grpo", importance_sampling_level="sequence", num_iterations=2, epsilon=3e-4, epsilon_high=4e-4),
-    dict(loss_type="dapo", epsilon_high=0.28, overlong_buffer_length=4),
-    dict(loss_type="dapo", gradient_accumulation_steps=2, per_device_train_batch_size=4, steps_per_generation=4),
-    dict(dynamic_sampling=True, dynamic_sampling_success_threshold=0.05, dynamic_sampling_max_rounds=2),
-], ids=["grpo+kl", "dr_grpo", "rloo+k2", "reinforce_pp", "reinforce_pp-token+k3plus", "gspo", "dapo-shaping",
-        "accum+spg", "dynamic"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(loss_type="grpo", advantage_estimator="grpo", beta=0.04),
+        dict(loss_type="dr_grpo", advantage_estimator="dr_grpo"),
+        dict(loss_type="bnpo", advantage_estimator="rloo", kl_estimator="k2", beta=0.1),
+        dict(loss_type="dapo", advantage_estimator="reinforce_pp", num_generations=2),
+        dict(advantage_estimator="reinforce_pp", reinforce_pp_whitening="token", beta=0.04, kl_estimator="k3+"),
+        dict(loss_type="grpo", importance_sampling_level="sequence", num_iterations=2, epsilon=3e-4, epsilon_high=4e-4),
+        dict(loss_type="dapo", epsilon_high=0.28, overlong_buffer_length=4),
+        dict(loss_type="dapo", gradient_accumulation_steps=2, per_device_train_batch_size=4, steps_per_generation=4),
+        dict(dynamic_sampling=True, dynamic_sampling_success_threshold=0.05, dynamic_sampling_max_rounds=2),
+    ],
+    ids=[
+        "grpo+kl",
+        "dr_grpo",
+        "rloo+k2",
+        "reinforce_pp",
+        "reinforce_pp-token+k3plus",
+        "gspo",
+        "dapo-shaping",
+        "accum+spg",
+        "dynamic",
+    ],
+)
 def test_algorithm_variants_train(tiny_llama_path, tmp_path, overrides):
     trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, **overrides)
     before = params(trainer.model)
@@ -92,8 +120,16 @@ def test_resume_continues_the_same_data_order(tiny_llama_path, tmp_path, monkeyp
     def run(record, out, steps, resume=None):
         monkeypatch.setenv("HF_GRPO_TEST_RECORD", str(record))
         from tests.helpers.rewards import recording_reward
-        trainer = make_trainer(tiny_llama_path, tmp_path, reward_funcs=(recording_reward,), output_dir=str(out),
-                               max_steps=steps, save_strategy="steps", save_steps=2)
+
+        trainer = make_trainer(
+            tiny_llama_path,
+            tmp_path,
+            reward_funcs=(recording_reward,),
+            output_dir=str(out),
+            max_steps=steps,
+            save_strategy="steps",
+            save_steps=2,
+        )
         trainer.train(resume_from_checkpoint=resume)
         return [json.loads(line) for line in record.read_text().splitlines()]
 
@@ -121,6 +157,7 @@ def test_unknown_builtin_reward_suggests(tiny_llama_path, tmp_path):
 def test_reward_crash_names_function_and_keeps_a_checkpoint(tiny_llama_path, tmp_path):
     from hf_grpo.rewards import RewardFunctionError
     from tests.helpers.rewards import failing_after_first_step
+
     trainer = make_trainer(tiny_llama_path, tmp_path, reward_funcs=(failing_after_first_step,), max_steps=3)
     with pytest.raises(RewardFunctionError, match="failing_after_first_step"):
         trainer.train()
@@ -131,12 +168,22 @@ def test_reward_crash_names_function_and_keeps_a_checkpoint(tiny_llama_path, tmp
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo", "bnpo"])
 def test_skipping_zero_advantage_completions_leaves_the_update_unchanged(tiny_llama_path, tmp_path, loss_type):
     from tests.helpers.rewards import half_constant_reward
+
     results = {}
     for skip in (False, True):
-        trainer = make_trainer(tiny_llama_path, tmp_path / str(skip), reward_funcs=(half_constant_reward,),
-                               max_steps=1, optim="sgd", learning_rate=1.0, loss_type=loss_type,
-                               per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4,
-                               skip_zero_advantage=skip)
+        trainer = make_trainer(
+            tiny_llama_path,
+            tmp_path / str(skip),
+            reward_funcs=(half_constant_reward,),
+            max_steps=1,
+            optim="sgd",
+            learning_rate=1.0,
+            loss_type=loss_type,
+            per_device_train_batch_size=4,
+            gradient_accumulation_steps=2,
+            num_generations=4,
+            skip_zero_advantage=skip,
+        )
         trainer.train()
         results[skip] = (params(trainer.model), next(r for r in trainer.state.log_history if "reward" in r))
     assert results[True][1]["skipped_zero_advantage_frac"] > 0
@@ -162,14 +209,25 @@ def test_old_logprobs_from_sampler_replace_the_trainer_forward(vllm_tiny_path, t
     the trainer) they give the trainer's update without its extra forward pass per micro-batch."""
     results = {}
     for from_sampler in (False, True):
-        trainer = make_trainer(vllm_tiny_path, tmp_path / str(from_sampler), max_steps=2, optim="sgd",
-                               learning_rate=1.0, per_device_train_batch_size=4, num_generations=4,
-                               steps_per_generation=2, generation_backend="vllm", vllm_enforce_eager=True,
-                               vllm_kv_cache_gib=0.25, max_prompt_length=256, skip_zero_advantage=False,
-                               old_logprobs_from_sampler=from_sampler)
+        trainer = make_trainer(
+            vllm_tiny_path,
+            tmp_path / str(from_sampler),
+            max_steps=2,
+            optim="sgd",
+            learning_rate=1.0,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            steps_per_generation=2,
+            generation_backend="vllm",
+            vllm_enforce_eager=True,
+            vllm_kv_cache_gib=0.25,
+            max_prompt_length=256,
+            skip_zero_advantage=False,
+            old_logprobs_from_sampler=from_sampler,
+        )
         calls = []
         forward = trainer.scorer.logprobs
-        trainer.scorer.logprobs = lambda *a, **k: calls.append(1) or forward(*a, **k)
+        trainer.scorer.logprobs = lambda *a, calls=calls, forward=forward, **k: calls.append(1) or forward(*a, **k)
         trainer.train()
         logs = [r for r in trainer.state.log_history if "reward" in r]
         results[from_sampler] = params(trainer.model), len(calls), logs
@@ -177,7 +235,7 @@ def test_old_logprobs_from_sampler_replace_the_trainer_forward(vllm_tiny_path, t
         # Step 2 only reuses step 1's round; it is credited half of the round's tokens, not 0.
         steps = [r for r in trainer.state.log_history if "loss" in r]
         assert len(steps) == 2 and all(r["throughput/tokens_per_s"] > 0 for r in steps)
-    assert results[False][1] == 4 and results[True][1] == 2   # 2 losses, plus 2 old-log-prob passes without the flag
+    assert results[False][1] == 4 and results[True][1] == 2  # 2 losses, plus 2 old-log-prob passes without the flag
     assert "sampling/logp_difference/mean" in results[False][2][0]
     assert "sampling/logp_difference/mean" not in results[True][2][0]
     for name, value in results[False][0].items():
@@ -193,10 +251,19 @@ def test_dapo_normaliser_is_each_optimizer_steps_own_token_count(tiny_llama_path
     """A round feeding two optimizer steps: each step's micro-batches are normalised by that step's active tokens, not
     by the round's average (completions of random lengths make the two differ)."""
     from tests.helpers.fixed_generation import FixedCompletions
-    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, per_device_train_batch_size=4,
-                           gradient_accumulation_steps=2, steps_per_generation=4, skip_zero_advantage=False)
-    trainer.generator = trainer.collector.generator = FixedCompletions(len(trainer.processing_class),
-                                                                       trainer.processing_class.eos_token_id)
+
+    trainer = make_trainer(
+        tiny_llama_path,
+        tmp_path,
+        max_steps=1,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        steps_per_generation=4,
+        skip_zero_advantage=False,
+    )
+    trainer.generator = trainer.collector.generator = FixedCompletions(
+        len(trainer.processing_class), trainer.processing_class.eos_token_id
+    )
     trainer.train()
     micro = trainer._buffer
     tokens = [float(m["completion_mask"].sum()) for m in micro]
@@ -209,6 +276,7 @@ def test_dapo_normaliser_is_each_optimizer_steps_own_token_count(tiny_llama_path
 class EqualLengthCompletions(FixedCompletions):
     """Each prompt's completions: 5 seeded tokens ending in EOS, whatever the layout (the loss normalisers are then
     the same exact or estimated)."""
+
     calls = 0
 
     def generate(self, prompt_ids, n, sampling):
@@ -220,12 +288,23 @@ class EqualLengthCompletions(FixedCompletions):
 
 
 def fixed_equal_trainer(tiny_llama_path, out, **overrides):
-    values = dict(max_steps=1, per_device_train_batch_size=4, gradient_accumulation_steps=2, loss_type="dapo",
-                  optim="sgd", learning_rate=0.5, lr_scheduler_type="constant", max_grad_norm=0.0,
-                  shuffle_dataset=False, skip_zero_advantage=False, output_dir=str(out))
+    values = dict(
+        max_steps=1,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        loss_type="dapo",
+        optim="sgd",
+        learning_rate=0.5,
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        shuffle_dataset=False,
+        skip_zero_advantage=False,
+        output_dir=str(out),
+    )
     trainer = make_trainer(tiny_llama_path, out, **{**values, **overrides})
     trainer.generator = trainer.collector.generator = EqualLengthCompletions(
-        len(trainer.processing_class), trainer.processing_class.eos_token_id)
+        len(trainer.processing_class), trainer.processing_class.eos_token_id
+    )
     return trainer
 
 
@@ -248,8 +327,15 @@ def test_a_round_ending_inside_a_step_trains_and_resumes_exactly(tiny_llama_path
     """steps_per_generation 3 with 2 accumulation steps (TRL's test uses 4 and 3): 3 steps take 2 rounds; step 2
     straddles them, so the old policy's log-probs are kept, and a checkpoint inside a round resumes exactly."""
     ptx = {"ptx_dataset": str(Path(__file__).parents[1] / "recipes" / "data" / "ptx_sample.txt"), "ptx_coef": 0.5}
-    full = fixed_equal_trainer(tiny_llama_path, tmp_path / "full", max_steps=3, steps_per_generation=3,
-                               save_strategy="steps", save_steps=1, **ptx)
+    full = fixed_equal_trainer(
+        tiny_llama_path,
+        tmp_path / "full",
+        max_steps=3,
+        steps_per_generation=3,
+        save_strategy="steps",
+        save_steps=1,
+        **ptx,
+    )
     full.train()
     assert full.state.global_step == 3 and full.generator.calls == 2
     assert all("old_logp" in m for m in full._buffer)
@@ -257,8 +343,8 @@ def test_a_round_ending_inside_a_step_trains_and_resumes_exactly(tiny_llama_path
     ptx_tokens = sum(float(m["ptx_attention_mask"][:, 1:].sum()) for m in full._buffer)
     assert [m["ptx_normalizer"] for m in full._buffer] == pytest.approx([ptx_tokens / 3] * 3)
     resumed = fixed_equal_trainer(tiny_llama_path, tmp_path / "resumed", max_steps=3, steps_per_generation=3, **ptx)
-    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))     # inside round 1 (micro 2 of 3)
-    assert resumed.generator.calls == 1              # round 1's last micro-batch came from the checkpoint
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))  # inside round 1 (micro 2 of 3)
+    assert resumed.generator.calls == 1  # round 1's last micro-batch came from the checkpoint
     for name, p in params(full.model).items():
         assert torch.equal(p, params(resumed.model)[name]), name
 
@@ -281,15 +367,20 @@ def test_a_reference_model_that_differs_from_the_policy_at_the_first_step_stops_
     with torch.no_grad():
         for p in trainer.ref_model.parameters():
             p.mul_(0.5)
-    with pytest.raises(RuntimeError, match=r"reference model disagrees with the policy before any update: mean "
-                                           r"\|log p - log p_ref\| = [0-9.]+ per token"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"reference model disagrees with the policy before any update: mean "
+        r"\|log p - log p_ref\| = [0-9.]+ per token",
+    ):
         trainer.train()
 
 
 def test_completions_no_reward_scored_get_zero_advantage_and_stay_out_of_the_group(tiny_llama_path, tmp_path):
     from tests.helpers.rewards import none_for_first_of_each_group
-    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, log_completions_steps=1,
-                           reward_funcs=(none_for_first_of_each_group,))
+
+    trainer = make_trainer(
+        tiny_llama_path, tmp_path, max_steps=1, log_completions_steps=1, reward_funcs=(none_for_first_of_each_group,)
+    )
     trainer.train()
     rollouts = tmp_path / "out" / "rollouts" / "step_000001.jsonl"
     records = [json.loads(line) for line in rollouts.read_text().splitlines()]
@@ -297,13 +388,13 @@ def test_completions_no_reward_scored_get_zero_advantage_and_stay_out_of_the_gro
     log = next(r for r in trainer.state.log_history if "reward" in r)
     assert log["rewards/all_none_rows"] == 2
     for start in (0, 4):
-        group = records[start:start + 4]
+        group = records[start : start + 4]
         assert group[0]["rewards"]["none_for_first_of_each_group"] is None and group[0]["advantage"] == 0.0
         scored = torch.tensor([r["reward"] for r in group[1:]])
         expected = (scored - scored.mean()) / (scored.std() + 1e-4)
         assert torch.allclose(torch.tensor([r["advantage"] for r in group[1:]]), expected, atol=1e-5)
     scored_rewards = [r["reward"] for r in records if r["rewards"]["none_for_first_of_each_group"] is not None]
-    assert log["reward"] == pytest.approx(sum(scored_rewards) / 6, abs=1e-5)      # the unscored 0s are not averaged
+    assert log["reward"] == pytest.approx(sum(scored_rewards) / 6, abs=1e-5)  # the unscored 0s are not averaged
 
 
 @pytest.mark.parametrize("disable", [True, False])
@@ -311,6 +402,7 @@ def test_dropout_is_disabled_so_repeated_logprob_passes_agree(tiny_llama_path, t
     """LoRA's dropout and the model's attention dropout make two training-mode passes over the same tokens differ,
     which is noise in every ratio; disable_dropout (the default) removes both."""
     from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_path, attention_dropout=0.5)
     trainer = make_trainer(model, tmp_path, use_peft=True, lora_r=4, lora_dropout=0.5, disable_dropout=disable)
     trainer.model.train()
@@ -331,15 +423,21 @@ def test_dropout_is_disabled_so_repeated_logprob_passes_agree(tiny_llama_path, t
 
 def test_a_reward_that_hangs_on_some_samples_times_out_and_training_goes_on(tiny_llama_path, tmp_path):
     import threading
+
     release = threading.Event()
 
     def hangs_on_odd_first_tokens(completion_ids, **kwargs):
         if any(ids and ids[0] % 2 for ids in completion_ids):
-            release.wait()                       # never returns while the test runs
+            release.wait()  # never returns while the test runs
         return [1.0] * len(completion_ids)
 
-    trainer = make_trainer(tiny_llama_path, tmp_path, reward_funcs=(hangs_on_odd_first_tokens, even_token_reward),
-                           reward_timeout=0.3, max_steps=1)
+    trainer = make_trainer(
+        tiny_llama_path,
+        tmp_path,
+        reward_funcs=(hangs_on_odd_first_tokens, even_token_reward),
+        reward_timeout=0.3,
+        max_steps=1,
+    )
     try:
         trainer.train()
     finally:

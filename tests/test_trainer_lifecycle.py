@@ -18,8 +18,13 @@ def first_token_even(completion_ids, **kwargs):
 def test_evaluation_reports_accuracy_per_named_set(tiny_llama_path, tmp_path):
     args = make_config(tmp_path, max_steps=2, eval_strategy="steps", eval_steps=2, eval_max_samples=6)
     evals = {"small": load_prompt_dataset("arithmetic:6", seed=1), "other": load_prompt_dataset("arithmetic:4", seed=2)}
-    trainer = DistributedGRPOTrainer(model=tiny_llama_path, reward_funcs=[first_token_even, even_token_reward],
-                                     args=args, train_dataset=load_prompt_dataset("arithmetic:32"), eval_dataset=evals)
+    trainer = DistributedGRPOTrainer(
+        model=tiny_llama_path,
+        reward_funcs=[first_token_even, even_token_reward],
+        args=args,
+        train_dataset=load_prompt_dataset("arithmetic:32"),
+        eval_dataset=evals,
+    )
     trainer.train()
     logged = [r for r in trainer.state.log_history if "eval_small_accuracy" in r]
     assert len(logged) == 1 and logged[0]["step"] == 2
@@ -27,8 +32,14 @@ def test_evaluation_reports_accuracy_per_named_set(tiny_llama_path, tmp_path):
     # Recompute the accuracy by hand from greedy generations of the trained model.
     from hf_grpo.evaluation import evaluate_rows
     from hf_grpo.generation import SamplingParams
-    result = evaluate_rows(trainer.generator, trainer.processing_class, evals["small"], trainer.eval_reward_runner,
-                           SamplingParams.from_config(args, greedy=True))
+
+    result = evaluate_rows(
+        trainer.generator,
+        trainer.processing_class,
+        evals["small"],
+        trainer.eval_reward_runner,
+        SamplingParams.from_config(args, greedy=True),
+    )
     assert result.count == 6
     assert logged[0]["eval_small_accuracy"] == pytest.approx(sum(p["strict"] for p in result.predictions) / 6)
     assert logged[0]["eval_small_lenient_accuracy"] == pytest.approx(sum(p["lenient"] for p in result.predictions) / 6)
@@ -38,8 +49,12 @@ def test_model_card_records_recipe_and_results(tiny_llama_path, tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("loss_type: dapo\nepsilon_high: 0.28\n")
     args = make_config(tmp_path, max_steps=1, recipe=str(recipe), loss_type="dapo", epsilon_high=0.28)
-    trainer = DistributedGRPOTrainer(model=tiny_llama_path, reward_funcs=[even_token_reward], args=args,
-                                     train_dataset=load_prompt_dataset("arithmetic:32"))
+    trainer = DistributedGRPOTrainer(
+        model=tiny_llama_path,
+        reward_funcs=[even_token_reward],
+        args=args,
+        train_dataset=load_prompt_dataset("arithmetic:32"),
+    )
     trainer.train()
     trainer.save_model(args.output_dir)
     trainer.create_model_card(dataset_name="arithmetic")
@@ -51,8 +66,12 @@ def test_model_card_records_recipe_and_results(tiny_llama_path, tmp_path):
 
 def test_wandb_offline_receives_metrics(tiny_llama_path, tmp_path, wandb_offline):
     args = make_config(tmp_path, max_steps=1, report_to="wandb", run_name="hf-grpo-test")
-    trainer = DistributedGRPOTrainer(model=tiny_llama_path, reward_funcs=[even_token_reward], args=args,
-                                     train_dataset=load_prompt_dataset("arithmetic:32"))
+    trainer = DistributedGRPOTrainer(
+        model=tiny_llama_path,
+        reward_funcs=[even_token_reward],
+        args=args,
+        train_dataset=load_prompt_dataset("arithmetic:32"),
+    )
     trainer.train()
     wandb = wandb_offline
     run = wandb.run

@@ -5,14 +5,13 @@ import math
 import pytest
 import torch
 
+from hf_grpo import DistributedGRPOTrainer
+from hf_grpo.data import load_prompt_dataset
 from hf_grpo.reporting.completions_table import completions_table
 from hf_grpo.rewards import RewardModel
 from tests.helpers.models import save_tiny_classifier
 from tests.helpers.rewards import even_token_reward
 from tests.helpers.trainers import make_config, make_trainer
-
-from hf_grpo import DistributedGRPOTrainer
-from hf_grpo.data import load_prompt_dataset
 
 
 def first_loss(trainer) -> float:
@@ -23,29 +22,48 @@ def first_loss(trainer) -> float:
 def test_trl_loss_options_train_and_change_the_loss(tiny_llama_path, tmp_path):
     base = dict(max_steps=1, num_iterations=2, learning_rate=0.05)
     plain = first_loss(make_trainer(tiny_llama_path, tmp_path / "a", **base))
-    options = make_trainer(tiny_llama_path, tmp_path / "b", top_entropy_quantile=0.2, scale_rewards="batch",
-                           delta=1.5, **base)
+    options = make_trainer(
+        tiny_llama_path, tmp_path / "b", top_entropy_quantile=0.2, scale_rewards="batch", delta=1.5, **base
+    )
     assert options.args.advantage_estimator == "grpo_batch_std"
     changed = first_loss(options)
     assert math.isfinite(changed) and changed != pytest.approx(plain, abs=1e-7)
 
 
 def test_log_completions_prints_a_table(tiny_llama_path, tmp_path, capsys):
-    trainer = make_trainer(tiny_llama_path, tmp_path, log_completions=True, num_completions_to_print=3,
-                           log_unique_prompts=True, max_steps=1)
+    trainer = make_trainer(
+        tiny_llama_path,
+        tmp_path,
+        log_completions=True,
+        num_completions_to_print=3,
+        log_unique_prompts=True,
+        max_steps=1,
+    )
     trainer.train()
     out = capsys.readouterr().out
     assert "step 1" in out and "even_token_reward" in out and "advantage" in out
 
 
 def test_completions_table_rows():
-    records = [{"prompt": [{"role": "user", "content": f"q{i // 2}"}], "completion": [{"content": f"a{i}"}],
-                "rewards": {"r": float(i), "other": None}, "advantage": 0.5} for i in range(6)]
+    records = [
+        {
+            "prompt": [{"role": "user", "content": f"q{i // 2}"}],
+            "completion": [{"content": f"a{i}"}],
+            "rewards": {"r": float(i), "other": None},
+            "advantage": 0.5,
+        }
+        for i in range(6)
+    ]
     assert completions_table(records, 1).row_count == 6
     assert completions_table(records, 1, max_rows=4).row_count == 4
     unique = completions_table(records, 1, unique_prompts=True)
-    assert unique.row_count == 3 and [c.header for c in unique.columns] == ["prompt", "completion", "r", "other",
-                                                                            "advantage"]
+    assert unique.row_count == 3 and [c.header for c in unique.columns] == [
+        "prompt",
+        "completion",
+        "r",
+        "other",
+        "advantage",
+    ]
     assert list(unique.columns[1].cells) == ["a0", "a2", "a4"] and list(unique.columns[3].cells) == ["None"] * 3
 
 
@@ -74,8 +92,9 @@ def test_bad_agent_arguments_are_clear_errors(tiny_llama_path, tmp_path):
 
 def test_reward_model_id_as_a_string(tiny_llama_path, tmp_path, tokenizer):
     classifier = save_tiny_classifier(tmp_path / "rm", tokenizer)
-    trainer = DistributedGRPOTrainer(tiny_llama_path, [classifier], make_config(tmp_path, max_steps=1),
-                                     load_prompt_dataset("arithmetic:8"))
+    trainer = DistributedGRPOTrainer(
+        tiny_llama_path, [classifier], make_config(tmp_path, max_steps=1), load_prompt_dataset("arithmetic:8")
+    )
     assert isinstance(trainer.reward_runner.funcs[0], RewardModel)
     trainer.train()
     assert torch.isfinite(torch.tensor(trainer.state.log_history[0]["reward"]))

@@ -21,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def rows(n, start=0):
-    return [{"prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "gt_answer": str(i + 1)}
-            for i in range(start, start + n)]
+    return [
+        {"prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "gt_answer": str(i + 1)}
+        for i in range(start, start + n)
+    ]
 
 
 def stream(items):
@@ -32,19 +34,22 @@ def stream(items):
 # ---- streaming ----------------------------------------------------------------------------------------------------
 def test_streaming_train_needs_max_steps_and_checks_rows_as_drawn(tiny_llama_path, tmp_path):
     with pytest.raises(DataFormatError, match="IterableDataset .* set max_steps"):
-        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], make_config(tmp_path, max_steps=-1),
-                               stream(rows(8)))
+        DistributedGRPOTrainer(
+            tiny_llama_path, [even_token_reward], make_config(tmp_path, max_steps=-1), stream(rows(8))
+        )
     bad = rows(8) + [{"prompt": [{"role": "bot", "content": "x"}]}]
-    trainer = DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], make_config(tmp_path, max_steps=1),
-                                     stream(bad))
+    trainer = DistributedGRPOTrainer(
+        tiny_llama_path, [even_token_reward], make_config(tmp_path, max_steps=1), stream(bad)
+    )
     with pytest.raises(DataFormatError, match=r"train_dataset\[8\]: key 'prompt\[0\].role'"):
         list(trainer.train_dataset)
 
 
 def test_streaming_train_two_steps_draws_distinct_blocks_and_counts_drops(tiny_llama_path, tmp_path, caplog):
     data = rows(2) + [{"prompt": [{"role": "user", "content": "long " * 80}], "gt_answer": "0"}] + rows(6, 2)
-    trainer = DistributedGRPOTrainer(tiny_llama_path, [even_token_reward],
-                                     make_config(tmp_path, max_steps=2, max_prompt_length=40), stream(data))
+    trainer = DistributedGRPOTrainer(
+        tiny_llama_path, [even_token_reward], make_config(tmp_path, max_steps=2, max_prompt_length=40), stream(data)
+    )
     # per_device 8 / G 4 = 2 prompts a round, yielded once per micro-batch of the round.
     drawn = [r["prompt"][0]["content"] for r in trainer.train_dataset]
     assert drawn == [f"What is {i} + 1?" for i in range(8)]
@@ -56,9 +61,13 @@ def test_streaming_train_two_steps_draws_distinct_blocks_and_counts_drops(tiny_l
 
 def test_evaluate_iterable_and_dict_of_sets_returns_trl_keys(tiny_llama_path, tmp_path):
     evals = IterableDatasetDict({"a": stream(rows(3)), "b": stream(rows(2, 10))})
-    trainer = DistributedGRPOTrainer(tiny_llama_path, [even_token_reward],
-                                     make_config(tmp_path, max_steps=1, num_generations_eval=3),
-                                     load_prompt_dataset("arithmetic:16"), eval_dataset=evals)
+    trainer = DistributedGRPOTrainer(
+        tiny_llama_path,
+        [even_token_reward],
+        make_config(tmp_path, max_steps=1, num_generations_eval=3),
+        load_prompt_dataset("arithmetic:16"),
+        eval_dataset=evals,
+    )
     metrics = trainer.evaluate()
     for name, count in (("a", 3), ("b", 2)):
         assert metrics[f"eval_{name}_samples"] == count
@@ -71,9 +80,9 @@ def test_evaluate_iterable_and_dict_of_sets_returns_trl_keys(tiny_llama_path, tm
 
 # ---- eval loss: the on-policy GRPO loss, hand-computed -----------------------------------------------------------
 def test_eval_loss_value_matches_hand_computation(tmp_path):
-    logp = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])                          # [2, 3]
-    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])                             # [2, 3]
-    adv = torch.tensor([1.0, -1.0])                                                     # [2]
+    logp = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])  # [2, 3]
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])  # [2, 3]
+    adv = torch.tensor([1.0, -1.0])  # [2]
     # Ratio 1: per-token loss = -A. grpo: mean over sequences of each one's token mean = (-1 + 1) / 2 = 0.
     assert eval_loss_value(logp, adv, mask, make_config(tmp_path, loss_type="grpo")).item() == pytest.approx(0.0)
     # dapo: sum over tokens / active tokens = (-1 - 1 + 1) / 3.
@@ -91,23 +100,30 @@ def test_missing_train_dataset_is_trl_error_at_init(tiny_llama_path, tmp_path):
         DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], make_config(tmp_path))
 
 
-@pytest.mark.parametrize("row,message", [
-    ({"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what?"}]}]},
-     r"train_dataset\[1\]: key 'prompt\[0\].content\[0\]': a 'image' content part; multimodal"),
-    ({"prompt": [{"role": "user", "content": "what?"}], "image": "x.png"},
-     r"train_dataset\[1\]: key 'image': multimodal"),
-])
+@pytest.mark.parametrize(
+    "row,message",
+    [
+        (
+            {"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what?"}]}]},
+            r"train_dataset\[1\]: key 'prompt\[0\].content\[0\]': a 'image' content part; multimodal",
+        ),
+        (
+            {"prompt": [{"role": "user", "content": "what?"}], "image": "x.png"},
+            r"train_dataset\[1\]: key 'image': multimodal",
+        ),
+    ],
+)
 def test_images_fail_at_start_naming_row_and_key(tiny_llama_path, tmp_path, row, message):
     with pytest.raises(DataFormatError, match=message):
-        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], make_config(tmp_path),
-                               [rows(1)[0], row])
+        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], make_config(tmp_path), [rows(1)[0], row])
 
 
 # ---- dataloader workers under spawn -------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_spawn_dataloader_worker_trains(tiny_llama_path, tmp_path):
     script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import multiprocessing, json
         from tests.helpers.trainers import make_config
         from tests.helpers.rewards import even_token_reward
@@ -121,10 +137,10 @@ def test_spawn_dataloader_worker_trains(tiny_llama_path, tmp_path):
             trainer.train()     # the dataloader pickles its collator into the spawned worker
             print("RESULT", json.dumps({{"steps": trainer.state.global_step,
                                          "context": multiprocessing.get_start_method()}}))
-    """))
+    """)
+    )
     env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     result = next(json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("RESULT "))
     assert result == {"steps": 1, "context": "spawn"}
@@ -138,10 +154,14 @@ def test_batch_arithmetic_accepts_trls_and_explains_refusals(tmp_path):
     # TRL: steps_per_generation need not be a multiple of gradient_accumulation_steps (trained in test_trainer.py).
     assert make_config(tmp_path, steps_per_generation=3, gradient_accumulation_steps=2).prompts_per_generation == 6
     assert make_config(tmp_path, steps_per_generation=1, gradient_accumulation_steps=2).prompts_per_generation == 2
-    with pytest.raises(ValueError, match=r"max_staleness needs steps_per_generation \(3\) to be a multiple of "
-                                         r"gradient_accumulation_steps \(2\): a round's staleness"):
-        make_config(tmp_path, steps_per_generation=3, gradient_accumulation_steps=2, max_staleness=1,
-                    generation_backend="vllm")
+    with pytest.raises(
+        ValueError,
+        match=r"max_staleness needs steps_per_generation \(3\) to be a multiple of "
+        r"gradient_accumulation_steps \(2\): a round's staleness",
+    ):
+        make_config(
+            tmp_path, steps_per_generation=3, gradient_accumulation_steps=2, max_staleness=1, generation_backend="vllm"
+        )
     with pytest.raises(ValueError, match=r"multiple of num_generations \(4\); groups never straddle processes"):
         make_config(tmp_path, per_device_train_batch_size=6)
     with pytest.raises(ValueError, match="set generation_batch_size or steps_per_generation, not both"):
@@ -165,7 +185,7 @@ def test_streaming_resume_continues_the_stream_without_repeating(tiny_llama_path
     resumed = run(tmp_path / "resumed.jsonl", tmp_path / "b", 3, resume=str(tmp_path / "b" / "checkpoint-1"))
     assert [r["step"] for r in resumed] == [1, 2]
     assert [r["prompts"] for r in resumed] == [r["prompts"] for r in full[1:]]
-    assert len({tuple(r["prompts"]) for r in full}) == 3          # each step drew new prompts
+    assert len({tuple(r["prompts"]) for r in full}) == 3  # each step drew new prompts
 
 
 def test_streamed_rounds_give_each_process_distinct_prompts(tokenizer, tmp_path):
@@ -176,15 +196,26 @@ def test_streamed_rounds_give_each_process_distinct_prompts(tokenizer, tmp_path)
     from hf_grpo.data.streaming import RowChecker, StreamedPrompts
 
     args = make_config(tmp_path, steps_per_generation=2, per_device_train_batch_size=4, num_generations=4)
-    block = args.prompts_per_generation * 2                          # 2 prompts per process per round, 2 processes
-    streamed = StreamedPrompts(stream(rows(9)), RowChecker(tokenizer, args, "train_dataset", None, None), block,
-                               repeats=args.steps_per_generation)
-    seen = [[r["gt_answer"] for r in IterableDatasetShard(streamed, batch_size=args.prompts_per_generation,
-                                                          num_processes=2, process_index=p)] for p in range(2)]
+    block = args.prompts_per_generation * 2  # 2 prompts per process per round, 2 processes
+    streamed = StreamedPrompts(
+        stream(rows(9)),
+        RowChecker(tokenizer, args, "train_dataset", None, None),
+        block,
+        repeats=args.steps_per_generation,
+    )
+    seen = [
+        [
+            r["gt_answer"]
+            for r in IterableDatasetShard(
+                streamed, batch_size=args.prompts_per_generation, num_processes=2, process_index=p
+            )
+        ]
+        for p in range(2)
+    ]
     # Rounds of 4 rows (the 9th row is an incomplete round), each process's 2 rows yielded twice.
     assert seen[0] == ["1", "2", "1", "2", "5", "6", "5", "6"]
     assert seen[1] == ["3", "4", "3", "4", "7", "8", "7", "8"]
-    assert streamed.incomplete_blocks == 2          # one per pass: each shard above read the stream once
+    assert streamed.incomplete_blocks == 2  # one per pass: each shard above read the stream once
 
 
 # ---- TRL's public helpers, attributes and wording ------------------------------------------------------------------
@@ -192,11 +223,16 @@ def test_trls_helpers_and_attributes_mean_what_trls_do(tiny_llama_path, tmp_path
     from types import SimpleNamespace
 
     from trl import GRPOTrainer as TRLTrainer
-    trainer = DistributedGRPOTrainer(tiny_llama_path, [even_token_reward],
-                                     make_config(tmp_path, max_steps=1, entropy_coef=0.05), stream(rows(8)))
+
+    trainer = DistributedGRPOTrainer(
+        tiny_llama_path, [even_token_reward], make_config(tmp_path, max_steps=1, entropy_coef=0.05), stream(rows(8))
+    )
     # The same tensors through TRL's own methods (one process: TRL's gathers are identities).
-    one_process = SimpleNamespace(accelerator=SimpleNamespace(num_processes=1, gather=lambda x: x,
-                                                              pad_across_processes=lambda x, dim, pad_index: x))
+    one_process = SimpleNamespace(
+        accelerator=SimpleNamespace(
+            num_processes=1, gather=lambda x: x, pad_across_processes=lambda x, dim, pad_index: x
+        )
+    )
     torch.manual_seed(0)
     entropies, mask = torch.rand(4, 7), (torch.rand(4, 7) > 0.3).long()
     for threshold in (0.0, 0.5, 0.8, 1.0):
@@ -204,8 +240,10 @@ def test_trls_helpers_and_attributes_mean_what_trls_do(tiny_llama_path, tmp_path
         assert ours.dtype == torch.bool
         assert torch.equal(ours, TRLTrainer.get_high_entropy_mask(one_process, entropies, mask, threshold)), threshold
     advantages, logp, sampling = torch.randn(4, 1), -torch.rand(4, 7), -torch.rand(4, 7)
-    assert torch.equal(DistributedGRPOTrainer.get_off_policy_mask(advantages, logp, sampling, mask.float(), 0.1),
-                       TRLTrainer.get_off_policy_mask(advantages, logp, sampling, mask.float(), 0.1))
+    assert torch.equal(
+        DistributedGRPOTrainer.get_off_policy_mask(advantages, logp, sampling, mask.float(), 0.1),
+        TRLTrainer.get_off_policy_mask(advantages, logp, sampling, mask.float(), 0.1),
+    )
     assert trainer.entropy_coef == 0.05 and trainer.reward_func_names == ["even_token_reward"]
     assert trainer.reward_weights.tolist() == [1.0]
 
@@ -216,6 +254,7 @@ def test_diagnostics_carry_trls_wording(tiny_llama_path, tmp_path, caplog):
 
     with pytest.raises(ValueError, match="No reward source provided"):
         DistributedGRPOTrainer(tiny_llama_path, [], make_config(tmp_path), stream(rows(8)))
+
     class Env:
         def reset(self, **row) -> str:
             return ""
@@ -229,11 +268,20 @@ def test_diagnostics_carry_trls_wording(tiny_llama_path, tmp_path, caplog):
             return "done"
 
     with pytest.raises(ValueError, match="requires a `train_dataset`"):
-        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], make_config(tmp_path, max_steps=1),
-                               environment_factory={"a": Env, "b": Env})
+        DistributedGRPOTrainer(
+            tiny_llama_path,
+            [even_token_reward],
+            make_config(tmp_path, max_steps=1),
+            environment_factory={"a": Env, "b": Env},
+        )
     with pytest.raises(InputError, match="2 reward functions: the two lengths must match"):
-        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward, even_token_reward], make_config(tmp_path),
-                               stream(rows(8)), reward_processing_classes=[None])
+        DistributedGRPOTrainer(
+            tiny_llama_path,
+            [even_token_reward, even_token_reward],
+            make_config(tmp_path),
+            stream(rows(8)),
+            reward_processing_classes=[None],
+        )
 
     def nothing(completions, **kwargs):
         return [None] * len(completions)
@@ -244,9 +292,14 @@ def test_diagnostics_carry_trls_wording(tiny_llama_path, tmp_path, caplog):
 
 def test_an_iterable_eval_set_is_loaded_without_workers_and_training_keeps_them(tiny_llama_path, tmp_path):
     from datasets import Dataset
-    trainer = DistributedGRPOTrainer(tiny_llama_path, [even_token_reward],
-                                     make_config(tmp_path, dataloader_num_workers=2), Dataset.from_list(rows(8)),
-                                     eval_dataset=stream(rows(3)))
+
+    trainer = DistributedGRPOTrainer(
+        tiny_llama_path,
+        [even_token_reward],
+        make_config(tmp_path, dataloader_num_workers=2),
+        Dataset.from_list(rows(8)),
+        eval_dataset=stream(rows(3)),
+    )
     assert trainer.get_train_dataloader().num_workers == 2
-    assert trainer.get_eval_dataloader().num_workers == 0           # each worker would read the whole stream
+    assert trainer.get_eval_dataloader().num_workers == 0  # each worker would read the whole stream
     assert trainer.args.dataloader_num_workers == 2

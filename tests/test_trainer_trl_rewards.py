@@ -25,9 +25,18 @@ def constant_zero(completions, log_extra, log_metric, **kwargs):
 def test_logged_reward_reflects_weights_and_user_logs_reach_the_logs(tiny_llama_path, tmp_path, aggregation):
     # TRL's test_reward_metric_reflects_reward_weights: rewards 1 and 0 weighted 0.7 / 0.3 log reward 0.7. Three
     # steps with logging_steps 2: step 3 is logged only by the end-of-training summary, which carries it (TRL).
-    trainer = make_trainer(tiny_llama_path, tmp_path, reward_funcs=(constant_one, constant_zero), max_steps=3,
-                           logging_steps=2, reward_weights=[0.7, 0.3], multi_objective_aggregation=aggregation,
-                           log_completions_steps=3, learning_rate=0.1, log_completions=True)
+    trainer = make_trainer(
+        tiny_llama_path,
+        tmp_path,
+        reward_funcs=(constant_one, constant_zero),
+        max_steps=3,
+        logging_steps=2,
+        reward_weights=[0.7, 0.3],
+        multi_objective_aggregation=aggregation,
+        log_completions_steps=3,
+        learning_rate=0.1,
+        log_completions=True,
+    )
     trainer.train()
     final = trainer.state.log_history[-1]
     assert "train_loss" in final
@@ -40,8 +49,15 @@ def test_logged_reward_reflects_weights_and_user_logs_reach_the_logs(tiny_llama_
     rollout = (tmp_path / "out" / "rollouts" / "step_000003.jsonl").read_text()
     assert '"extra": {"first_chars": ' in rollout
     table = pd.read_parquet(tmp_path / "out" / "completions" / "completions_00002.parquet")
-    assert list(table.columns) == ["step", "prompt", "completion", "constant_one", "constant_zero", "first_chars",
-                                   "advantage"]
+    assert list(table.columns) == [
+        "step",
+        "prompt",
+        "completion",
+        "constant_one",
+        "constant_zero",
+        "first_chars",
+        "advantage",
+    ]
     assert all(isinstance(v, str) and len(v) <= 3 for v in table["first_chars"])
 
 
@@ -52,13 +68,25 @@ def test_normalize_then_sum_refuses_what_it_would_ignore(tmp_path):
         make_config(tmp_path, multi_objective_aggregation="normalize_then_sum", overlong_buffer_length=4)
     with pytest.raises(ValueError, match="multi_objective_aggregation='mean' is not one of"):
         make_config(tmp_path, multi_objective_aggregation="mean")
-    assert GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none",
-                      multi_objective_aggregation="normalize_then_sum").multi_objective_aggregation == "normalize_then_sum"
+    assert (
+        GRPOConfig(
+            output_dir=str(tmp_path), use_cpu=True, report_to="none", multi_objective_aggregation="normalize_then_sum"
+        ).multi_objective_aggregation
+        == "normalize_then_sum"
+    )
 
 
 def test_completions_table_extra_columns():
-    records = [{"prompt": "q", "completion": f"a{i}", "rewards": {"r": 1.0}, "advantage": 0.0,
-                "extra": {"first_chars": f"a{i}"} if i else {}} for i in range(2)]
+    records = [
+        {
+            "prompt": "q",
+            "completion": f"a{i}",
+            "rewards": {"r": 1.0},
+            "advantage": 0.0,
+            "extra": {"first_chars": f"a{i}"} if i else {},
+        }
+        for i in range(2)
+    ]
     table = completions_table(records, 1)
     assert [c.header for c in table.columns] == ["prompt", "completion", "r", "first_chars", "advantage"]
     assert list(table.columns[3].cells) == ["None", "a1"]
@@ -67,6 +95,7 @@ def test_completions_table_extra_columns():
 def test_pad_to_multiple_of_pads_the_trained_micro_batches(tiny_llama_path, tmp_path):
     trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, pad_to_multiple_of=16, max_completion_length=9)
     trainer.train()
-    assert trainer._buffer and all(m["input_ids"].shape[1] % 16 == 0 and m["completion_mask"].shape[1] == 16
-                                   for m in trainer._buffer)
+    assert trainer._buffer and all(
+        m["input_ids"].shape[1] % 16 == 0 and m["completion_mask"].shape[1] == 16 for m in trainer._buffer
+    )
     assert math.isfinite(trainer.state.log_history[0]["loss"])

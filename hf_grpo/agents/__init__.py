@@ -27,8 +27,10 @@ def with_environment_rewards(funcs: list, agent, args) -> list:
     class); at least one reward must exist."""
     env_rewards = agent.reward_functions() if agent is not None else []
     if not funcs and not env_rewards:
-        raise ValueError("No reward source provided: DistributedGRPOTrainer needs reward_funcs (callables, built-in "
-                         "names or dotted paths), or an environment_factory whose environments define get_reward()")
+        raise ValueError(
+            "No reward source provided: DistributedGRPOTrainer needs reward_funcs (callables, built-in "
+            "names or dotted paths), or an environment_factory whose environments define get_reward()"
+        )
     if env_rewards and args.reward_weights is not None:
         args.reward_weights = [*args.reward_weights, *[1.0] * len(env_rewards)]
     return [*funcs, *env_rewards]
@@ -49,11 +51,15 @@ def environment_dataset(train_dataset, environment_factory, args, agent):
     if train_dataset is not None:
         return _with_empty_prompts(train_dataset, args.prompt_column, agent)
     if isinstance(environment_factory, dict):
-        raise ValueError("a dict environment_factory (several environments) requires a `train_dataset` with an "
-                         "`environment` column: it routes each row by that column (or pass a single factory)")
+        raise ValueError(
+            "a dict environment_factory (several environments) requires a `train_dataset` with an "
+            "`environment` column: it routes each row by that column (or pass a single factory)"
+        )
     if args.max_steps <= 0:
-        raise ValueError("without a train_dataset the environment supplies every prompt, so the run's length must "
-                         "come from max_steps: set max_steps > 0")
+        raise ValueError(
+            "without a train_dataset the environment supplies every prompt, so the run's length must "
+            "come from max_steps: set max_steps > 0"
+        )
     from datasets import Dataset
 
     rows = args.per_device_train_batch_size * args.steps_per_generation // args.num_generations * args.world_size
@@ -68,12 +74,16 @@ def _with_empty_prompts(dataset, prompt_column: str, agent):
     prompt_keys = {prompt_column, "messages", "question"}
     if isinstance(dataset, (Dataset, IterableDataset)):
         columns = dataset.column_names
-        if columns is None or prompt_keys & set(columns):        # unknown features, or a prompt: leave as given
+        if columns is None or prompt_keys & set(columns):  # unknown features, or a prompt: leave as given
             return dataset
-        dataset = (dataset.add_column(prompt_column, [EMPTY_PROMPT] * len(dataset)) if isinstance(dataset, Dataset)
-                   else dataset.map(lambda row: {prompt_column: EMPTY_PROMPT}))
-    elif isinstance(dataset, list) and dataset and all(isinstance(r, dict) and not prompt_keys & set(r)
-                                                       for r in dataset):
+        dataset = (
+            dataset.add_column(prompt_column, [EMPTY_PROMPT] * len(dataset))
+            if isinstance(dataset, Dataset)
+            else dataset.map(lambda row: {prompt_column: EMPTY_PROMPT})
+        )
+    elif (
+        isinstance(dataset, list) and dataset and all(isinstance(r, dict) and not prompt_keys & set(r) for r in dataset)
+    ):
         dataset = [{**row, prompt_column: EMPTY_PROMPT} for row in dataset]
     else:
         return dataset
@@ -81,8 +91,9 @@ def _with_empty_prompts(dataset, prompt_column: str, agent):
     return dataset
 
 
-def multi_turn_rollouts(num_generations: int, agent: AgentRollouts | None, rollout_func, generator, tokenizer,
-                        accelerator, policy, trainer):
+def multi_turn_rollouts(
+    num_generations: int, agent: AgentRollouts | None, rollout_func, generator, tokenizer, accelerator, policy, trainer
+):
     """The collector's ``multi_turn`` hook, or None for single-turn training. The hook is called as
     ``multi_turn(generator, rows, sampling, round_key, n=num_generations)`` with the backend to generate with.
 
@@ -100,17 +111,34 @@ def multi_turn_rollouts(num_generations: int, agent: AgentRollouts | None, rollo
 
         def custom(generator, rows, sampling, round_key, n=G):
             return custom_rollouts(rollout_func, [r["prompt"] for r in rows], trainer, n, eos)
+
         return custom
     if agent is None:
         return None
-    lockstep = (functools.partial(any_rank, accelerator) if isinstance(generator, HFGenerator)
-                and forward_is_collective(accelerator, policy) else None)
+    lockstep = (
+        functools.partial(any_rank, accelerator)
+        if isinstance(generator, HFGenerator) and forward_is_collective(accelerator, policy)
+        else None
+    )
 
     def turns(generator, rows, sampling, round_key, n=G):
         return agent.generate(generator, rows, n, sampling, round_key, process, lockstep)
+
     return turns
 
 
-__all__ = ["AgentResult", "AgentRollouts", "BUILTIN_TOOLS", "EnvironmentResetError", "TERMINATIONS",
-           "ToolDefinitionError", "USER_CODE_ERRORS", "calculator", "custom_rollouts", "environment_dataset",
-           "multi_turn_rollouts", "resolve_tool", "with_environment_rewards"]
+__all__ = [
+    "AgentResult",
+    "AgentRollouts",
+    "BUILTIN_TOOLS",
+    "EnvironmentResetError",
+    "TERMINATIONS",
+    "ToolDefinitionError",
+    "USER_CODE_ERRORS",
+    "calculator",
+    "custom_rollouts",
+    "environment_dataset",
+    "multi_turn_rollouts",
+    "resolve_tool",
+    "with_environment_rewards",
+]

@@ -45,6 +45,7 @@ class EngineTurns:
         from vllm.sampling_params import RequestOutputKind
 
         from ..generation.vllm_colocate import engine_sampling_params
+
         params = engine_sampling_params(sampling, 1, output_kind=RequestOutputKind.FINAL_ONLY)
         request_id = f"hf_grpo-turn-{next(self._ids)}"
         self._keys[request_id] = key
@@ -64,8 +65,9 @@ class EngineTurns:
             key = self._keys.pop(request.request_id)
             sample = request.outputs[0]
             ids = list(sample.token_ids)
-            logprobs = ([step[t].logprob for step, t in zip(sample.logprobs, ids)]
-                        if sample.logprobs is not None else None)
+            logprobs = (
+                [step[t].logprob for step, t in zip(sample.logprobs, ids)] if sample.logprobs is not None else None
+            )
             out.append((key, ids, sample.finish_reason == "stop", logprobs))
         return out
 
@@ -97,9 +99,15 @@ class ServerTurns:
         out = []
         for future in done:
             key = self._pending.pop(future)
-            result: GenerationResult = future.result()       # server errors propagate: they name the URL
-            out.append((key, result.completion_ids[0], result.finished[0],
-                        result.logprobs[0] if result.logprobs is not None else None))
+            result: GenerationResult = future.result()  # server errors propagate: they name the URL
+            out.append(
+                (
+                    key,
+                    result.completion_ids[0],
+                    result.finished[0],
+                    result.logprobs[0] if result.logprobs is not None else None,
+                )
+            )
         return out
 
     def finish(self) -> None:
@@ -111,7 +119,7 @@ class BatchedTurns:
 
     def __init__(self, generator: Generator, any_rank=None):
         self.generator = generator
-        self.any_rank = any_rank        # set for lock-step backends (ZeRO-3/FSDP HF generate), else None
+        self.any_rank = any_rank  # set for lock-step backends (ZeRO-3/FSDP HF generate), else None
         self._pending: list[tuple[int, list[int], SamplingParams]] = []
 
     def session(self):
@@ -130,23 +138,23 @@ class BatchedTurns:
         return bool(self._pending)
 
     def poll(self, timeout: float) -> list[Turn]:
-        """One wave: every pending turn in one ``generate`` call (lock-step: an empty call if this process has none).
-        """
+        """One wave: every pending turn in one ``generate`` call (lock-step: an empty call if this process has none)."""
         pending, self._pending = self._pending, []
         if not pending:
             if self.any_rank is not None:
                 self.generator.generate([], 1, SamplingParams(max_tokens=1))
             return []
         budget = max(s.max_tokens for _, _, s in pending)
-        result = self.generator.generate([p for _, p, _ in pending], 1,
-                                         dataclasses.replace(pending[0][2], max_tokens=budget))
+        result = self.generator.generate(
+            [p for _, p, _ in pending], 1, dataclasses.replace(pending[0][2], max_tokens=budget)
+        )
         out = []
         for i, (key, _, own) in enumerate(pending):
             ids, done = result.completion_ids[i], result.finished[i]
             logprobs = result.logprobs[i] if result.logprobs else None
-            if len(ids) > own.max_tokens:          # the wave's budget was larger than this turn's
-                ids, done = ids[:own.max_tokens], False
-                logprobs = logprobs[:own.max_tokens] if logprobs else logprobs
+            if len(ids) > own.max_tokens:  # the wave's budget was larger than this turn's
+                ids, done = ids[: own.max_tokens], False
+                logprobs = logprobs[: own.max_tokens] if logprobs else logprobs
             out.append((key, ids, done, logprobs))
         return out
 

@@ -45,30 +45,36 @@ class EnvironmentResetError(RuntimeError):
 
 def environment_methods(instance) -> list:
     """The bound public methods of ``instance`` that are tools (listed on the class: properties are not run)."""
-    return [getattr(instance, name) for name, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
-            if name not in _NOT_TOOLS and not name.startswith("_")]
+    return [
+        getattr(instance, name)
+        for name, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
+        if name not in _NOT_TOOLS and not name.startswith("_")
+    ]
 
 
 class Environments:
-    """The factories, a probe instance of each (to check it and render its tools' schemas), and per-round instances.
-    """
+    """The factories, a probe instance of each (to check it and render its tools' schemas), and per-round instances."""
 
     def __init__(self, factory, seed: int):
         self.multi = isinstance(factory, dict)
         self.factories = factory if self.multi else {None: factory}
         self.seed = seed
-        self.placeholder_prompts = False     # the rows' prompts are empty placeholders: not passed to reset()
+        self.placeholder_prompts = False  # the rows' prompts are empty placeholders: not passed to reset()
         self.reward_classes: list[type] = []
-        self.probe_tools: list = []                # one bound method per tool name, of the probes (TRL's trainer.tools)
+        self.probe_tools: list = []  # one bound method per tool name, of the probes (TRL's trainer.tools)
         for name, make in self.factories.items():
             if not callable(make):
-                raise TypeError(f"environment_factory{'' if name is None else f'[{name!r}]'} must be callable (a "
-                                f"class or a function returning an environment), got {type(make).__name__}")
+                raise TypeError(
+                    f"environment_factory{'' if name is None else f'[{name!r}]'} must be callable (a "
+                    f"class or a function returning an environment), got {type(make).__name__}"
+                )
             probe = make()
             where = f"environment {type(probe).__name__}"
             if not callable(getattr(probe, "reset", None)):
-                raise ValueError(f"{where} has no callable `reset`; environment_factory must return objects with "
-                                 f"reset(**row) (see TRL's GRPOTrainer docs)")
+                raise ValueError(
+                    f"{where} has no callable `reset`; environment_factory must return objects with "
+                    f"reset(**row) (see TRL's GRPOTrainer docs)"
+                )
             # Schema errors now, naming the method, not at the first rollout.
             methods = environment_methods(probe)
             tools_from_callables(methods, where)
@@ -86,11 +92,14 @@ class Environments:
         out = []
         for cls in self.reward_classes:
             if inspect.iscoroutinefunction(cls.get_reward):
+
                 async def reward(environments, _cls=cls, **kwargs):
                     return [await e.get_reward() if type(e) is _cls else None for e in environments]
             else:
+
                 def reward(environments, _cls=cls, **kwargs):
                     return [e.get_reward() if type(e) is _cls else None for e in environments]
+
             reward.__name__ = cls.__name__
             out.append(reward)
         return out
@@ -100,25 +109,31 @@ class Environments:
             return None
         name = row.get("environment")
         if name not in self.factories:
-            raise ValueError(f"row {index}: environment={name!r} is not among the environments of environment_factory "
-                             f"({', '.join(map(repr, self.factories))}); every row needs an `environment` column "
-                             f"naming one")
+            raise ValueError(
+                f"row {index}: environment={name!r} is not among the environments of environment_factory "
+                f"({', '.join(map(repr, self.factories))}); every row needs an `environment` column "
+                f"naming one"
+            )
         return name
 
     def group_seed(self, step: int, process: int, prompt_index: int, row: dict) -> int:
         text = f"{self.seed}|{step}|{process}|{prompt_index}|{sorted((k, repr(v)) for k, v in row.items())}"
         return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
-    def start(self, rows: list[dict], num_generations: int, step: int, process: int
-              ) -> tuple[list, list[str | None], list[dict[str, Tool]], int]:
+    def start(
+        self, rows: list[dict], num_generations: int, step: int, process: int
+    ) -> tuple[list, list[str | None], list[dict[str, Tool]], int]:
         """``num_generations`` fresh, reset instances per row (group-major), each one's reset observation and tools,
         and how many groups' resets disagreed."""
         instances, observations, tools = [], [], []
         inconsistent = 0
         for p, row in enumerate(rows):
             name = self.name_of(row, p)
-            kwargs = {k: v for k, v in row.items()
-                      if not (self.multi and k == "environment") and not (self.placeholder_prompts and k == "prompt")}
+            kwargs = {
+                k: v
+                for k, v in row.items()
+                if not (self.multi and k == "environment") and not (self.placeholder_prompts and k == "prompt")
+            }
             seed = self.group_seed(step, process, p, row)
             group_obs = []
             label = name if name is not None else getattr(self.factories[name], "__name__", "environment")
@@ -128,20 +143,27 @@ class Environments:
                     with _seeded(seed):
                         obs = env.reset(**_with_seed(env.reset, kwargs, seed))
                 except Exception as e:
-                    raise EnvironmentResetError(f"environment {label}: reset failed on prompt {p} of this round "
-                                            f"({type(e).__name__}: {e})") from e
+                    raise EnvironmentResetError(
+                        f"environment {label}: reset failed on prompt {p} of this round ({type(e).__name__}: {e})"
+                    ) from e
                 if obs is not None and not isinstance(obs, str):
-                    raise EnvironmentResetError(f"environment {type(env).__name__}: reset() must return a string or None "
-                                            f"(it is appended to the last user message), got {type(obs).__name__}")
+                    raise EnvironmentResetError(
+                        f"environment {type(env).__name__}: reset() must return a string or None "
+                        f"(it is appended to the last user message), got {type(obs).__name__}"
+                    )
                 instances.append(env)
                 group_obs.append(obs)
                 tools.append(tools_from_callables(environment_methods(env), f"environment {type(env).__name__}"))
             if len(set(group_obs)) > 1:
                 inconsistent += 1
-                logger.warning("environment %s: the %d resets of prompt %d returned different observations despite the "
-                               "shared seed and arguments (its reset uses randomness hf_grpo does not seed); the "
-                               "group's baseline then compares different tasks", type(instances[-1]).__name__,
-                               num_generations, p)
+                logger.warning(
+                    "environment %s: the %d resets of prompt %d returned different observations despite the "
+                    "shared seed and arguments (its reset uses randomness hf_grpo does not seed); the "
+                    "group's baseline then compares different tasks",
+                    type(instances[-1]).__name__,
+                    num_generations,
+                    p,
+                )
             observations += group_obs
         return instances, observations, tools, inconsistent
 

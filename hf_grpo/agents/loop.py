@@ -42,14 +42,14 @@ class Rollout:
     prompt_ids: list[int]
     tools: dict[str, Tool]
     env: object | None = None
-    ids: list[int] = field(default_factory=list)          # the ledger: sampled + observation tokens
-    mask: list[int] = field(default_factory=list)         # 1 sampled, 0 observation
+    ids: list[int] = field(default_factory=list)  # the ledger: sampled + observation tokens
+    mask: list[int] = field(default_factory=list)  # 1 sampled, 0 observation
     logprobs: list[float] | None = field(default_factory=list)
-    messages: list[dict] = field(default_factory=list)    # the completion as reward functions see it
+    messages: list[dict] = field(default_factory=list)  # the completion as reward functions see it
     turns: int = 0
     tool_rounds: int = 0
     termination: str | None = None
-    pending: list = field(default_factory=list)           # (call, future) of the tool round in flight
+    pending: list = field(default_factory=list)  # (call, future) of the tool round in flight
     error: str | None = None
 
     @property
@@ -60,17 +60,26 @@ class Rollout:
 @dataclass
 class AgentResult(GenerationResult):
     """`GenerationResult` plus what multi-turn rollouts add (all ``[P*n]``, group-major)."""
-    completion_mask: list[list[int]] | None = None         # 1 sampled, 0 observation
-    prompt_ids: list[list[int]] | None = None              # per rollout (an environment may extend the prompt)
-    completions: list | None = None                        # messages, TRL's multi-turn completion format
+
+    completion_mask: list[list[int]] | None = None  # 1 sampled, 0 observation
+    prompt_ids: list[list[int]] | None = None  # per rollout (an environment may extend the prompt)
+    completions: list | None = None  # messages, TRL's multi-turn completion format
     environments: list | None = None
-    extras: dict[str, list] = field(default_factory=dict)     # rollout_func's extra keys, for the reward functions
+    extras: dict[str, list] = field(default_factory=dict)  # rollout_func's extra keys, for the reward functions
     metrics: dict[str, float] = field(default_factory=dict)
 
 
 class AgentLoop:
-    def __init__(self, tokenizer, protocol: ToolProtocol, executor: ToolExecutor, max_completion_length: int,
-                 max_tool_rounds: int | None, max_tool_output_tokens: int | None, tool_names: list[str]):
+    def __init__(
+        self,
+        tokenizer,
+        protocol: ToolProtocol,
+        executor: ToolExecutor,
+        max_completion_length: int,
+        max_tool_rounds: int | None,
+        max_tool_output_tokens: int | None,
+        tool_names: list[str],
+    ):
         self.tokenizer = tokenizer
         self.protocol = protocol
         self.executor = executor
@@ -135,8 +144,9 @@ class AgentLoop:
         content, calls = self.protocol.parse(text)
         message = {"role": "assistant", "content": content if calls else text}
         if calls:
-            message["tool_calls"] = [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                                     for c in calls]
+            message["tool_calls"] = [
+                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+            ]
         r.messages.append(message)
         if not done:
             return self._end(r, "length")
@@ -159,7 +169,7 @@ class AgentLoop:
         except ValueError as e:
             r.error = str(e)
             return self._end(r, "error")
-        if len(r.ids) + len(obs) >= self.budget:      # no room for the observation and at least one more token
+        if len(r.ids) + len(obs) >= self.budget:  # no room for the observation and at least one more token
             return self._end(r, "tool_output_overflow")
         r.messages += self.protocol.tool_messages(calls, results)
         r.ids += obs
@@ -179,7 +189,7 @@ class AgentLoop:
         ids = self.tokenizer(result.content, add_special_tokens=False)["input_ids"]
         if len(ids) <= self.max_tool_output_tokens:
             return result
-        kept = self.tokenizer.decode(ids[:self.max_tool_output_tokens])
+        kept = self.tokenizer.decode(ids[: self.max_tool_output_tokens])
         cut = len(ids) - self.max_tool_output_tokens
         return dataclasses.replace(result, content=f"{kept}\n...[tool output truncated: {cut} more tokens]")
 
@@ -212,9 +222,13 @@ class AgentLoop:
             if r.error:
                 logger.warning("rollout %d ended with an error: %s", r.index, r.error)
         logprobs = [r.logprobs for r in rollouts]
-        return AgentResult(completion_ids=[r.ids for r in rollouts], finished=[r.finished for r in rollouts],
-                           logprobs=None if any(lp is None for lp in logprobs) else logprobs,
-                           completion_mask=[r.mask for r in rollouts], prompt_ids=[r.prompt_ids for r in rollouts],
-                           completions=[r.messages for r in rollouts],
-                           environments=[r.env for r in rollouts] if any(r.env is not None for r in rollouts)
-                           else None, metrics=metrics)
+        return AgentResult(
+            completion_ids=[r.ids for r in rollouts],
+            finished=[r.finished for r in rollouts],
+            logprobs=None if any(lp is None for lp in logprobs) else logprobs,
+            completion_mask=[r.mask for r in rollouts],
+            prompt_ids=[r.prompt_ids for r in rollouts],
+            completions=[r.messages for r in rollouts],
+            environments=[r.env for r in rollouts] if any(r.env is not None for r in rollouts) else None,
+            metrics=metrics,
+        )

@@ -36,12 +36,14 @@ from .tools import Tool, ToolCall, ToolResult
 
 PROTOCOLS = ("auto", "template", "fallback")
 
-FALLBACK_SYSTEM = """You can call tools. To call one, write a JSON object inside <tool_call></tool_call> tags, for example:
-<tool_call>{{"name": "{example}", "arguments": {{{example_args}}}}}</tool_call>
+FALLBACK_SYSTEM = (
+    "You can call tools. To call one, write a JSON object inside <tool_call></tool_call> tags, for example:\n"
+    """<tool_call>{{"name": "{example}", "arguments": {{{example_args}}}}}</tool_call>
 The result comes back inside <tool_response></tool_response> tags. When you have the result, give the final answer.
 
 Tools:
 {tools}"""
+)
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
 _SENTINEL = "hfgrpo_sentinel"
@@ -64,14 +66,22 @@ def template_supports_tools(tokenizer, chat_template_kwargs: dict | None = None)
     if not getattr(tokenizer, "chat_template", None):
         return False
     tool = Tool.from_callable(_sentinel_tool)
-    messages = [{"role": "user", "content": "hfgrpo_user"},
-                {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-                    "name": _SENTINEL, "arguments": {"x": "hfgrpo_call_argument"}}}]},
-                {"role": "tool", "name": _SENTINEL, "content": "hfgrpo_tool_result"}]
+    messages = [
+        {"role": "user", "content": "hfgrpo_user"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": _SENTINEL, "arguments": {"x": "hfgrpo_call_argument"}}}
+            ],
+        },
+        {"role": "tool", "name": _SENTINEL, "content": "hfgrpo_tool_result"},
+    ]
     try:
-        text = tokenizer.apply_chat_template(messages, tools=[tool.schema], tokenize=False,
-                                             **(chat_template_kwargs or {}))
-    except Exception:       # templates that raise on unknown roles or tools
+        text = tokenizer.apply_chat_template(
+            messages, tools=[tool.schema], tokenize=False, **(chat_template_kwargs or {})
+        )
+    except Exception:  # templates that raise on unknown roles or tools
         return False
     return all(s in text for s in ("hfgrpo_sentinel_description", "hfgrpo_call_argument", "hfgrpo_tool_result"))
 
@@ -80,8 +90,9 @@ def _describe(tool: Tool) -> str:
     fn = tool.schema["function"]
     params = fn.get("parameters", {}).get("properties", {})
     required = set(fn.get("parameters", {}).get("required", []))
-    args = ", ".join(f"{name}: {spec.get('type', 'any')}{'' if name in required else ' (optional)'}"
-                     for name, spec in params.items())
+    args = ", ".join(
+        f"{name}: {spec.get('type', 'any')}{'' if name in required else ' (optional)'}" for name, spec in params.items()
+    )
     line = f"- {fn['name']}({args}): {fn.get('description', '')}"
     for name, spec in params.items():
         if spec.get("description"):
@@ -92,7 +103,7 @@ def _describe(tool: Tool) -> str:
 @dataclass
 class ToolProtocol:
     tokenizer: object
-    mode: str                                   # "template" or "fallback"
+    mode: str  # "template" or "fallback"
     chat_template_kwargs: dict | None = None
 
     @classmethod
@@ -101,10 +112,12 @@ class ToolProtocol:
             raise ValueError(f"tool_protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         supported = template_supports_tools(tokenizer, chat_template_kwargs)
         if protocol == "template" and not supported:
-            raise ValueError(f"tool_protocol=template, but {type(tokenizer).__name__}'s chat template does not render "
-                             f"tools, tool calls and tool results (checked with a sentinel conversation); use "
-                             f"tool_protocol: auto or fallback (hf_grpo then describes the tools in the system "
-                             f"prompt; docs/agents.md)")
+            raise ValueError(
+                f"tool_protocol=template, but {type(tokenizer).__name__}'s chat template does not render "
+                f"tools, tool calls and tool results (checked with a sentinel conversation); use "
+                f"tool_protocol: auto or fallback (hf_grpo then describes the tools in the system "
+                f"prompt; docs/agents.md)"
+            )
         mode = "template" if (protocol == "template" or (protocol == "auto" and supported)) else "fallback"
         return cls(tokenizer, mode, chat_template_kwargs)
 
@@ -114,8 +127,9 @@ class ToolProtocol:
         first = next(iter(tools.values()))
         params = first.schema["function"].get("parameters", {}).get("properties", {})
         example_args = ", ".join(f'"{k}": {json.dumps(_example_value(v.get("type")))}' for k, v in params.items())
-        return FALLBACK_SYSTEM.format(example=first.name, example_args=example_args,
-                                      tools="\n".join(_describe(t) for t in tools.values()))
+        return FALLBACK_SYSTEM.format(
+            example=first.name, example_args=example_args, tools="\n".join(_describe(t) for t in tools.values())
+        )
 
     def prompt_messages(self, messages: list[dict], tools: dict[str, Tool]) -> list[dict]:
         """The conversation to render: unchanged in template mode. In fallback mode, earlier tool turns in the prompt
@@ -144,7 +158,7 @@ class ToolProtocol:
         """``(content, calls)`` of one sampled assistant turn (special tokens already removed)."""
         calls = [_parse_call(body) for body in _TOOL_CALL.findall(text)]
         if calls:
-            content = text[:text.index("<tool_call>")].strip()
+            content = text[: text.index("<tool_call>")].strip()
             return content, calls
         if self.mode == "template":
             stripped = text.strip()
@@ -163,35 +177,55 @@ class ToolProtocol:
         return [{"role": "tool", "name": r.name, "content": r.content} for r in results]
 
     def observation_ids(self, calls: list[ToolCall], results: list[ToolResult], end_of_turn: int) -> list[int]:
-        """Tokens between the model's end-of-turn token ``end_of_turn`` and its next turn (see the module docstring).
-        """
-        tool_calls = [{"type": "function", "function": {"name": c.name or "tool", "arguments": c.arguments or {}}}
-                      for c in calls]
-        prefix_messages = [{"role": "user", "content": "dummy"},
-                           {"role": "assistant", "content": "dummy", **({"tool_calls": tool_calls}
-                                                                        if self.mode == "template" else {})}]
+        """Tokens between the model's end-of-turn token ``end_of_turn`` and its next turn (see the module docstring)."""
+        tool_calls = [
+            {"type": "function", "function": {"name": c.name or "tool", "arguments": c.arguments or {}}} for c in calls
+        ]
+        prefix_messages = [
+            {"role": "user", "content": "dummy"},
+            {
+                "role": "assistant",
+                "content": "dummy",
+                **({"tool_calls": tool_calls} if self.mode == "template" else {}),
+            },
+        ]
         if self.mode == "template":
             new = self.tool_messages(calls, results)
         else:
-            new = [{"role": "user", "content": "\n".join(f"<tool_response>\n{r.content}\n</tool_response>"
-                                                         for r in results)}]
+            new = [
+                {
+                    "role": "user",
+                    "content": "\n".join(f"<tool_response>\n{r.content}\n</tool_response>" for r in results),
+                }
+            ]
         kwargs = self.chat_template_kwargs or {}
         prefix = self._ids(prefix_messages, False, kwargs)
         full = self._ids(prefix_messages + new, True, kwargs)
         ends = [i for i, t in enumerate(prefix) if t == end_of_turn]
         if not ends:
-            raise ValueError(f"the chat template does not end an assistant turn with token {end_of_turn} "
-                             f"({self.tokenizer.convert_ids_to_tokens(end_of_turn)!r}), the token the model stopped "
-                             f"on; multi-turn rollouts need the model's end-of-turn token to be its EOS")
-        prefix = prefix[:ends[-1] + 1]
-        if full[:len(prefix)] != prefix:
-            raise ValueError("the chat template is not prefix-preserving: adding tool messages changed how the "
-                             "earlier assistant turn renders, so observation tokens cannot be appended exactly")
-        return full[len(prefix):]
+            raise ValueError(
+                f"the chat template does not end an assistant turn with token {end_of_turn} "
+                f"({self.tokenizer.convert_ids_to_tokens(end_of_turn)!r}), the token the model stopped "
+                f"on; multi-turn rollouts need the model's end-of-turn token to be its EOS"
+            )
+        prefix = prefix[: ends[-1] + 1]
+        if full[: len(prefix)] != prefix:
+            raise ValueError(
+                "the chat template is not prefix-preserving: adding tool messages changed how the "
+                "earlier assistant turn renders, so observation tokens cannot be appended exactly"
+            )
+        return full[len(prefix) :]
 
     def _ids(self, messages: list[dict], generation_prompt: bool, kwargs: dict) -> list[int]:
-        return as_token_ids(self.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt,
-                                                               tokenize=True, **kwargs))
+        return as_token_ids(
+            self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=generation_prompt, tokenize=True, **kwargs
+            )
+        )
+
+
+def _call_object(function: dict) -> dict:
+    return {"name": function["name"], "arguments": function.get("arguments", {})}
 
 
 def fallback_history(messages: list[dict]) -> list[dict]:
@@ -199,8 +233,9 @@ def fallback_history(messages: list[dict]) -> list[dict]:
     out: list[dict] = []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
-            calls = "".join(f'<tool_call>{json.dumps({"name": c["function"]["name"], "arguments": c["function"].get("arguments", {})})}</tool_call>'
-                            for c in m["tool_calls"])
+            calls = "".join(
+                f"<tool_call>{json.dumps(_call_object(c['function']))}</tool_call>" for c in m["tool_calls"]
+            )
             content = m.get("content") or ""
             out.append({"role": "assistant", "content": f"{content}\n{calls}" if content else calls})
         elif m["role"] == "tool":
@@ -216,7 +251,8 @@ def fallback_history(messages: list[dict]) -> list[dict]:
 
 def _example_value(json_type: str | None):
     return {"string": "...", "integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}.get(
-        json_type, "...")
+        json_type, "..."
+    )
 
 
 def _parse_call(body: str) -> ToolCall:
@@ -226,10 +262,11 @@ def _parse_call(body: str) -> ToolCall:
     except json.JSONDecodeError as e:
         return ToolCall(name="", arguments=None, error=f"invalid JSON ({e.msg} at character {e.pos}): {body[:120]}")
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return ToolCall(name="", arguments=None, error=f'expected {{"name": ..., "arguments": {{...}}}}, got '
-                                                       f"{body[:120]}")
+        return ToolCall(
+            name="", arguments=None, error=f'expected {{"name": ..., "arguments": {{...}}}}, got {body[:120]}'
+        )
     arguments = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(arguments, str):      # some models JSON-encode the arguments twice
+    if isinstance(arguments, str):  # some models JSON-encode the arguments twice
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError:

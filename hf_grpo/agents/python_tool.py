@@ -50,8 +50,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["make_python_tool", "python"]
 
-STDERR_LINES = 20          # of a failed program's stderr, from the end
-MIN_OUTPUT_CHARS = 100     # room for the truncation marker and a note
+STDERR_LINES = 20  # of a failed program's stderr, from the end
+MIN_OUTPUT_CHARS = 100  # room for the truncation marker and a note
 
 # A template so the schema the policy sees states the real limits; the layout is what get_json_schema parses.
 _DOC = """Run a Python 3 program in a sandbox and return what it printed.
@@ -68,8 +68,9 @@ Returns:
 """
 
 
-def make_python_tool(timeout: float = 10.0, max_output_chars: int = 2000,
-                     memory_mb: int | None = None) -> Callable[[str], str]:
+def make_python_tool(
+    timeout: float = 10.0, max_output_chars: int = 2000, memory_mb: int | None = None
+) -> Callable[[str], str]:
     """A ``python(code: str) -> str`` tool with these limits (module docstring). Starts nothing: the first call
     starts the sandbox. ``memory_mb`` None: the sandbox's default (512 MiB of address space per process)."""
     if not timeout > 0:
@@ -78,8 +79,11 @@ def make_python_tool(timeout: float = 10.0, max_output_chars: int = 2000,
         raise ValueError(f"max_output_chars must be >= {MIN_OUTPUT_CHARS}, got {max_output_chars!r}")
     # The host stops reading (and kills the program) past output_bytes: a few times the cap (UTF-8 is up to 4
     # bytes a character) keeps runaway printing cheap while what is shown is still cut to characters below.
-    limits = Limits(timeout_s=float(timeout), memory_mb=memory_mb or Limits.memory_mb,
-                    output_bytes=max(1 << 16, 4 * max_output_chars))
+    limits = Limits(
+        timeout_s=float(timeout),
+        memory_mb=memory_mb or Limits.memory_mb,
+        output_bytes=max(1 << 16, 4 * max_output_chars),
+    )
     executor = LocalExecutor(limits)  # inert until its first run
 
     def python(code: str) -> str:
@@ -91,15 +95,17 @@ def make_python_tool(timeout: float = 10.0, max_output_chars: int = 2000,
         try:
             (result,) = executor.run([Job(code)])
         except CodeExecutorError as e:
-            raise CodeExecutorError(f"python tool: the sandbox could not start ({e}); see docs/sandbox.md for "
-                                    f"what it needs from the kernel") from e
+            raise CodeExecutorError(
+                f"python tool: the sandbox could not start ({e}); see docs/sandbox.md for what it needs from the kernel"
+            ) from e
         if result.status == "sandbox_error":
-            logger.warning("python tool: the sandbox failed twice on one call (%s); the policy is told so",
-                           result.stderr)
+            logger.warning(
+                "python tool: the sandbox failed twice on one call (%s); the policy is told so", result.stderr
+            )
         return render(result, limits, max_output_chars)
 
     python.__doc__ = _DOC.format(timeout=limits.timeout_s, chars=max_output_chars)
-    python.executor = executor     # its ``isolation`` and ``sandboxes``, for logs and tests
+    python.executor = executor  # its ``isolation`` and ``sandboxes``, for logs and tests
     python.close = executor.close  # stops its zygotes (they restart on the next call); also done at exit
     return python
 

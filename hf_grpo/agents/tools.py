@@ -30,8 +30,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 ERROR_KINDS = ("parse_error", "unknown_tool", "invalid_arguments", "exception", "timeout")
-_JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
-               "object": (dict,), "null": (type(None),)}
+_JSON_TYPES = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
 
 
 class ToolDefinitionError(ValueError):
@@ -42,24 +49,27 @@ class ToolDefinitionError(ValueError):
 class Tool:
     name: str
     func: Callable
-    schema: dict             # {"type": "function", "function": {"name", "description", "parameters"}}
+    schema: dict  # {"type": "function", "function": {"name", "description", "parameters"}}
     is_async: bool
 
     @classmethod
-    def from_callable(cls, func: Callable, where: str = "tools") -> "Tool":
+    def from_callable(cls, func: Callable, where: str = "tools") -> Tool:
         from transformers.utils import get_json_schema
 
         name = getattr(func, "__name__", None)
         if not callable(func) or name is None:
-            raise ToolDefinitionError(f"{where}: {func!r} is not a function; tools are functions (or environment "
-                                      f"methods) with type hints and a Google-style docstring")
+            raise ToolDefinitionError(
+                f"{where}: {func!r} is not a function; tools are functions (or environment "
+                f"methods) with type hints and a Google-style docstring"
+            )
         try:
             schema = get_json_schema(func)
-        except Exception as e:        # TypeHintParsingException / DocstringParsingException and friends
+        except Exception as e:  # TypeHintParsingException / DocstringParsingException and friends
             raise ToolDefinitionError(
                 f"{where}: cannot build the JSON schema of tool `{name}`: {e}. A tool needs a type hint on every "
                 f"argument and a Google-style docstring with a description and an `Args:` entry per argument "
-                f"(as transformers' get_json_schema requires)") from e
+                f"(as transformers' get_json_schema requires)"
+            ) from e
         return cls(name=name, func=func, schema=schema, is_async=inspect.iscoroutinefunction(func))
 
     def check_arguments(self, arguments) -> str | None:
@@ -77,9 +87,10 @@ class Tool:
         for arg, value in arguments.items():
             types = props.get(arg, {}).get("type")
             allowed = [t for t in (types if isinstance(types, list) else [types]) if t in _JSON_TYPES]
-            if allowed and not any(isinstance(value, _JSON_TYPES[t]) and not (t in ("integer", "number")
-                                                                               and isinstance(value, bool))
-                                   for t in allowed):
+            if allowed and not any(
+                isinstance(value, _JSON_TYPES[t]) and not (t in ("integer", "number") and isinstance(value, bool))
+                for t in allowed
+            ):
                 return f"argument {arg} must be of type {'/'.join(allowed)}, got {json.dumps(value)[:60]}"
         return None
 
@@ -105,8 +116,8 @@ def tools_from_callables(funcs, where: str = "tools") -> dict[str, Tool]:
 @dataclass
 class ToolCall:
     name: str
-    arguments: dict | None              # None when the call could not be parsed
-    error: str | None = None            # parse error, set by the protocol's parser
+    arguments: dict | None  # None when the call could not be parsed
+    error: str | None = None  # parse error, set by the protocol's parser
     id: str | None = None
 
 
@@ -114,13 +125,14 @@ class ToolCall:
 class ToolResult:
     name: str
     content: str
-    error_kind: str | None = None        # one of ERROR_KINDS, or None on success
+    error_kind: str | None = None  # one of ERROR_KINDS, or None on success
     seconds: float = 0.0
 
 
 @dataclass
 class ToolStats:
     """Per-round counters (summed over rollouts), turned into the step's ``tools/*`` metrics."""
+
     calls: int = 0
     failures: int = 0
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -150,7 +162,7 @@ class ToolExecutor:
     def __init__(self, max_workers: int = 16, timeout: float = 30.0):
         self.timeout = timeout
         self.max_workers = max_workers
-        self._pool: ThreadPoolExecutor | None = None      # created on first use, again after close()
+        self._pool: ThreadPoolExecutor | None = None  # created on first use, again after close()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
 
@@ -165,18 +177,27 @@ class ToolExecutor:
         """A future resolving to a `ToolResult` (validation failures resolve at once)."""
         done: Future = Future()
         if call.error is not None:
-            done.set_result(ToolResult(call.name or "<unparsed>", f"Error: could not parse the tool call: "
-                                       f"{call.error}", "parse_error"))
+            done.set_result(
+                ToolResult(
+                    call.name or "<unparsed>", f"Error: could not parse the tool call: {call.error}", "parse_error"
+                )
+            )
             return done
         tool = tools.get(call.name)
         if tool is None:
-            done.set_result(ToolResult(call.name, f"Error: unknown tool `{call.name}`; available tools: "
-                                       f"{', '.join(sorted(tools)) or 'none'}", "unknown_tool"))
+            done.set_result(
+                ToolResult(
+                    call.name,
+                    f"Error: unknown tool `{call.name}`; available tools: {', '.join(sorted(tools)) or 'none'}",
+                    "unknown_tool",
+                )
+            )
             return done
         problem = tool.check_arguments(call.arguments)
         if problem is not None:
-            done.set_result(ToolResult(call.name, f"Error: invalid arguments for `{call.name}`: {problem}",
-                                       "invalid_arguments"))
+            done.set_result(
+                ToolResult(call.name, f"Error: invalid arguments for `{call.name}`: {problem}", "invalid_arguments")
+            )
             return done
         with self._loop_lock:
             if self._pool is None:
@@ -188,16 +209,25 @@ class ToolExecutor:
         try:
             if tool.is_async:
                 value = asyncio.run_coroutine_threadsafe(tool.func(**arguments), self._event_loop()).result(
-                    self.timeout)
+                    self.timeout
+                )
             else:
                 value = _call_with_timeout(tool.func, arguments, self.timeout)
         except TimeoutError:
-            return ToolResult(tool.name, f"Error: tool `{tool.name}` did not return within {self.timeout:g} s",
-                              "timeout", time.perf_counter() - start)
-        except Exception as e:       # the tool's own failure goes back to the model, never up the stack
+            return ToolResult(
+                tool.name,
+                f"Error: tool `{tool.name}` did not return within {self.timeout:g} s",
+                "timeout",
+                time.perf_counter() - start,
+            )
+        except Exception as e:  # the tool's own failure goes back to the model, never up the stack
             return ToolResult(tool.name, f"Error: {type(e).__name__}: {e}", "exception", time.perf_counter() - start)
-        return ToolResult(tool.name, value if isinstance(value, str) else json.dumps(value, default=str),
-                          None, time.perf_counter() - start)
+        return ToolResult(
+            tool.name,
+            value if isinstance(value, str) else json.dumps(value, default=str),
+            None,
+            time.perf_counter() - start,
+        )
 
     def close(self) -> None:
         """Stop the worker threads (end of training); a later call (an evaluation after training) starts new ones."""
@@ -218,7 +248,7 @@ def _call_with_timeout(func: Callable, arguments: dict, timeout: float):
     def target():
         try:
             box["value"] = func(**arguments)
-        except BaseException as e:       # re-raised in the caller's thread
+        except BaseException as e:  # re-raised in the caller's thread
             box["error"] = e
         finally:
             finished.set()

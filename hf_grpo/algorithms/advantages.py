@@ -36,8 +36,13 @@ import torch
 WHITENING_LEVELS = ("sequence", "token")
 
 
-def group_advantages(rewards: torch.Tensor, num_generations: int, estimator: str = "grpo",
-                     eps: float = 1e-4, valid: torch.Tensor | None = None) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor,
+    num_generations: int,
+    estimator: str = "grpo",
+    eps: float = 1e-4,
+    valid: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Per-completion advantages for the group-based estimators (``grpo``, ``dr_grpo``, ``rloo``).
 
     Args:
@@ -57,26 +62,27 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, estimator: str
         raise ValueError(f"group_advantages: unknown estimator {estimator!r}; expected grpo, dr_grpo or rloo")
     if estimator == "rloo" and num_generations < 2:
         raise ValueError("rloo needs num_generations >= 2 (the leave-one-out mean of one sample is undefined)")
-    grouped = rewards.view(-1, num_generations)                        # [N, G]
+    grouped = rewards.view(-1, num_generations)  # [N, G]
     keep = torch.ones_like(grouped) if valid is None else valid.view(-1, num_generations).to(rewards.dtype)  # [N, G]
-    grouped = grouped * keep                                           # [N, G] unscored rewards contribute nothing
-    count = keep.sum(dim=1, keepdim=True)                              # [N, 1]
-    total = grouped.sum(dim=1, keepdim=True)                           # [N, 1]
-    mean = total / count.clamp(min=1.0)                                # [N, 1]
+    grouped = grouped * keep  # [N, G] unscored rewards contribute nothing
+    count = keep.sum(dim=1, keepdim=True)  # [N, 1]
+    total = grouped.sum(dim=1, keepdim=True)  # [N, 1]
+    mean = total / count.clamp(min=1.0)  # [N, 1]
     if estimator == "grpo":
         # Bessel-corrected std over the valid members; fewer than two have no spread (std 0, and r - mean = 0).
         var = ((grouped - mean).pow(2) * keep).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1.0)  # [N, 1]
-        adv = (grouped - mean) / (var.sqrt() + eps)                    # [N, G]
+        adv = (grouped - mean) / (var.sqrt() + eps)  # [N, G]
     elif estimator == "dr_grpo":
-        adv = grouped - mean                                           # [N, G]
+        adv = grouped - mean  # [N, G]
     else:
-        loo_mean = (total - grouped) / (count - 1).clamp(min=1.0)      # [N, G]
-        adv = (grouped - loo_mean) * (count >= 2)                      # [N, G]
-    return (adv * keep).reshape(-1)                                    # [N*G]
+        loo_mean = (total - grouped) / (count - 1).clamp(min=1.0)  # [N, G]
+        adv = (grouped - loo_mean) * (count >= 2)  # [N, G]
+    return (adv * keep).reshape(-1)  # [N*G]
 
 
-def normalize_then_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int,
-                       eps: float = 1e-4) -> torch.Tensor:
+def normalize_then_sum(
+    rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int, eps: float = 1e-4
+) -> torch.Tensor:
     """GDPO's per-objective normalisation: each column group-normalised (`group_advantages`, ``grpo``), then summed
     with ``weights``.
 
@@ -90,22 +96,25 @@ def normalize_then_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor, nu
         (`batch_whitened_advantages` with `whitening_sums` / `unbiased_std`), leaving out rows no function scored.
     """
     if rewards_per_func.dim() != 2 or rewards_per_func.shape[1] != weights.numel():
-        raise ValueError(f"normalize_then_sum: rewards_per_func of shape {tuple(rewards_per_func.shape)} does not "
-                         f"match {weights.numel()} reward weights (expected [N*G, {weights.numel()}])")
-    valid = ~torch.isnan(rewards_per_func)                                      # [N*G, F]
-    filled = torch.nan_to_num(rewards_per_func, nan=0.0)                        # [N*G, F] NaN*0 would stay NaN
-    columns = [group_advantages(filled[:, k], num_generations, "grpo", eps, valid=valid[:, k])
-               for k in range(filled.shape[1])]                                 # F x [N*G]
-    normalised = torch.stack(columns, dim=1)                                    # [N*G, F]
-    return (normalised * weights.to(normalised.dtype)).sum(dim=1)               # [N*G]
+        raise ValueError(
+            f"normalize_then_sum: rewards_per_func of shape {tuple(rewards_per_func.shape)} does not "
+            f"match {weights.numel()} reward weights (expected [N*G, {weights.numel()}])"
+        )
+    valid = ~torch.isnan(rewards_per_func)  # [N*G, F]
+    filled = torch.nan_to_num(rewards_per_func, nan=0.0)  # [N*G, F] NaN*0 would stay NaN
+    columns = [
+        group_advantages(filled[:, k], num_generations, "grpo", eps, valid=valid[:, k]) for k in range(filled.shape[1])
+    ]  # F x [N*G]
+    normalised = torch.stack(columns, dim=1)  # [N*G, F]
+    return (normalised * weights.to(normalised.dtype)).sum(dim=1)  # [N*G]
 
 
 def whitening_sums(rewards: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """``[3]`` float64 sums ``(sum w*r, sum w*r^2, sum w)`` of this process's completions, for REINFORCE++'s global
     mean and std: add them over processes, then `whitening_mean_std`. ``weights`` ``[N]``: 1 per completion for
     sequence whitening, its loss-token count for token whitening, 0 for unscored completions."""
-    r, w = rewards.double(), weights.double()                          # [N] each
-    return torch.stack([(w * r).sum(), (w * r * r).sum(), w.sum()])    # [3]
+    r, w = rewards.double(), weights.double()  # [N] each
+    return torch.stack([(w * r).sum(), (w * r * r).sum(), w.sum()])  # [3]
 
 
 def whitening_mean_std(sums: torch.Tensor) -> tuple[float, float]:
@@ -117,14 +126,15 @@ def whitening_mean_std(sums: torch.Tensor) -> tuple[float, float]:
     return mean, max(sq / count - mean * mean, 0.0) ** 0.5
 
 
-def batch_whitened_advantages(rewards: torch.Tensor, batch_mean: float, batch_std: float,
-                              eps: float = 1e-4, valid: torch.Tensor | None = None) -> torch.Tensor:
+def batch_whitened_advantages(
+    rewards: torch.Tensor, batch_mean: float, batch_std: float, eps: float = 1e-4, valid: torch.Tensor | None = None
+) -> torch.Tensor:
     """REINFORCE++ baseline: subtract the global batch mean and divide by the global batch std.
 
     ``batch_mean``/``batch_std`` are computed over every completion of the step on every process (`whitening_sums`,
     summed over processes); passing them in keeps this function pure. ``valid`` as in `group_advantages`.
     """
-    adv = (rewards - batch_mean) / (batch_std + eps)                   # [N*G]
+    adv = (rewards - batch_mean) / (batch_std + eps)  # [N*G]
     return adv if valid is None else adv * valid.to(adv.dtype)
 
 
@@ -135,20 +145,21 @@ def unbiased_std(sums: torch.Tensor) -> float:
     return std * (count / (count - 1)) ** 0.5 if count > 1 else 0.0
 
 
-def batch_std_group_advantages(rewards: torch.Tensor, num_generations: int, batch_std: float,
-                               eps: float = 1e-4, valid: torch.Tensor | None = None) -> torch.Tensor:
+def batch_std_group_advantages(
+    rewards: torch.Tensor, num_generations: int, batch_std: float, eps: float = 1e-4, valid: torch.Tensor | None = None
+) -> torch.Tensor:
     """TRL's ``scale_rewards="batch"``: ``(r - group mean) / (batch_std + eps)``, ``batch_std`` over the whole step
     (`unbiased_std` of the global `whitening_sums`). ``valid`` as in `group_advantages`."""
-    centred = group_advantages(rewards, num_generations, "dr_grpo", valid=valid)   # [N*G] r - group mean
+    centred = group_advantages(rewards, num_generations, "dr_grpo", valid=valid)  # [N*G] r - group mean
     return centred / (batch_std + eps)
 
 
 def group_std(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     """``[N]`` std of each group's rewards (0 for ``G == 1``), for the ``frac_reward_zero_std`` metric."""
-    grouped = rewards.view(-1, num_generations)                        # [N, G]
+    grouped = rewards.view(-1, num_generations)  # [N, G]
     if num_generations == 1:
         return torch.zeros(grouped.shape[0], dtype=rewards.dtype)
-    return grouped.std(dim=1)                                          # [N]
+    return grouped.std(dim=1)  # [N]
 
 
 # ---- One table: advantage_estimator -> its function ------------------------------------------------------------------
@@ -163,6 +174,7 @@ Reduce = Callable[[torch.Tensor], torch.Tensor]
 def _group(estimator: str):
     def fn(rewards, num_generations, *, eps, valid, reduce, loss_tokens=None):
         return group_advantages(rewards, num_generations, estimator, eps, valid=valid)
+
     return fn
 
 
@@ -175,7 +187,7 @@ def _grpo_batch_std(rewards, num_generations, *, eps, valid, reduce, loss_tokens
 def _reinforce_pp(rewards, num_generations, *, eps, valid, reduce, loss_tokens=None):
     """REINFORCE++: whitened with the mean and std of the whole step on all processes, per sequence or per loss
     token (``loss_tokens``; a completion masked out of the loss has none)."""
-    weights = valid.double() if loss_tokens is None else valid.double() * loss_tokens.double()     # [N*G]
+    weights = valid.double() if loss_tokens is None else valid.double() * loss_tokens.double()  # [N*G]
     mean, std = whitening_mean_std(reduce(whitening_sums(rewards, weights)))
     return batch_whitened_advantages(rewards, mean, std, eps, valid=valid)
 
@@ -183,7 +195,7 @@ def _reinforce_pp(rewards, num_generations, *, eps, valid, reduce, loss_tokens=N
 @dataclass(frozen=True)
 class AdvantageEstimator:
     fn: Callable[..., torch.Tensor]
-    group_local: bool          # needs only each group's own rewards (no statistics over the step)
+    group_local: bool  # needs only each group's own rewards (no statistics over the step)
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
@@ -195,11 +207,18 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
 }
 
 
-def gdpo_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int, *, eps: float,
-                    valid: torch.Tensor, reduce: Reduce) -> torch.Tensor:
+def gdpo_advantages(
+    rewards_per_func: torch.Tensor,
+    weights: torch.Tensor,
+    num_generations: int,
+    *,
+    eps: float,
+    valid: torch.Tensor,
+    reduce: Reduce,
+) -> torch.Tensor:
     """TRL's ``multi_objective_aggregation="normalize_then_sum"`` (GDPO): `normalize_then_sum`, then whitened over
     the step on all processes (mean, Bessel std), whatever the estimator."""
-    summed = normalize_then_sum(rewards_per_func, weights, num_generations, eps)                    # [N*G]
-    sums = reduce(whitening_sums(summed, valid.double()))                                          # [3]
+    summed = normalize_then_sum(rewards_per_func, weights, num_generations, eps)  # [N*G]
+    sums = reduce(whitening_sums(summed, valid.double()))  # [3]
     mean, _ = whitening_mean_std(sums)
     return batch_whitened_advantages(summed, mean, unbiased_std(sums), eps, valid=valid)

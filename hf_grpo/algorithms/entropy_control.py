@@ -31,18 +31,26 @@ class EntropyControl:
     coef_max: float = 1.0
     delta: float = 0.005
     target: float = 0.2
-    last_entropy: float = math.inf     # the previous step's entropy; inf: none measured yet (no bonus)
+    last_entropy: float = math.inf  # the previous step's entropy; inf: none measured yet (no bonus)
 
     @classmethod
-    def from_config(cls, args) -> "EntropyControl | None":
+    def from_config(cls, args) -> EntropyControl | None:
         """None when neither a coefficient nor adaptive control is set (no bonus, no entropy gradient)."""
         if args.entropy_coef == 0.0 and not args.use_adaptive_entropy:
             return None
         if args.use_adaptive_entropy and not args.entropy_coef_min <= args.entropy_coef_max:
-            raise ValueError(f"GRPOConfig: entropy_coef_min ({args.entropy_coef_min}) must be <= entropy_coef_max "
-                             f"({args.entropy_coef_max})")
-        return cls(args.entropy_coef, args.use_adaptive_entropy, args.entropy_coef_min, args.entropy_coef_max,
-                   args.entropy_coef_delta, args.entropy_target)
+            raise ValueError(
+                f"GRPOConfig: entropy_coef_min ({args.entropy_coef_min}) must be <= entropy_coef_max "
+                f"({args.entropy_coef_max})"
+            )
+        return cls(
+            args.entropy_coef,
+            args.use_adaptive_entropy,
+            args.entropy_coef_min,
+            args.entropy_coef_max,
+            args.entropy_coef_delta,
+            args.entropy_target,
+        )
 
     def applied(self) -> float:
         """The coefficient this step's micro-batches apply."""

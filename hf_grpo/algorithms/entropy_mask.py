@@ -25,4 +25,4 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, threshold: torc
     """``[B, T]`` float mask: 1 on real tokens (``mask``) whose entropy is >= ``threshold`` (all 0 without one)."""
     if threshold is None:
         return torch.zeros_like(mask, dtype=entropy.dtype)
-    return ((entropy >= threshold) & mask.bool()).to(entropy.dtype)                 # [B, T]
+    return ((entropy >= threshold) & mask.bool()).to(entropy.dtype)  # [B, T]

@@ -16,26 +16,28 @@ from __future__ import annotations
 import torch
 
 
-def overlong_penalty(lengths: torch.Tensor, max_completion_length: int, cache_length: int,
-                     penalty_factor: float = 1.0) -> torch.Tensor:
+def overlong_penalty(
+    lengths: torch.Tensor, max_completion_length: int, cache_length: int, penalty_factor: float = 1.0
+) -> torch.Tensor:
     """DAPO soft overlong punishment, ``[N]`` completion lengths -> ``[N]`` reward to add.
 
     0 up to ``max - cache``; then linear from 0 down to ``-penalty_factor`` at ``max``; ``-penalty_factor``
     beyond (which only happens if the caller's lengths exceed the generation limit).
     """
     if not 0 < cache_length <= max_completion_length:
-        raise ValueError(f"overlong cache_length must be in (0, max_completion_length={max_completion_length}], "
-                         f"got {cache_length}")
+        raise ValueError(
+            f"overlong cache_length must be in (0, max_completion_length={max_completion_length}], got {cache_length}"
+        )
     expected = max_completion_length - cache_length
     lengths = lengths.to(torch.float32)
-    penalty = (expected - lengths) / cache_length * penalty_factor      # [N]
+    penalty = (expected - lengths) / cache_length * penalty_factor  # [N]
     penalty = torch.where(lengths <= expected, torch.zeros_like(penalty), penalty)
     return penalty.clamp(min=-penalty_factor)
 
 
 def truncated_completion_mask(is_eos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Zero the loss mask (``[N, T]``) of completions that hit the length limit without an EOS (``[N]`` bool)."""
-    return mask * is_eos.unsqueeze(-1).to(mask.dtype)                  # [N, T]
+    return mask * is_eos.unsqueeze(-1).to(mask.dtype)  # [N, T]
 
 
 def group_success_rate(rewards: torch.Tensor, num_generations: int, success_threshold: float) -> torch.Tensor:
@@ -46,12 +48,13 @@ def group_success_rate(rewards: torch.Tensor, num_generations: int, success_thre
 def groups_with_spread(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     """``[N]`` bool: groups whose total rewards are not all equal, i.e. that have a non-zero advantage somewhere
     (a group with format variance but no correct answer still has gradient)."""
-    grouped = rewards.view(-1, num_generations)                                   # [N, G]
-    return grouped.amax(dim=1) > grouped.amin(dim=1)                              # [N]
+    grouped = rewards.view(-1, num_generations)  # [N, G]
+    return grouped.amax(dim=1) > grouped.amin(dim=1)  # [N]
 
 
-def dynamic_sampling_keep(rewards: torch.Tensor, num_generations: int, filter_range: tuple[float, float],
-                          success_threshold: float = 1.0) -> torch.Tensor:
+def dynamic_sampling_keep(
+    rewards: torch.Tensor, num_generations: int, filter_range: tuple[float, float], success_threshold: float = 1.0
+) -> torch.Tensor:
     """``[N]`` bool: which groups DAPO's dynamic sampling keeps (success rate within ``filter_range``)."""
     low, high = filter_range
     rate = group_success_rate(rewards, num_generations, success_threshold)  # [N]

@@ -2,6 +2,7 @@
 (YAML files plus command-line overrides).
 
 * `grpo_config`: `GRPOConfig`, a `TrainingArguments` subclass;
+* `generation_fields`: its generation and vLLM fields (a base class);
 * `validation`: the checks `GRPOConfig.__post_init__` runs (types, counts, rules between fields);
 * `trl_fields`, `trl_compat`: TRL 1.16's fields that hf_grpo names differently, resolved onto its own;
 * `recipes`: YAML recipes and command-line overrides onto `GRPOConfig` (`parse_config`).

@@ -1,6 +1,7 @@
 """`GRPOConfig`: every knob of a run, as a `transformers.TrainingArguments` subclass.
 
-Fields are grouped by purpose (model, data, generation, algorithm, rewards, logging). Recipes in
+Fields are grouped by purpose (model, data, algorithm, rewards, agents, logging; generation and vLLM in the base class
+`hf_grpo.config.generation_fields.GenerationFields`). Recipes in
 `recipes/*.yaml` map onto these fields one to one (see `hf_grpo.config.recipes`). Names follow TRL's `GRPOConfig`
 where the two overlap, so a TRL recipe mostly carries over.
 
@@ -27,343 +28,416 @@ from dataclasses import dataclass, field
 import torch
 
 from . import trl_compat, validation
-from .trl_fields import TRLFields
+from .generation_fields import GenerationFields
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class GRPOConfig(TRLFields):
+class GRPOConfig(GenerationFields):
     def __new__(cls, *args, **kwargs):
         # Runs before the dataclass __init__, whose unknown-keyword TypeError names no alternative.
         trl_compat.check_init_kwargs(cls, kwargs)
         return super().__new__(cls)
 
     # ---- model --------------------------------------------------------------------------------------
-    model_name_or_path: str = field(default="smollm2-135m", metadata={
-        "help": "Hub id, local path, or `smollm2-135m` for the embedded SmolLM2-135M-Instruct shipped with the "
-                "install. Ignored when a model object is passed to the trainer."})
-    dtype: str = field(default="auto", metadata={
-        "help": "Weights dtype of the trained policy: float32, bfloat16, float16, or auto: float32 master weights "
-                "when all weights train (on GPU the compute runs in bf16 through `bf16` mixed precision), bfloat16 "
-                "for the frozen base of a LoRA run on CUDA."})
-    attn_implementation: str | None = field(default=None, metadata={
-        "help": "Attention kernel passed to `from_pretrained` (e.g. sdpa, flash_attention_2)."})
+    model_name_or_path: str = field(
+        default="smollm2-135m",
+        metadata={
+            "help": "Hub id, local path, or `smollm2-135m` for the embedded SmolLM2-135M-Instruct shipped with the "
+            "install. Ignored when a model object is passed to the trainer."
+        },
+    )
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "Weights dtype of the trained policy: float32, bfloat16, float16, or auto: float32 master weights "
+            "when all weights train (on GPU the compute runs in bf16 through `bf16` mixed precision), bfloat16 "
+            "for the frozen base of a LoRA run on CUDA."
+        },
+    )
+    attn_implementation: str | None = field(
+        default=None, metadata={"help": "Attention kernel passed to `from_pretrained` (e.g. sdpa, flash_attention_2)."}
+    )
     use_peft: bool = field(default=False, metadata={"help": "Train a LoRA adapter instead of all weights."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling alpha."})
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
-    lora_target_modules: list[str] | None = field(default=None, metadata={
-        "help": "Module names to adapt; None adapts all linear layers except the output head."})
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "Module names to adapt; None adapts all linear layers except the output head."}
+    )
 
     # ---- data ---------------------------------------------------------------------------------------
-    dataset_name: str = field(default="arithmetic", metadata={
-        "help": "Training prompts: a JSONL file (ColossalChat math/code rows, raw GSM8K, or rows with a prompt "
-                "column), a `datasets` folder or file, or `arithmetic[:N]` for the generated embedded task."})
+    dataset_name: str = field(
+        default="arithmetic",
+        metadata={
+            "help": "Training prompts: a JSONL file (ColossalChat math/code rows, raw GSM8K, or rows with a prompt "
+            "column), a `datasets` folder or file, or `arithmetic[:N]` for the generated embedded task."
+        },
+    )
     prompt_column: str = field(default="prompt", metadata={"help": "Column holding the prompt in generic data."})
-    system_prompt: str | None = field(default=None, metadata={
-        "help": "System message prepended to every chat prompt that lacks one."})
-    max_prompt_length: int | None = field(default=512, metadata={
-        "help": "Prompts longer than this many tokens are dropped (and counted in the log)."})
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "System message prepended to every chat prompt that lacks one."}
+    )
+    max_prompt_length: int | None = field(
+        default=512, metadata={"help": "Prompts longer than this many tokens are dropped (and counted in the log)."}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training rows."})
-    eval_datasets: dict | str | None = field(default=None, metadata={
-        "help": "Named evaluation sets, e.g. {gsm8k_dev: path/to/dev.jsonl}; accuracy is logged per set as "
-                "eval_<name>_accuracy. A JSON string on the command line."})
+    eval_datasets: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Named evaluation sets, e.g. {gsm8k_dev: path/to/dev.jsonl}; accuracy is logged per set as "
+            "eval_<name>_accuracy. A JSON string on the command line."
+        },
+    )
     eval_max_samples: int | None = field(default=None, metadata={"help": "Evaluate on at most N rows per set."})
-    eval_reward: str | None = field(default=None, metadata={
-        "help": "Reward (built-in name or dotted path) whose value >= 1 counts as correct in evaluation; "
-                "defaults to the first of reward_funcs."})
-
-    # ---- generation ---------------------------------------------------------------------------------
-    generation_backend: str = field(default="auto", metadata={
-        "help": "Who samples completions: `vllm`, `hf` (transformers generate on the training processes), "
-                "`hf_continuous` (transformers' continuous batching with a paged KV cache, TRL's "
-                "use_transformers_continuous_batching) or `auto` (vllm when it is installed, else hf)."})
-    num_generations: int = field(default=8, metadata={"help": "Completions sampled per prompt (the group size G)."})
-    max_completion_length: int = field(default=256, metadata={"help": "Maximum new tokens per completion."})
-    temperature: float = field(default=1.0, metadata={
-        "help": "Sampling temperature (also applied to training log-probs); the start value of an annealing "
-                "temperature_schedule."})
-    temperature_schedule: str = field(default="constant", metadata={
-        "help": "Temperature annealing (ColossalChat): `constant`, or `linear` / `cosine` from `temperature` to "
-                "`temperature_end` over temperature_anneal_steps optimizer steps. Each batch's log-probs (old, "
-                "current, reference, vLLM ratio) use the temperature it was sampled with; logged as `temperature`."})
-    temperature_end: float | None = field(default=None, metadata={
-        "help": "Final temperature of a linear or cosine temperature_schedule."})
-    temperature_anneal_steps: int | None = field(default=None, metadata={
-        "help": "Optimizer steps over which the temperature anneals (then stays at temperature_end); None: the whole "
-                "run (max_steps, or the steps the epochs make)."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass."})
-    top_k: int = field(default=0, metadata={"help": "Top-k sampling; 0 disables."})
-    min_p: float | None = field(default=0.0, metadata={"help": "Min-p sampling; 0 (or None, as in TRL) disables."})
-    repetition_penalty: float = field(default=1.0, metadata={
-        "help": "Repetition penalty; 1 disables. The trainer cannot reproduce it in its log-probs, so with vLLM it "
-                "needs vllm_importance_sampling_correction and old_logprobs_from_sampler off."})
-    logprob_sampling_filters: bool = field(default=True, metadata={
-        "help": "Apply top_k, top_p and min_p to the trainer's log-probs as vLLM applies them when sampling (min_p, "
-                "then top_k, then top_p; renormalised over the kept tokens), so the trainer scores the distribution "
-                "the completions were drawn from and the vLLM importance weights are unbiased. False: temperature "
-                "only (TRL), which is refused with those filters and the importance-sampling correction."})
-    stop: list[str] | None = field(default=None, metadata={"help": "Extra stop strings besides the EOS token."})
-    steps_per_generation: int | None = field(default=None, metadata={
-        "help": "Micro-batches served by one generation round; defaults to gradient_accumulation_steps "
-                "(one round per optimizer step). Any value is accepted (TRL's rule); when it is not a multiple of "
-                "gradient_accumulation_steps, rounds end inside optimizer steps and a round's micro-batches share "
-                "the round's token normaliser (max_staleness needs a multiple)."})
-    max_staleness: int | None = field(default=None, metadata={
-        "help": "Asynchronous generation (hf_grpo.rollout.pipeline): None trains synchronously (generate, then train). A "
-                "number N runs a producer thread per process that generates and scores the next rounds while the "
-                "trainer trains; a round is trained at most N optimizer steps after the weights that sampled it "
-                "(0: the pipeline with the synchronous schedule, same results). Needs the vLLM backend."})
-    max_tokens_per_microbatch: int | None = field(default=None, metadata={
-        "help": "Sequence packing (padding-free training): None keeps padded [B, P+C] micro-batches. A number packs "
-                "each micro-batch's prompt + completion sequences into rows of at most this many tokens, attention "
-                "kept within each sequence (hf_grpo.learner.packing); an optimizer step's samples are then split into its "
-                "gradient_accumulation_steps micro-batches by token count. Must be >= max_prompt_length + "
-                "max_completion_length (a longer sequence is an error, never truncated)."})
-    generation_chunk_size: int | None = field(default=None, metadata={
-        "help": "Most sequences per `generate` call (HF backend), to bound KV-cache memory. None: all of a "
-                "process's sequences in one call, as TRL does (fastest: small-model decoding is launch-bound)."})
-
-    # ---- vLLM ---------------------------------------------------------------------------------------
-    vllm_mode: str = field(default="colocate", metadata={
-        "help": "`colocate`: an in-process vllm.LLM on every training process; `server`: remote `vllm serve` "
-                "processes listed in vllm_server_urls (start them with `hf-grpo serve`)."})
-    vllm_server_urls: list[str] | None = field(default=None, metadata={
-        "help": "Server mode: base URLs of the `vllm serve` processes, e.g. [http://127.0.0.1:8000]. Each "
-                "process spreads its prompts over all of them."})
-    vllm_server_timeout: float = field(default=240.0, metadata={
-        "help": "Server mode: seconds to wait for a server to become healthy (at start, or after it went away)."})
-    vllm_request_timeout: float = field(default=600.0, metadata={
-        "help": "Server mode: seconds one generation or weight-update request may take before it is an error."})
-    vllm_weight_sync_dir: str | None = field(default=None, metadata={
-        "help": "Server mode, disk transfer: a directory the trainer writes weights to and every server can read "
-                "(a shared filesystem when servers run on other machines). Default: /dev/shm, which only servers on "
-                "this machine can read, so it is refused when a server URL is not a loopback address."})
-    vllm_server_trainer_address: str | None = field(default=None, metadata={
-        "help": "Server mode, nccl transfer: the address of this (main) training process that servers connect to "
-                "for the weight broadcast. Default: the local address of the interface that routes to the first "
-                "server (not gethostbyname(gethostname()), which is often 127.0.1.1 on clusters)."})
-    vllm_weight_transfer: str = field(default="auto", metadata={
-        "help": "Server mode: `nccl` (vLLM's weight-transfer engine; GPU), `disk` (safetensors in "
-                "vllm_weight_sync_dir; works anywhere the directory is shared) or `auto` (nccl on CUDA, else disk)."})
-    vllm_dtype: str = field(default="auto", metadata={
-        "help": "Weights dtype inside vLLM; `auto` uses the trainer's compute dtype (bfloat16 under bf16 mixed "
-                "precision, else the weights' dtype)."})
-    vllm_max_model_len: int | None = field(default=None, metadata={
-        "help": "vLLM context length; defaults to max_prompt_length + max_completion_length."})
-    vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
-        "help": "Colocate on GPU: fraction of GPU memory vLLM may take (weights + KV cache)."})
-    vllm_kv_cache_gib: float | None = field(default=None, metadata={
-        "help": "Colocate on CPU: GiB of host memory for vLLM's KV cache. None: sized for one generation round of "
-                "this process (hf_grpo/generation/kv_budget.py)."})
-    vllm_tensor_parallel_size: int = field(default=1, metadata={
-        "help": "Colocate on GPU: shard each vLLM engine over this many training processes (must divide them)."})
-    vllm_enable_sleep_mode: bool = field(default=False, metadata={
-        "help": "Colocate on GPU: release vLLM's weights and KV cache during the training step, restore before "
-                "generating (frees memory for large models at the cost of a reload per step)."})
-    vllm_direct_weight_copy: bool = field(default=True, metadata={
-        "help": "Colocate on GPU: after the first sync through vLLM's reload_weights, copy later weights straight "
-                "into the engine's parameters when that is checked to be equivalent (unquantized, one tensor-parallel "
-                "rank; see hf_grpo/generation/direct_copy.py). False always syncs through reload_weights."})
-    vllm_enforce_eager: bool = field(default=False, metadata={
-        "help": "Skip vLLM's graph compilation: starts in seconds instead of minutes, generates more slowly."})
-    vllm_importance_sampling_correction: bool = field(default=True, metadata={
-        "help": "Multiply the loss by the truncated ratio pi_trainer / pi_vllm of the sampled tokens, correcting "
-                "the train/inference mismatch (vLLM backend only)."})
-    vllm_importance_sampling_level: str = field(default="token", metadata={
-        "help": "Mismatch ratio per `token`, or per `sequence` (product over the completion's tokens)."})
-    vllm_importance_sampling_cap: float | None = field(default=2.0, metadata={
-        "help": "Upper bound of the mismatch ratio (truncated importance sampling)."})
-    old_logprobs_from_sampler: bool = field(default=False, metadata={
-        "help": "When a batch is reused (steps_per_generation > gradient_accumulation_steps or num_iterations > 1), "
-                "take the old policy's log-probs from the sampler (vLLM) instead of a trainer forward pass over "
-                "every completion. The clipped ratio is then pi_trainer / pi_vllm: it also covers the train/inference "
-                "mismatch, so the separate mismatch correction is not applied. vLLM backend only."})
+    eval_reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "Reward (built-in name or dotted path) whose value >= 1 counts as correct in evaluation; "
+            "defaults to the first of reward_funcs."
+        },
+    )
 
     # ---- algorithm ----------------------------------------------------------------------------------
-    advantage_estimator: str = field(default="grpo", metadata={
-        "help": "grpo (group mean/std), dr_grpo (group mean), rloo (leave-one-out), reinforce_pp (batch baseline)."})
+    advantage_estimator: str = field(
+        default="grpo",
+        metadata={
+            "help": "grpo (group mean/std), dr_grpo (group mean), rloo (leave-one-out), reinforce_pp (batch baseline)."
+        },
+    )
     advantage_eps: float = field(default=1e-4, metadata={"help": "Added to the std in normalised advantages."})
-    reinforce_pp_whitening: str = field(default="sequence", metadata={
-        "help": "reinforce_pp: whiten rewards over the batch's completions (`sequence`, each counts once) or over its "
-                "loss tokens (`token`, each completion weighted by its length, as verl and OpenRLHF do)."})
-    loss_type: str = field(default="dapo", metadata={
-        "help": "Loss aggregation: grpo (per-sequence mean), bnpo (local token mean), dapo (global token mean), "
-                "dr_grpo (sum / (batch * max_completion_length)); TRL's objectives: cispo (capped, detached ratio "
-                "times logp; epsilon_high is the cap), sapo (soft gate), luspo (per-sequence sums), vespo (gamma "
-                "weight of the sequence ratio). See hf_grpo.algorithms.losses."})
+    reinforce_pp_whitening: str = field(
+        default="sequence",
+        metadata={
+            "help": "reinforce_pp: whiten rewards over the batch's completions (`sequence`, each counts once) or over "
+            "its loss tokens (`token`, each completion weighted by its length, as verl and OpenRLHF do)."
+        },
+    )
+    loss_type: str = field(
+        default="dapo",
+        metadata={
+            "help": "Loss aggregation: grpo (per-sequence mean), bnpo (local token mean), dapo (global token mean), "
+            "dr_grpo (sum / (batch * max_completion_length)); TRL's objectives: cispo (capped, detached ratio "
+            "times logp; epsilon_high is the cap), sapo (soft gate), luspo (per-sequence sums), vespo (gamma "
+            "weight of the sequence ratio). See hf_grpo.algorithms.losses."
+        },
+    )
     epsilon: float = field(default=0.2, metadata={"help": "Lower clip range: ratio >= 1 - epsilon."})
-    epsilon_high: float | None = field(default=None, metadata={
-        "help": "Upper clip range (DAPO clip-higher, e.g. 0.28); defaults to epsilon."})
-    importance_sampling_level: str = field(default="token", metadata={
-        "help": "token (GRPO/PPO ratio) or sequence (GSPO: geometric-mean ratio per sequence)."})
-    num_iterations: int = field(default=1, metadata={
-        "help": "Passes over each generated batch (mu in the GRPO paper); > 1 uses old log-probs."})
+    epsilon_high: float | None = field(
+        default=None, metadata={"help": "Upper clip range (DAPO clip-higher, e.g. 0.28); defaults to epsilon."}
+    )
+    importance_sampling_level: str = field(
+        default="token",
+        metadata={"help": "token (GRPO/PPO ratio) or sequence (GSPO: geometric-mean ratio per sequence)."},
+    )
+    num_iterations: int = field(
+        default=1, metadata={"help": "Passes over each generated batch (mu in the GRPO paper); > 1 uses old log-probs."}
+    )
     beta: float = field(default=0.0, metadata={"help": "KL coefficient to the reference model; 0 loads no reference."})
-    kl_estimator: str = field(default="k3", metadata={
-        "help": "KL estimator: k1, k2, k3, or k3+ (verl: k3's value with k2's gradient, which is the KL's gradient "
-                "on-policy; k3's own gradient is not)."})
-    use_bias_correction_kl: bool | None = field(default=None, metadata={
-        "help": "TRL's option: multiply the KL term by the importance ratio (with its gradient), which makes the k1 "
-                "and k3 KL gradients unbiased, on-policy and with num_iterations > 1. None: on for k1 and k3 (TRL's "
-                "default), off for k2 and k3+, whose gradients it would bias (setting it true for those is an error)."})
-    disable_dropout: bool = field(default=True, metadata={
-        "help": "Set every dropout probability of the policy to 0 (nn.Dropout modules, LoRA's lora_dropout included, "
-                "and attention dropout), so that old-policy, current and reference log-probs are the same "
-                "deterministic function and the ratios carry no dropout noise. TRL's option; TRL defaults to false."})
-    mask_truncated_completions: bool = field(default=False, metadata={
-        "help": "Exclude completions that hit max_completion_length without EOS from the loss (DAPO)."})
-    non_stop_penalty: bool = field(default=False, metadata={
-        "help": "open-instruct's non-stop penalty: a completion that hits max_completion_length without EOS or a stop "
-                "string gets total reward non_stop_penalty_value instead of its rewards' sum (DAPO's overlong shaping "
-                "still adds on top; see the README for how the three truncation options combine)."})
-    non_stop_penalty_value: float = field(default=0.0, metadata={
-        "help": "The total reward of a truncated completion under non_stop_penalty."})
-    ratio_skip_threshold: float | None = field(default=None, metadata={
-        "help": "Drop from the loss (numerator only; normalisers as planned) every completion whose mean per-token "
-                "importance ratio pi / pi_old exceeds this (ColossalChat's skip_threshold); counted as "
-                "numerics/ratio_skipped_samples. Only a reused batch (num_iterations > 1, steps_per_generation > "
-                "gradient_accumulation_steps, or old_logprobs_from_sampler) has ratios other than 1. None: off."})
-    ptx_dataset: str | None = field(default=None, metadata={
-        "help": "Pretraining (PTX) auxiliary loss (InstructGPT, ColossalChat): a text corpus whose next-token loss is "
-                "mixed into every optimizer step to limit forgetting. A .jsonl/.json file (column ptx_text_column), "
-                "a .txt file (one document per line) or a `datasets` folder."})
-    ptx_coef: float = field(default=0.0, metadata={
-        "help": "Weight of the PTX loss. The PTX loss is the mean next-token NLL over all PTX tokens of the optimizer "
-                "step on all processes, so the coefficient means the same at any batch shape; logged as ptx_loss."})
+    kl_estimator: str = field(
+        default="k3",
+        metadata={
+            "help": "KL estimator: k1, k2, k3, or k3+ (verl: k3's value with k2's gradient, which is the KL's gradient "
+            "on-policy; k3's own gradient is not)."
+        },
+    )
+    use_bias_correction_kl: bool | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's option: multiply the KL term by the importance ratio (with its gradient), which makes the "
+            "k1 and k3 KL gradients unbiased, on-policy and with num_iterations > 1. None: on for k1 and k3 (TRL's "
+            "default), off for k2 and k3+, whose gradients it would bias (setting it true for those is an error)."
+        },
+    )
+    disable_dropout: bool = field(
+        default=True,
+        metadata={
+            "help": "Set every dropout probability of the policy to 0 (nn.Dropout modules, LoRA's lora_dropout "
+            "included, and attention dropout), so that old-policy, current and reference log-probs are the same "
+            "deterministic function and the ratios carry no dropout noise. TRL's option; TRL defaults to false."
+        },
+    )
+    mask_truncated_completions: bool = field(
+        default=False,
+        metadata={"help": "Exclude completions that hit max_completion_length without EOS from the loss (DAPO)."},
+    )
+    non_stop_penalty: bool = field(
+        default=False,
+        metadata={
+            "help": "open-instruct's non-stop penalty: a completion that hits max_completion_length without EOS or a "
+            "stop string gets total reward non_stop_penalty_value instead of its rewards' sum (DAPO's overlong shaping "
+            "still adds on top; see the README for how the three truncation options combine)."
+        },
+    )
+    non_stop_penalty_value: float = field(
+        default=0.0, metadata={"help": "The total reward of a truncated completion under non_stop_penalty."}
+    )
+    ratio_skip_threshold: float | None = field(
+        default=None,
+        metadata={
+            "help": "Drop from the loss (numerator only; normalisers as planned) every completion whose mean per-token "
+            "importance ratio pi / pi_old exceeds this (ColossalChat's skip_threshold); counted as "
+            "numerics/ratio_skipped_samples. Only a reused batch (num_iterations > 1, steps_per_generation > "
+            "gradient_accumulation_steps, or old_logprobs_from_sampler) has ratios other than 1. None: off."
+        },
+    )
+    ptx_dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Pretraining (PTX) auxiliary loss (InstructGPT, ColossalChat): a text corpus whose next-token loss "
+            "is mixed into every optimizer step to limit forgetting. A .jsonl/.json file (column ptx_text_column), a "
+            ".txt file (one document per line) or a `datasets` folder."
+        },
+    )
+    ptx_coef: float = field(
+        default=0.0,
+        metadata={
+            "help": "Weight of the PTX loss. The PTX loss is the mean next-token NLL over all PTX tokens of the "
+            "optimizer step on all processes, so the coefficient means the same at any batch shape; logged as ptx_loss."
+        },
+    )
     ptx_batch_size: int = field(default=4, metadata={"help": "PTX sequences per micro-batch per process."})
     ptx_max_length: int = field(default=512, metadata={"help": "PTX sequences are truncated to this many tokens."})
     ptx_text_column: str = field(default="text", metadata={"help": "Text column of a .jsonl or datasets PTX corpus."})
-    overlong_buffer_length: int | None = field(default=None, metadata={
-        "help": "DAPO soft overlong punishment: the last N tokens before max_completion_length are penalised "
-                "linearly; None disables."})
+    overlong_buffer_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "DAPO soft overlong punishment: the last N tokens before max_completion_length are penalised "
+            "linearly; None disables."
+        },
+    )
     overlong_penalty_factor: float = field(default=1.0, metadata={"help": "Penalty at max_completion_length."})
-    dynamic_sampling: bool = field(default=False, metadata={
-        "help": "DAPO dynamic sampling: drop groups whose success rate is outside dynamic_sampling_filter_range "
-                "and generate more until the batch is full."})
-    dynamic_sampling_filter_range: list[float] = field(default_factory=lambda: [0.01, 0.99], metadata={
-        "help": "[low, high] success rate a group must have to be kept."})
-    dynamic_sampling_success_threshold: float = field(default=1.0, metadata={
-        "help": "A completion counts as a success when its total reward is at least this."})
-    dynamic_sampling_max_rounds: int = field(default=3, metadata={
-        "help": "Extra generation rounds per step before topping up with rejected groups."})
-    dynamic_sampling_criterion: str = field(default="success_rate", metadata={
-        "help": "Which groups dynamic sampling keeps. `success_rate` (DAPO): success rate within "
-                "dynamic_sampling_filter_range. `reward_std`: any group whose total rewards differ, so a group with "
-                "format variance but no correct answer is kept (it has gradient); only groups with zero advantage "
-                "everywhere are dropped."})
-    skip_zero_advantage: bool = field(default=True, metadata={
-        "help": "Skip the forward/backward of completions whose advantage is exactly 0 (e.g. groups that all succeed "
-                "or all fail): with beta == 0 their gradient is exactly 0. Loss normalisers still count them. Off "
-                "with an entropy bonus or a MoE load-balancing loss, which such completions also carry."})
-    logprob_path: str = field(default="auto", metadata={
-        "help": "How per-token log-probs are computed. `chunked`: the final hidden states are projected to the "
-                "vocabulary logprob_chunk_size tokens at a time, outside the model's forward (no full [B, C, V] "
-                "logits). `model`: the model's own head inside its forward (full logits of the completion "
-                "positions, then a chunked log-softmax). `auto`: model under DeepSpeed ZeRO-3 and FSDP, whose head "
-                "weights are only gathered inside the forward, else chunked. Chunked is checked against the model's "
-                "own logits at start and falls back to model (with a warning) if they differ."})
-    logprob_chunk_size: int = field(default=1024, metadata={
-        "help": "Tokens per chunk when projecting to the vocabulary for log-probs and entropy, so full-vocabulary "
-                "logits of a batch never sit in memory at once."})
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO dynamic sampling: drop groups whose success rate is outside dynamic_sampling_filter_range "
+            "and generate more until the batch is full."
+        },
+    )
+    dynamic_sampling_filter_range: list[float] = field(
+        default_factory=lambda: [0.01, 0.99],
+        metadata={"help": "[low, high] success rate a group must have to be kept."},
+    )
+    dynamic_sampling_success_threshold: float = field(
+        default=1.0, metadata={"help": "A completion counts as a success when its total reward is at least this."}
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=3, metadata={"help": "Extra generation rounds per step before topping up with rejected groups."}
+    )
+    dynamic_sampling_criterion: str = field(
+        default="success_rate",
+        metadata={
+            "help": "Which groups dynamic sampling keeps. `success_rate` (DAPO): success rate within "
+            "dynamic_sampling_filter_range. `reward_std`: any group whose total rewards differ, so a group with "
+            "format variance but no correct answer is kept (it has gradient); only groups with zero advantage "
+            "everywhere are dropped."
+        },
+    )
+    skip_zero_advantage: bool = field(
+        default=True,
+        metadata={
+            "help": "Skip the forward/backward of completions whose advantage is exactly 0 (e.g. groups that all "
+            "succeed or all fail): with beta == 0 their gradient is exactly 0. Loss normalisers still count them. Off "
+            "with an entropy bonus or a MoE load-balancing loss, which such completions also carry."
+        },
+    )
+    logprob_path: str = field(
+        default="auto",
+        metadata={
+            "help": "How per-token log-probs are computed. `chunked`: the final hidden states are projected to the "
+            "vocabulary logprob_chunk_size tokens at a time, outside the model's forward (no full [B, C, V] "
+            "logits). `model`: the model's own head inside its forward (full logits of the completion "
+            "positions, then a chunked log-softmax). `auto`: model under DeepSpeed ZeRO-3 and FSDP, whose head "
+            "weights are only gathered inside the forward, else chunked. Chunked is checked against the model's "
+            "own logits at start and falls back to model (with a warning) if they differ."
+        },
+    )
+    logprob_chunk_size: int = field(
+        default=1024,
+        metadata={
+            "help": "Tokens per chunk when projecting to the vocabulary for log-probs and entropy, so full-vocabulary "
+            "logits of a batch never sit in memory at once."
+        },
+    )
 
     # ---- rewards ------------------------------------------------------------------------------------
-    reward_funcs: list[str] | None = field(default=None, metadata={
-        "help": "Reward functions: built-in names (boxed, think_answer_tags, format, boxed_format, gsm8k, code), "
-                "dotted import paths (my_pkg.rewards.fn), or model:<path or hub id> for a sequence-classification "
-                "reward model."})
-    reward_weights: list[float] | None = field(default=None, metadata={
-        "help": "One weight per reward function; default all 1."})
-    gated_reward_funcs: list[str] | None = field(default=None, metadata={
-        "help": "Reward functions (by logged name, e.g. boxed_format) that count only for completions whose "
-                "reward_gate value is > 0 (open-instruct's default for its format reward): a policy cannot farm them "
-                "while its answers are wrong."})
-    reward_gate: str | None = field(default=None, metadata={
-        "help": "The reward function (by logged name) that gates gated_reward_funcs; default the first one."})
-    reward_error: str = field(default="raise", metadata={
-        "help": "When a reward function raises: raise (stop, after saving a checkpoint), zero (that function scores "
-                "0 for the batch) or skip (it abstains for the batch, like returning None). Errors are logged and "
-                "counted as rewards/<name>/errors."})
-    reward_timeout: float | None = field(default=300.0, metadata={
-        "help": "Seconds one call of a reward function may take. A call that runs out of time is retried once per "
-                "sample under one more such limit (a step waits at most twice this) to find the sample that hangs; a "
-                "sample not scored by then scores None for that function (left out of its total, and of training "
-                "when no function scored it), is counted as rewards/<name>/timeouts and named in a warning. With a "
-                "limit every synchronous function runs in a worker thread. None: no limit, and the first "
-                "synchronous function runs in the calling thread as in TRL (needed by signal-based timeouts such as "
-                "math_verify's defaults)."})
-    code_timeout_s: float = field(default=5.0, metadata={
-        "help": "code reward: wall-clock and CPU seconds per test run."})
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward functions: built-in names (boxed, think_answer_tags, format, boxed_format, gsm8k, code), "
+            "dotted import paths (my_pkg.rewards.fn), or model:<path or hub id> for a sequence-classification "
+            "reward model."
+        },
+    )
+    reward_weights: list[float] | None = field(
+        default=None, metadata={"help": "One weight per reward function; default all 1."}
+    )
+    gated_reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward functions (by logged name, e.g. boxed_format) that count only for completions whose "
+            "reward_gate value is > 0 (open-instruct's default for its format reward): a policy cannot farm them "
+            "while its answers are wrong."
+        },
+    )
+    reward_gate: str | None = field(
+        default=None,
+        metadata={"help": "The reward function (by logged name) that gates gated_reward_funcs; default the first one."},
+    )
+    reward_error: str = field(
+        default="raise",
+        metadata={
+            "help": "When a reward function raises: raise (stop, after saving a checkpoint), zero (that function "
+            "scores 0 for the batch) or skip (it abstains for the batch, like returning None). Errors are logged and "
+            "counted as rewards/<name>/errors."
+        },
+    )
+    reward_timeout: float | None = field(
+        default=300.0,
+        metadata={
+            "help": "Seconds one call of a reward function may take. A call that runs out of time is retried once per "
+            "sample under one more such limit (a step waits at most twice this) to find the sample that hangs; a "
+            "sample not scored by then scores None for that function (left out of its total, and of training "
+            "when no function scored it), is counted as rewards/<name>/timeouts and named in a warning. With a "
+            "limit every synchronous function runs in a worker thread. None: no limit, and the first "
+            "synchronous function runs in the calling thread as in TRL (needed by signal-based timeouts such as "
+            "math_verify's defaults)."
+        },
+    )
+    code_timeout_s: float = field(
+        default=5.0, metadata={"help": "code reward: wall-clock and CPU seconds per test run."}
+    )
     code_memory_mb: int = field(default=512, metadata={"help": "code reward: address-space limit per process, MiB."})
-    code_workers: int | None = field(default=None, metadata={
-        "help": "code reward: sandboxes running tests in parallel; default the number of CPUs."})
-    code_executor_url: str | None = field(default=None, metadata={
-        "help": "code reward: run tests on a remote sandbox service (python -m hf_grpo.rewards.code.server) at this "
-                "URL instead of locally."})
+    code_workers: int | None = field(
+        default=None, metadata={"help": "code reward: sandboxes running tests in parallel; default the number of CPUs."}
+    )
+    code_executor_url: str | None = field(
+        default=None,
+        metadata={
+            "help": "code reward: run tests on a remote sandbox service (python -m hf_grpo.rewards.code.server) at "
+            "this URL instead of locally."
+        },
+    )
 
     # ---- agents (multi-turn tool and environment rollouts, docs/agents.md) -----------------------------
-    tools: list[str] | None = field(default=None, metadata={
-        "help": "Tools the policy may call, by name (built-in: calculator, python) or module.function path. The "
-                "trainer's tools= argument (callables, as in TRL) takes precedence."})
-    tool_protocol: str = field(default="auto", metadata={
-        "help": "How tool calls are written: template (the model's chat template renders tools), fallback (hf_grpo "
-                "describes the tools in the system prompt; <tool_call> JSON in, <tool_response> back) or auto "
-                "(template when the chat template supports tools)."})
-    max_tool_output_tokens: int | None = field(default=256, metadata={
-        "help": "A tool result longer than this many tokens is cut, with a marker saying how much was cut."})
-    tool_timeout: float = field(default=30.0, metadata={
-        "help": "Seconds a tool call may take; after that the model gets a timeout error message."})
-    max_concurrent_tools: int = field(default=16, metadata={
-        "help": "Tool calls run concurrently per process, at most this many at once."})
+    tools: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Tools the policy may call, by name (built-in: calculator, python) or module.function path. The "
+            "trainer's tools= argument (callables, as in TRL) takes precedence."
+        },
+    )
+    tool_protocol: str = field(
+        default="auto",
+        metadata={
+            "help": "How tool calls are written: template (the model's chat template renders tools), fallback (hf_grpo "
+            "describes the tools in the system prompt; <tool_call> JSON in, <tool_response> back) or auto "
+            "(template when the chat template supports tools)."
+        },
+    )
+    max_tool_output_tokens: int | None = field(
+        default=256,
+        metadata={"help": "A tool result longer than this many tokens is cut, with a marker saying how much was cut."},
+    )
+    tool_timeout: float = field(
+        default=30.0,
+        metadata={"help": "Seconds a tool call may take; after that the model gets a timeout error message."},
+    )
+    max_concurrent_tools: int = field(
+        default=16, metadata={"help": "Tool calls run concurrently per process, at most this many at once."}
+    )
 
-    resume_allow_changes: list[str] | None = field(default=None, metadata={
-        "help": "Settings that may differ from the checkpoint's when resuming (e.g. [num_generations]). Without it, "
-                "resuming with another seed, batch size, num_generations, steps_per_generation, accumulation, "
-                "num_iterations, max_staleness, process count or training data is refused: the resumed run would skip "
-                "or repeat prompts."})
+    resume_allow_changes: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Settings that may differ from the checkpoint's when resuming (e.g. [num_generations]). Without "
+            "it, resuming with another seed, batch size, num_generations, steps_per_generation, accumulation, "
+            "num_iterations, max_staleness, process count or training data is refused: the resumed run would skip or "
+            "repeat prompts."
+        },
+    )
 
     # ---- budget -------------------------------------------------------------------------------------
-    max_train_minutes: float | None = field(default=None, metadata={
-        "help": "Stop after the optimizer step that crosses this many minutes of training wall-clock (evaluation "
-                "time not counted), saving a checkpoint there; max_steps still bounds the run. None: no limit."})
-    save_every_minutes: float | None = field(default=None, metadata={
-        "help": "Also save a checkpoint after the first optimizer step past every N minutes of training wall-clock "
-                "(evaluation not counted), on top of save_strategy. None: off."})
+    max_train_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop after the optimizer step that crosses this many minutes of training wall-clock (evaluation "
+            "time not counted), saving a checkpoint there; max_steps still bounds the run. None: no limit."
+        },
+    )
+    save_every_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "Also save a checkpoint after the first optimizer step past every N minutes of training wall-clock "
+            "(evaluation not counted), on top of save_strategy. None: off."
+        },
+    )
 
     # ---- logging ------------------------------------------------------------------------------------
-    log_completions_steps: int = field(default=0, metadata={
-        "help": "Every N steps write the step's rollouts (prompt, completion, rewards, advantage) to "
-                "<output_dir>/rollouts/step_<N>.jsonl; 0 disables."})
-    plot_metrics: bool = field(default=True, metadata={
-        "help": "At the end of training write <output_dir>/training_curves.png (reward and length per step)."})
+    log_completions_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Every N steps write the step's rollouts (prompt, completion, rewards, advantage) to "
+            "<output_dir>/rollouts/step_<N>.jsonl; 0 disables."
+        },
+    )
+    plot_metrics: bool = field(
+        default=True,
+        metadata={
+            "help": "At the end of training write <output_dir>/training_curves.png (reward and length per step)."
+        },
+    )
     # -- demo output (issue 14): held-out accuracy before/after training, quiet vLLM logs --
-    heldout_eval_samples: int = field(default=0, metadata={
-        "help": "Greedy accuracy (final number right, any format) of the base and the trained policy on this many "
-                "held-out prompts the training set never draws, written to <output_dir>/heldout_accuracy.json and "
-                "the plot. Needs an 'arithmetic[:N]' dataset_name (its held-out fold); 0 disables."})
-    verbose: bool = field(default=False, metadata={
-        "help": "Show vLLM's start-up INFO logs and its per-sync 'Failed to load weights' warnings (harmless: "
-                "buffers the in-place reload does not refill). Off: only errors from vLLM."})
-    recipe: str | None = field(default=None, metadata={
-        "help": "The recipe file this config was read from (recorded in the model card)."})
+    heldout_eval_samples: int = field(
+        default=0,
+        metadata={
+            "help": "Greedy accuracy (final number right, any format) of the base and the trained policy on this many "
+            "held-out prompts the training set never draws, written to <output_dir>/heldout_accuracy.json and "
+            "the plot. Needs an 'arithmetic[:N]' dataset_name (its held-out fold); 0 disables."
+        },
+    )
+    verbose: bool = field(
+        default=False,
+        metadata={
+            "help": "Show vLLM's start-up INFO logs and its per-sync 'Failed to load weights' warnings (harmless: "
+            "buffers the in-place reload does not refill). Off: only errors from vLLM."
+        },
+    )
+    recipe: str | None = field(
+        default=None, metadata={"help": "The recipe file this config was read from (recorded in the model card)."}
+    )
 
     # ---- TrainingArguments defaults suited to RL ----------------------------------------------------
-    bf16: bool | None = field(default=None, metadata={
-        "help": "bf16 mixed precision. None: what `accelerate launch` was configured with (mixed_precision), else "
-                "on when a CUDA device supports bf16 and off on CPU."})
-    gradient_checkpointing: bool | None = field(default=None, metadata={
-        "help": "Recompute activations in the backward pass to save memory. None: on, as in TRL (on CPU too: without "
-                "it the quickstart's 32-completion micro-batch took 11 GiB per process; docs/benchmarks.md, Memory)."})
+    bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "bf16 mixed precision. None: what `accelerate launch` was configured with (mixed_precision), else "
+            "on when a CUDA device supports bf16 and off on CPU."
+        },
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Recompute activations in the backward pass to save memory. None: on, as in TRL (on CPU too: "
+            "without it the quickstart's 32-completion micro-batch took 11 GiB per process; docs/benchmarks.md, "
+            "Memory)."
+        },
+    )
     output_dir: str | None = field(default="outputs/hf_grpo", metadata={"help": "Where checkpoints and logs go."})
     learning_rate: float = field(default=1e-6, metadata={"help": "Initial AdamW learning rate."})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Completions per process per micro-batch."})
-    logging_steps: float = field(default=10, metadata={
-        "help": "Log every N optimizer steps (TRL's default, 10). Metrics of the steps since the last log are averaged "
-                "into the next entry; those after the last multiple reach the end-of-training summary. The recipes "
-                "set 1."})
-    remove_unused_columns: bool = field(default=False, metadata={
-        "help": "Must stay False: reward functions receive every dataset column."})
+    logging_steps: float = field(
+        default=10,
+        metadata={
+            "help": "Log every N optimizer steps (TRL's default, 10). Metrics of the steps since the last log are "
+            "averaged into the next entry; those after the last multiple reach the end-of-training summary. The "
+            "recipes set 1."
+        },
+    )
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Must stay False: reward functions receive every dataset column."}
+    )
 
     def __post_init__(self):
         if isinstance(self.eval_datasets, str):
@@ -376,8 +450,10 @@ class GRPOConfig(TRLFields):
             # `accelerate launch` of several processes on a machine without CUDA: left alone, TrainingArguments reads
             # the (GPU) launch config, finds no GPU and gives every process a world of its own, i.e. N independent
             # runs writing one output_dir. use_cpu joins them into one gloo process group.
-            logger.info("%s processes and no CUDA device: training on CPU processes over gloo (use_cpu=True)",
-                        os.environ["WORLD_SIZE"])
+            logger.info(
+                "%s processes and no CUDA device: training on CPU processes over gloo (use_cpu=True)",
+                os.environ["WORLD_SIZE"],
+            )
             self.use_cpu = True
         self._resolve_precision()
         super().__post_init__()
@@ -386,9 +462,9 @@ class GRPOConfig(TRLFields):
         self.epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
         if self.generation_backend == "auto":
             self.generation_backend = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
-        if self.use_bias_correction_kl is None:      # TRL's default where it unbiases the gradient (see its help)
+        if self.use_bias_correction_kl is None:  # TRL's default where it unbiases the gradient (see its help)
             self.use_bias_correction_kl = self.kl_estimator in ("k1", "k3")
-        if isinstance(self.vllm_server_urls, str):      # a single URL, or a comma-separated list, from the CLI
+        if isinstance(self.vllm_server_urls, str):  # a single URL, or a comma-separated list, from the CLI
             self.vllm_server_urls = [u for u in self.vllm_server_urls.split(",") if u]
         self.validate()
 
@@ -397,7 +473,7 @@ class GRPOConfig(TRLFields):
         reads them. DeepSpeed's config takes bf16 from the launcher while Trainer checks it against ``bf16``: a recipe
         that says nothing must follow the launcher, and one that contradicts it fails here with both values named."""
         cuda = torch.cuda.is_available() and not self.use_cpu
-        launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")        # set by `accelerate launch`
+        launcher = os.environ.get("ACCELERATE_MIXED_PRECISION")  # set by `accelerate launch`
         if self.bf16 is None:
             if launcher is not None:
                 self.bf16 = launcher == "bf16"
@@ -407,9 +483,11 @@ class GRPOConfig(TRLFields):
         if deepspeed and launcher in ("bf16", "fp16"):
             wanted = {"bf16": self.bf16, "fp16": self.fp16}
             if not wanted[launcher]:
-                raise ValueError(f"GRPOConfig: {launcher}={wanted[launcher]} but the accelerate config runs DeepSpeed "
-                                 f"with mixed_precision={launcher!r}; drop `{launcher}` from the recipe (it follows "
-                                 f"the launcher by default) or set mixed_precision in the accelerate config")
+                raise ValueError(
+                    f"GRPOConfig: {launcher}={wanted[launcher]} but the accelerate config runs DeepSpeed "
+                    f"with mixed_precision={launcher!r}; drop `{launcher}` from the recipe (it follows "
+                    f"the launcher by default) or set mixed_precision in the accelerate config"
+                )
         if self.gradient_checkpointing is None:
             self.gradient_checkpointing = True
         if self.gradient_checkpointing and self.gradient_checkpointing_kwargs is None:

@@ -22,9 +22,9 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
+from ..errors import InputError
 from .grpo_config import GRPOConfig
 from .validation import ConfigError, describe, field_types, matches, takes_list_not_str
-from ..errors import InputError
 
 
 class RecipeError(InputError):
@@ -46,8 +46,10 @@ class _RecipeLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             if key in seen:
-                raise RecipeError(f"line {key_node.start_mark.line + 1}: key `{key}` is given twice (first on line "
-                                  f"{seen[key]}); YAML would silently keep the last value")
+                raise RecipeError(
+                    f"line {key_node.start_mark.line + 1}: key `{key}` is given twice (first on line "
+                    f"{seen[key]}); YAML would silently keep the last value"
+                )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
@@ -55,9 +57,11 @@ class _RecipeLoader(yaml.SafeLoader):
 # Only true/false are booleans; the 1.1 words (yes/no/on/off) stay strings.
 _RecipeLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_RecipeLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                    list("tTfF"))
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 _RecipeLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789"))
 
 
@@ -97,7 +101,7 @@ def _read_recipe(path: str | Path) -> tuple[dict, dict[str, str]]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
         raise RecipeError(f"{path}:{line}: not UTF-8 text (byte 0x{e.object[e.start]:02x})") from None
     try:
         root = yaml.compose(text, Loader=_RecipeLoader)
@@ -108,8 +112,9 @@ def _read_recipe(path: str | Path) -> tuple[dict, dict[str, str]]:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
         problem = getattr(e, "problem", None) or str(e)
-        raise RecipeError(f"{where}: invalid YAML: {problem}"
-                          + (f" ({e.context})" if getattr(e, "context", None) else "")) from None
+        raise RecipeError(
+            f"{where}: invalid YAML: {problem}" + (f" ({e.context})" if getattr(e, "context", None) else "")
+        ) from None
     if root is None:
         return {"recipe": str(path)}, {}
     if not isinstance(root, yaml.MappingNode):
@@ -119,8 +124,10 @@ def _read_recipe(path: str | Path) -> tuple[dict, dict[str, str]]:
         key = key_node.value
         where = lines[key] = f"{path}:{key_node.start_mark.line + 1}"
         if key not in known:
-            raise RecipeError(f"{where}: unknown key `{key}`{_closest(key, known)} "
-                              f"(keys are GRPOConfig fields; see `hf-grpo train --help`)")
+            raise RecipeError(
+                f"{where}: unknown key `{key}`{_closest(key, known)} "
+                f"(keys are GRPOConfig fields; see `hf-grpo train --help`)"
+            )
         values[key] = _typed(values[key], types[key], where, key)
     values.setdefault("recipe", str(path))
     return values, lines

@@ -1,10 +1,10 @@
 """TRL 1.16's `GRPOConfig` and `GRPOTrainer` arguments, resolved onto hf_grpo's.
 
-`resolve_trl_fields` runs inside `GRPOConfig.__post_init__`: every TRL field (declared in `hf_grpo.config.trl_fields`, or
-shared with hf_grpo by name) is implemented, mapped onto the hf_grpo field of the same meaning, or refused with an
-error that names the field and what to use instead. A TRL field that maps onto an hf_grpo field also set to a
-different value is an error naming both. `check_init_kwargs` turns an unknown keyword into an error with the closest
-field name. docs/trl_compatibility.md has the table; tests/config/test_trl_compat.py keeps it in step with TRL's dataclass.
+`resolve_trl_fields` runs inside `GRPOConfig.__post_init__`: every TRL field (declared in `hf_grpo.config.trl_fields`,
+or shared with hf_grpo by name) is implemented, mapped onto the hf_grpo field of the same meaning, or refused with an
+error that names the field and what to use instead. A TRL field that maps onto an hf_grpo field also set to a different
+value is an error naming both. `check_init_kwargs` turns an unknown keyword into an error with the closest field name.
+docs/trl_compatibility.md has the table; tests/config/test_trl_compat.py keeps it in step with TRL's dataclass.
 """
 
 from __future__ import annotations
@@ -20,10 +20,14 @@ from ..generation.kwargs import resolve_generation_kwargs
 
 # (field, TRL's default, why it is refused / what to use instead). A value other than the default is an error.
 REFUSED: tuple[tuple[str, Any, str], ...] = (
-    ("vllm_model_impl", "vllm", "vLLM's transformers backend decorates the transformers model classes in the "
-                                "process that builds the engine, after which the colocated trainer's own model fails "
-                                "(AttributeError: 'LlamaModel' object has no attribute 'do_not_compile', vllm 0.32); "
-                                "in server mode start the server with `hf-grpo serve --model-impl transformers`"),
+    (
+        "vllm_model_impl",
+        "vllm",
+        "vLLM's transformers backend decorates the transformers model classes in the "
+        "process that builds the engine, after which the colocated trainer's own model fails "
+        "(AttributeError: 'LlamaModel' object has no attribute 'do_not_compile', vllm 0.32); "
+        "in server mode start the server with `hf-grpo serve --model-impl transformers`",
+    ),
 )
 
 AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
@@ -42,8 +46,10 @@ def check_init_kwargs(cls, kwargs: dict) -> None:
         if name not in known:
             match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
             hint = f"; did you mean `{match[0]}`?" if match else ""
-            raise ConfigFieldError(f"GRPOConfig got an unknown field `{name}`{hint} (fields are hf_grpo's and TRL "
-                                   f"1.16's GRPOConfig fields; see docs/trl_compatibility.md)")
+            raise ConfigFieldError(
+                f"GRPOConfig got an unknown field `{name}`{hint} (fields are hf_grpo's and TRL "
+                f"1.16's GRPOConfig fields; see docs/trl_compatibility.md)"
+            )
 
 
 def _default(config, name: str) -> Any:
@@ -55,14 +61,15 @@ def _set(config, ours: str, value: Any, because: str) -> None:
     """Set hf_grpo field ``ours`` to what a TRL field means; an explicit different value of ``ours`` is an error."""
     current = getattr(config, ours)
     if current != value and current != _default(config, ours):
-        raise ValueError(f"GRPOConfig: {because} means {ours}={value!r}, but {ours}={current!r} is also set; set "
-                         f"only one of them")
+        raise ValueError(
+            f"GRPOConfig: {because} means {ours}={value!r}, but {ours}={current!r} is also set; set only one of them"
+        )
     setattr(config, ours, value)
 
 
 def _as_dict(config, name: str) -> dict | None:
     value = getattr(config, name)
-    if isinstance(value, str):               # from the command line
+    if isinstance(value, str):  # from the command line
         try:
             value = json.loads(value)
         except json.JSONDecodeError as e:
@@ -76,8 +83,10 @@ def resolve_trl_fields(config) -> None:
     """Apply every TRL field of ``config`` (see the module docstring). Runs before hf_grpo's own validation."""
     for name, default, instead in REFUSED:
         if getattr(config, name) != default:
-            raise ValueError(f"GRPOConfig: TRL's {name}={getattr(config, name)!r} is not supported ({instead}); "
-                             f"leave it at {default!r}")
+            raise ValueError(
+                f"GRPOConfig: TRL's {name}={getattr(config, name)!r} is not supported ({instead}); "
+                f"leave it at {default!r}"
+            )
     config.pad_to_multiple_of = resolve_pad_to_multiple_of(config.pad_to_multiple_of)
     config.model_init_kwargs = resolve_model_init_kwargs(config)
     config.chat_template_kwargs = _as_dict(config, "chat_template_kwargs")
@@ -90,7 +99,7 @@ def resolve_trl_fields(config) -> None:
 
 def resolve_pad_to_multiple_of(value) -> int | None:
     """TRL's pad_to_multiple_of: an integer >= 1, or None; `auto` is None here (TRL pads only on Neuron)."""
-    if isinstance(value, str):               # from the command line
+    if isinstance(value, str):  # from the command line
         text = value.strip().lower()
         if text in ("auto", "none", "null"):
             return None
@@ -121,15 +130,17 @@ def resolve_model_init_kwargs(config) -> dict:
 
 
 def _generation(config) -> None:
-    if config.min_p is None:                  # TRL's "off"
+    if config.min_p is None:  # TRL's "off"
         config.min_p = 0.0
     # TRL: generation_kwargs override the fields; what is left goes to the backend (hf_grpo.generation.kwargs).
     config.generation_kwargs = resolve_generation_kwargs(config, _as_dict(config, "generation_kwargs") or {})
     if config.generation_batch_size is not None:
         per_step = config.per_device_train_batch_size * config.world_size
         if config.generation_batch_size % per_step:
-            raise ValueError(f"GRPOConfig: generation_batch_size ({config.generation_batch_size}) must be a multiple of "
-                             f"per_device_train_batch_size x processes ({per_step})")
+            raise ValueError(
+                f"GRPOConfig: generation_batch_size ({config.generation_batch_size}) must be a multiple of "
+                f"per_device_train_batch_size x processes ({per_step})"
+            )
         steps = config.generation_batch_size // per_step
         if config.steps_per_generation not in (None, steps):
             raise ValueError("GRPOConfig: set generation_batch_size or steps_per_generation, not both (TRL's rule)")
@@ -139,44 +150,61 @@ def _generation(config) -> None:
 def _vllm(config) -> None:
     """The generation backend TRL's flags choose, and the vLLM fields. Backend-specific fields set for another backend
     are errors in `hf_grpo.config.validation` (after ``auto`` is resolved), not ignored as in TRL."""
-    if config.use_transformers_paged:          # TRL's deprecated name of use_transformers_continuous_batching
+    if config.use_transformers_paged:  # TRL's deprecated name of use_transformers_continuous_batching
         config.use_transformers_continuous_batching = True
     config.transformers_continuous_batching_config = _as_dict(config, "transformers_continuous_batching_config")
     if config.use_transformers_continuous_batching:
-        if config.use_vllm:                    # TRL silently prefers vLLM
-            raise ValueError("GRPOConfig: use_vllm=True and use_transformers_continuous_batching=True each choose "
-                             "the generation backend; set only one of them")
+        if config.use_vllm:  # TRL silently prefers vLLM
+            raise ValueError(
+                "GRPOConfig: use_vllm=True and use_transformers_continuous_batching=True each choose "
+                "the generation backend; set only one of them"
+            )
         _set(config, "generation_backend", "hf_continuous", "use_transformers_continuous_batching=True")
     elif config.use_vllm is not None:
         _set(config, "generation_backend", "vllm" if config.use_vllm else "hf", f"use_vllm={config.use_vllm}")
     url = config.vllm_server_base_url
-    if url is None and (config.vllm_server_host is not None or config.vllm_server_port is not None
-                        or (config.use_vllm and config.vllm_mode == "server" and not config.vllm_server_urls)):
+    if url is None and (
+        config.vllm_server_host is not None
+        or config.vllm_server_port is not None
+        or (config.use_vllm and config.vllm_mode == "server" and not config.vllm_server_urls)
+    ):
         host = config.vllm_server_host or "0.0.0.0"
         url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{config.vllm_server_port or 8000}"
     if url is not None:
         _set(config, "vllm_server_urls", [url.rstrip("/")], f"vllm_server_base_url/host/port ({url})")
     if config.vllm_max_model_length is not None:
-        _set(config, "vllm_max_model_len", config.vllm_max_model_length,
-             f"vllm_max_model_length={config.vllm_max_model_length}")
-    if config.vllm_importance_sampling_cap is None:          # TRL's deprecated alias left at its default
+        _set(
+            config,
+            "vllm_max_model_len",
+            config.vllm_max_model_length,
+            f"vllm_max_model_length={config.vllm_max_model_length}",
+        )
+    if config.vllm_importance_sampling_cap is None:  # TRL's deprecated alias left at its default
         config.vllm_importance_sampling_cap = _default(config, "vllm_importance_sampling_cap")
     if config.vllm_importance_sampling_clip_max is not None:
-        _set(config, "vllm_importance_sampling_cap", config.vllm_importance_sampling_clip_max,
-             f"vllm_importance_sampling_clip_max={config.vllm_importance_sampling_clip_max}")
+        _set(
+            config,
+            "vllm_importance_sampling_cap",
+            config.vllm_importance_sampling_clip_max,
+            f"vllm_importance_sampling_clip_max={config.vllm_importance_sampling_clip_max}",
+        )
     mode = config.vllm_importance_sampling_mode
     if mode is None:
         config.vllm_importance_sampling_mode = f"{config.vllm_importance_sampling_level}_truncate"
     else:
         level, _, constraint = mode.partition("_")
         if constraint not in ("truncate", "mask"):
-            raise ValueError(f"GRPOConfig: vllm_importance_sampling_mode={mode!r} is not one of token_truncate, "
-                             f"token_mask, sequence_truncate, sequence_mask")
+            raise ValueError(
+                f"GRPOConfig: vllm_importance_sampling_mode={mode!r} is not one of token_truncate, "
+                f"token_mask, sequence_truncate, sequence_mask"
+            )
         _set(config, "vllm_importance_sampling_level", level, f"vllm_importance_sampling_mode={mode!r}")
     low = config.vllm_importance_sampling_clip_min
     if low is not None and not 0 <= low <= config.vllm_importance_sampling_cap:
-        raise ValueError(f"GRPOConfig: vllm_importance_sampling_clip_min={low} must be in [0, clip_max="
-                         f"{config.vllm_importance_sampling_cap}]")
+        raise ValueError(
+            f"GRPOConfig: vllm_importance_sampling_clip_min={low} must be in [0, clip_max="
+            f"{config.vllm_importance_sampling_cap}]"
+        )
 
 
 def _algorithm(config) -> None:
@@ -186,24 +214,32 @@ def _algorithm(config) -> None:
         if isinstance(scale, str):
             scale = {"true": "group", "false": "none"}.get(scale.lower(), scale.lower())
         if scale not in SCALE_REWARDS:
-            raise ValueError(f"GRPOConfig: scale_rewards={config.scale_rewards!r} is not one of group, batch, none "
-                             f"(or true / false)")
+            raise ValueError(
+                f"GRPOConfig: scale_rewards={config.scale_rewards!r} is not one of group, batch, none (or true / false)"
+            )
         config.scale_rewards = scale
         _set(config, "advantage_estimator", SCALE_REWARDS[scale], f"scale_rewards={scale!r}")
     if config.delta is not None and config.delta <= 1.0 + (config.epsilon_high or config.epsilon):
-        raise ValueError(f"GRPOConfig: delta={config.delta} caps the unclipped ratio and must be > 1 + epsilon_high "
-                         f"({1.0 + (config.epsilon_high or config.epsilon)})")
+        raise ValueError(
+            f"GRPOConfig: delta={config.delta} caps the unclipped ratio and must be > 1 + epsilon_high "
+            f"({1.0 + (config.epsilon_high or config.epsilon)})"
+        )
     if not 0.0 <= config.top_entropy_quantile <= 1.0:
         raise ValueError(f"GRPOConfig: top_entropy_quantile must be in [0, 1], got {config.top_entropy_quantile}")
     if config.log_completions_hub_repo is not None and not config.log_completions:
-        raise ValueError("GRPOConfig: log_completions_hub_repo is set but log_completions is false; set "
-                         "log_completions: true to push the completions tables, or unset log_completions_hub_repo")
+        raise ValueError(
+            "GRPOConfig: log_completions_hub_repo is set but log_completions is false; set "
+            "log_completions: true to push the completions tables, or unset log_completions_hub_repo"
+        )
     if config.num_generations_eval is not None and config.num_generations_eval < 1:
-        raise ValueError(f"GRPOConfig: num_generations_eval must be >= 1 or None (num_generations), got "
-                         f"{config.num_generations_eval}")
+        raise ValueError(
+            f"GRPOConfig: num_generations_eval must be >= 1 or None (num_generations), got "
+            f"{config.num_generations_eval}"
+        )
     if config.num_completions_to_print is not None and config.num_completions_to_print < 1:
-        raise ValueError(f"GRPOConfig: num_completions_to_print must be >= 1 or None, got "
-                         f"{config.num_completions_to_print}")
+        raise ValueError(
+            f"GRPOConfig: num_completions_to_print must be >= 1 or None, got {config.num_completions_to_print}"
+        )
 
 
 def _aggregation(config) -> None:
@@ -214,45 +250,66 @@ def _aggregation(config) -> None:
         return
     # GDPO's advantage is built from the per-function rewards: nothing that only changes the total may be dropped.
     if config.advantage_estimator != "grpo":
-        raise ValueError(f"GRPOConfig: multi_objective_aggregation=normalize_then_sum whitens the weighted sum over "
-                         f"the batch itself (TRL ignores scale_rewards there); it needs advantage_estimator grpo "
-                         f"(scale_rewards group), got advantage_estimator={config.advantage_estimator!r}")
-    shaping = [name for name in ("gated_reward_funcs", "non_stop_penalty", "overlong_buffer_length")
-               if getattr(config, name)]
+        raise ValueError(
+            f"GRPOConfig: multi_objective_aggregation=normalize_then_sum whitens the weighted sum over "
+            f"the batch itself (TRL ignores scale_rewards there); it needs advantage_estimator grpo "
+            f"(scale_rewards group), got advantage_estimator={config.advantage_estimator!r}"
+        )
+    shaping = [
+        name for name in ("gated_reward_funcs", "non_stop_penalty", "overlong_buffer_length") if getattr(config, name)
+    ]
     if shaping:
-        raise ValueError(f"GRPOConfig: multi_objective_aggregation=normalize_then_sum computes advantages from each "
-                         f"reward function's own rewards, so {', '.join(shaping)} (which shape the total reward) "
-                         f"would have no effect; use sum_then_normalize with them")
+        raise ValueError(
+            f"GRPOConfig: multi_objective_aggregation=normalize_then_sum computes advantages from each "
+            f"reward function's own rewards, so {', '.join(shaping)} (which shape the total reward) "
+            f"would have no effect; use sum_then_normalize with them"
+        )
 
 
 def _reference_sync(config) -> None:
     if not 0.0 <= config.ref_model_mixup_alpha <= 1.0:
         raise ValueError(f"GRPOConfig: ref_model_mixup_alpha must be in [0, 1], got {config.ref_model_mixup_alpha}")
-    if isinstance(config.ref_model_sync_steps, bool) or not isinstance(config.ref_model_sync_steps, int) \
-            or config.ref_model_sync_steps < 1:
-        raise ValueError(f"GRPOConfig: ref_model_sync_steps must be an integer >= 1, got {config.ref_model_sync_steps!r}")
+    if (
+        isinstance(config.ref_model_sync_steps, bool)
+        or not isinstance(config.ref_model_sync_steps, int)
+        or config.ref_model_sync_steps < 1
+    ):
+        raise ValueError(
+            f"GRPOConfig: ref_model_sync_steps must be an integer >= 1, got {config.ref_model_sync_steps!r}"
+        )
     if config.sync_ref_model and config.beta == 0:
-        raise ValueError("GRPOConfig: sync_ref_model mixes the policy into the reference model, but beta=0 trains "
-                         "without one; set beta > 0 or sync_ref_model: false (TRL's rule)")
+        raise ValueError(
+            "GRPOConfig: sync_ref_model mixes the policy into the reference model, but beta=0 trains "
+            "without one; set beta > 0 or sync_ref_model: false (TRL's rule)"
+        )
     if config.sync_ref_model and config.use_peft:
-        raise ValueError("GRPOConfig: sync_ref_model needs a separate reference model, but with use_peft the reference "
-                         "is the policy with its adapter disabled (TRL refuses this too); set sync_ref_model: false")
+        raise ValueError(
+            "GRPOConfig: sync_ref_model needs a separate reference model, but with use_peft the reference "
+            "is the policy with its adapter disabled (TRL refuses this too); set sync_ref_model: false"
+        )
 
 
-def check_trainer_arguments(quantization_config=None, tools=None, rollout_func=None, environment_factory=None,
-                            model_is_loaded: bool = False) -> None:
+def check_trainer_arguments(
+    quantization_config=None, tools=None, rollout_func=None, environment_factory=None, model_is_loaded: bool = False
+) -> None:
     """TRL's `GRPOTrainer` keywords checked before the model loads: combinations TRL also refuses, and
     quantization's requirements."""
     if rollout_func is not None and (tools or environment_factory is not None):
-        raise ValueError("DistributedGRPOTrainer: rollout_func replaces generation, so it cannot be combined with tools "
-                         "or environment_factory (run tools inside rollout_func instead)")
+        raise ValueError(
+            "DistributedGRPOTrainer: rollout_func replaces generation, so it cannot be combined with tools "
+            "or environment_factory (run tools inside rollout_func instead)"
+        )
     if rollout_func is not None and not callable(rollout_func):
         raise TypeError(f"DistributedGRPOTrainer: rollout_func must be callable, got {type(rollout_func).__name__}")
     if quantization_config is None:
         return
     if model_is_loaded:
-        raise ValueError("DistributedGRPOTrainer: quantization_config applies when the model is loaded from a name "
-                         "or path; this model is already loaded (quantize it yourself, or pass its name)")
+        raise ValueError(
+            "DistributedGRPOTrainer: quantization_config applies when the model is loaded from a name "
+            "or path; this model is already loaded (quantize it yourself, or pass its name)"
+        )
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise ImportError("DistributedGRPOTrainer: quantization_config needs bitsandbytes, which is not installed "
-                          "(`pip install bitsandbytes`; it needs a CUDA GPU)")
+        raise ImportError(
+            "DistributedGRPOTrainer: quantization_config needs bitsandbytes, which is not installed "
+            "(`pip install bitsandbytes`; it needs a CUDA GPU)"
+        )

@@ -15,8 +15,14 @@ import types
 import typing
 from collections.abc import Mapping
 
-from ..algorithms import (ADVANTAGE_ESTIMATORS, IMPORTANCE_SAMPLING_LEVELS, KL_ESTIMATORS, LOSS_TYPES,
-                         TEMPERATURE_SCHEDULES, WHITENING_LEVELS)
+from ..algorithms import (
+    ADVANTAGE_ESTIMATORS,
+    IMPORTANCE_SAMPLING_LEVELS,
+    KL_ESTIMATORS,
+    LOSS_TYPES,
+    TEMPERATURE_SCHEDULES,
+    WHITENING_LEVELS,
+)
 from ..errors import InputError
 
 GENERATION_BACKENDS = ("auto", "hf", "hf_continuous", "vllm")
@@ -26,11 +32,19 @@ LOGPROB_PATHS = ("auto", "chunked", "model")
 
 # (field, smallest value, None allowed): counts that divide, index or size something.
 COUNTS = (
-    ("per_device_train_batch_size", 1, False), ("per_device_eval_batch_size", 1, False),
-    ("gradient_accumulation_steps", 1, False), ("num_generations", 1, False), ("steps_per_generation", 1, True),
-    ("num_iterations", 1, False), ("max_completion_length", 1, False), ("max_prompt_length", 1, True),
-    ("max_train_samples", 1, True), ("eval_max_samples", 1, True), ("heldout_eval_samples", 0, False),
-    ("save_total_limit", 1, True), ("dataloader_num_workers", 0, False),
+    ("per_device_train_batch_size", 1, False),
+    ("per_device_eval_batch_size", 1, False),
+    ("gradient_accumulation_steps", 1, False),
+    ("num_generations", 1, False),
+    ("steps_per_generation", 1, True),
+    ("num_iterations", 1, False),
+    ("max_completion_length", 1, False),
+    ("max_prompt_length", 1, True),
+    ("max_train_samples", 1, True),
+    ("eval_max_samples", 1, True),
+    ("heldout_eval_samples", 0, False),
+    ("save_total_limit", 1, True),
+    ("dataloader_num_workers", 0, False),
 )
 
 
@@ -90,8 +104,14 @@ def describe(tp) -> str:
     alternatives = _union_args(tp)
     if alternatives is not None:
         return " or ".join(describe(a) for a in alternatives)
-    names = {bool: "true/false", int: "an integer", float: "a number", str: "a string", type(None): "None",
-             dict: "a mapping"}
+    names = {
+        bool: "true/false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        type(None): "None",
+        dict: "a mapping",
+    }
     if tp in names:
         return names[tp]
     if typing.get_origin(tp) in (list, tuple):
@@ -113,10 +133,13 @@ def checked_fields(cls) -> dict[str, typing.Any]:
     """The fields whose annotations are checked: all of hf_grpo's, and the
     `TrainingArguments` ones typed as a plain number or bool (some of its richer annotations do not cover values it
     assigns itself, e.g. ``debug=None``)."""
-    # TRL's own fields (hf_grpo.config.trl_fields) take what TRL takes; hf_grpo.config.trl_compat checks them as it maps them.
+
+    # TRL's own fields (hf_grpo.config.trl_fields) take what TRL takes; hf_grpo.config.trl_compat checks them as it maps
+    # them.
     def declared(module) -> set[str]:
-        return {name for klass in cls.__mro__ if module(klass.__module__)
-                for name in vars(klass).get("__annotations__", {})}
+        return {
+            name for klass in cls.__mro__ if module(klass.__module__) for name in vars(klass).get("__annotations__", {})
+        }
 
     own = declared(lambda m: m.startswith("hf_grpo") and m != "hf_grpo.config.trl_fields")
     trl = declared(lambda m: m == "hf_grpo.config.trl_fields") - own
@@ -148,25 +171,28 @@ def check_counts(config) -> None:
             allowed = f"an integer >= {least}" + (" or None" if optional else "")
             raise ConfigError(f"{name} must be {allowed}, got {value!r}", name)
     if config.max_steps == 0 or config.max_steps < -1:
-        raise ConfigError(f"max_steps must be >= 1, or -1 to train num_train_epochs, got {config.max_steps}",
-                          "max_steps")
+        raise ConfigError(
+            f"max_steps must be >= 1, or -1 to train num_train_epochs, got {config.max_steps}", "max_steps"
+        )
     for name in ("learning_rate", "num_train_epochs", "warmup_steps", "weight_decay"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{name} must be >= 0, got {getattr(config, name)}", name)
     for name in ("save_steps", "eval_steps"):
         value = getattr(config, name)
         if value is not None and value <= 0:
-            raise ConfigError(f"{name} must be > 0 (a number of steps, or a fraction of the run below 1), got "
-                              f"{value}", name)
+            raise ConfigError(
+                f"{name} must be > 0 (a number of steps, or a fraction of the run below 1), got {value}", name
+            )
 
 
 def validate(config) -> None:
     """The rules between fields, on a config whose types and counts have been checked."""
+
     def check(ok: bool, message: str) -> None:
         if not ok:
             raise ConfigError(message)
 
-    def one_of(name: str, allowed) -> None:          # a tuple of names, or a table keyed by them
+    def one_of(name: str, allowed) -> None:  # a tuple of names, or a table keyed by them
         if getattr(config, name) not in allowed:
             raise ConfigError(f"{name}={getattr(config, name)!r} is not one of {tuple(allowed)}", name)
 
@@ -177,41 +203,60 @@ def validate(config) -> None:
     one_of("logprob_path", LOGPROB_PATHS)
     one_of("dtype", ("auto", "float32", "bfloat16", "float16"))
     one_of("vllm_importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
-    check(config.vllm_importance_sampling_cap >= 1.0,
-          f"vllm_importance_sampling_cap must be >= 1 (a ratio cap), got {config.vllm_importance_sampling_cap}")
+    check(
+        config.vllm_importance_sampling_cap >= 1.0,
+        f"vllm_importance_sampling_cap must be >= 1 (a ratio cap), got {config.vllm_importance_sampling_cap}",
+    )
     if config.generation_backend == "vllm" and config.vllm_mode == "server":
-        check(bool(config.vllm_server_urls), "vllm_mode=server needs vllm_server_urls (start servers with "
-              "`hf-grpo serve --model <model> --port <port>`)")
+        check(
+            bool(config.vllm_server_urls),
+            "vllm_mode=server needs vllm_server_urls (start servers with "
+            "`hf-grpo serve --model <model> --port <port>`)",
+        )
     _check_backend_options(config)
-    check(not config.old_logprobs_from_sampler or config.generation_backend == "vllm",
-          f"old_logprobs_from_sampler needs the sampler's log-probs, which generation_backend="
-          f"{config.generation_backend!r} does not return; use generation_backend=vllm")
-    check(0 < config.vllm_gpu_memory_utilization <= 1,
-          f"vllm_gpu_memory_utilization must be in (0, 1], got {config.vllm_gpu_memory_utilization}")
+    check(
+        not config.old_logprobs_from_sampler or config.generation_backend == "vllm",
+        f"old_logprobs_from_sampler needs the sampler's log-probs, which generation_backend="
+        f"{config.generation_backend!r} does not return; use generation_backend=vllm",
+    )
+    check(
+        0 < config.vllm_gpu_memory_utilization <= 1,
+        f"vllm_gpu_memory_utilization must be in (0, 1], got {config.vllm_gpu_memory_utilization}",
+    )
     one_of("advantage_estimator", ADVANTAGE_ESTIMATORS)
     one_of("loss_type", LOSS_TYPES)
     one_of("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
     one_of("kl_estimator", KL_ESTIMATORS)
     one_of("reward_error", ("raise", "zero", "skip"))  # RewardRunner's ON_ERROR (config stays import-light)
-    one_of("tool_protocol", ("auto", "template", "fallback"))   # hf_grpo.agents.protocol.PROTOCOLS
-    check(config.max_tool_calling_iterations is None or config.max_tool_calling_iterations >= 0,
-          f"max_tool_calling_iterations must be >= 0 or None, got {config.max_tool_calling_iterations}")
-    check(config.max_tool_output_tokens is None or config.max_tool_output_tokens >= 1,
-          f"max_tool_output_tokens must be >= 1 or None, got {config.max_tool_output_tokens}")
-    check(config.reward_timeout is None or config.reward_timeout > 0,
-          f"reward_timeout must be > 0 seconds or None (no limit), got {config.reward_timeout}")
+    one_of("tool_protocol", ("auto", "template", "fallback"))  # hf_grpo.agents.protocol.PROTOCOLS
+    check(
+        config.max_tool_calling_iterations is None or config.max_tool_calling_iterations >= 0,
+        f"max_tool_calling_iterations must be >= 0 or None, got {config.max_tool_calling_iterations}",
+    )
+    check(
+        config.max_tool_output_tokens is None or config.max_tool_output_tokens >= 1,
+        f"max_tool_output_tokens must be >= 1 or None, got {config.max_tool_output_tokens}",
+    )
+    check(
+        config.reward_timeout is None or config.reward_timeout > 0,
+        f"reward_timeout must be > 0 seconds or None (no limit), got {config.reward_timeout}",
+    )
     check(config.tool_timeout > 0, f"tool_timeout must be > 0 seconds, got {config.tool_timeout}")
     check(config.max_concurrent_tools >= 1, f"max_concurrent_tools must be >= 1, got {config.max_concurrent_tools}")
     check(config.remove_unused_columns is False, "remove_unused_columns must be False (rewards read dataset columns)")
-    check(config.num_generations >= 2 or config.advantage_estimator == "reinforce_pp",
-          f"advantage_estimator={config.advantage_estimator!r} compares samples within a group, so "
-          f"num_generations must be >= 2 (got {config.num_generations}); use reinforce_pp for G=1")
+    check(
+        config.num_generations >= 2 or config.advantage_estimator == "reinforce_pp",
+        f"advantage_estimator={config.advantage_estimator!r} compares samples within a group, so "
+        f"num_generations must be >= 2 (got {config.num_generations}); use reinforce_pp for G=1",
+    )
     per_round = config.per_device_train_batch_size * config.steps_per_generation
-    check(per_round % config.num_generations == 0,
-          f"each process generates whole groups: per_device_train_batch_size ({config.per_device_train_batch_size})"
-          f" x steps_per_generation ({config.steps_per_generation}) = {per_round} completions must be a multiple "
-          f"of num_generations ({config.num_generations}); groups never straddle processes here (TRL only needs the "
-          f"global batch over all processes to hold whole groups)")
+    check(
+        per_round % config.num_generations == 0,
+        f"each process generates whole groups: per_device_train_batch_size ({config.per_device_train_batch_size})"
+        f" x steps_per_generation ({config.steps_per_generation}) = {per_round} completions must be a multiple "
+        f"of num_generations ({config.num_generations}); groups never straddle processes here (TRL only needs the "
+        f"global batch over all processes to hold whole groups)",
+    )
     check(0 <= config.epsilon < 1, f"epsilon must be in [0, 1), got {config.epsilon}")
     check(config.epsilon_high >= 0, f"epsilon_high must be >= 0, got {config.epsilon_high}")
     check(config.beta >= 0, f"beta must be >= 0, got {config.beta}")
@@ -223,72 +268,107 @@ def validate(config) -> None:
     one_of("reinforce_pp_whitening", WHITENING_LEVELS)
     one_of("temperature_schedule", TEMPERATURE_SCHEDULES)
     if config.temperature_schedule != "constant":
-        check(config.temperature_end is not None and config.temperature_end > 0,
-              f"temperature_schedule={config.temperature_schedule!r} anneals from temperature to temperature_end, "
-              f"which must be > 0 (got {config.temperature_end})")
-    check(config.temperature_anneal_steps is None or config.temperature_anneal_steps >= 1,
-          f"temperature_anneal_steps must be >= 1 or None, got {config.temperature_anneal_steps}")
-    check(config.ratio_skip_threshold is None or config.ratio_skip_threshold > 1,
-          f"ratio_skip_threshold must be > 1 (a ratio above the on-policy 1) or None, got "
-          f"{config.ratio_skip_threshold}")
+        check(
+            config.temperature_end is not None and config.temperature_end > 0,
+            f"temperature_schedule={config.temperature_schedule!r} anneals from temperature to temperature_end, "
+            f"which must be > 0 (got {config.temperature_end})",
+        )
+    check(
+        config.temperature_anneal_steps is None or config.temperature_anneal_steps >= 1,
+        f"temperature_anneal_steps must be >= 1 or None, got {config.temperature_anneal_steps}",
+    )
+    check(
+        config.ratio_skip_threshold is None or config.ratio_skip_threshold > 1,
+        f"ratio_skip_threshold must be > 1 (a ratio above the on-policy 1) or None, got {config.ratio_skip_threshold}",
+    )
     check(config.ptx_coef >= 0, f"ptx_coef must be >= 0, got {config.ptx_coef}")
-    check((config.ptx_coef > 0) == (config.ptx_dataset is not None),
-          f"the PTX loss needs both ptx_dataset and ptx_coef > 0 (got ptx_dataset={config.ptx_dataset!r}, "
-          f"ptx_coef={config.ptx_coef})")
-    check(config.ptx_batch_size >= 1 and config.ptx_max_length >= 2,
-          "ptx_batch_size must be >= 1 and ptx_max_length >= 2")
-    check(not config.use_bias_correction_kl or config.kl_estimator in ("k1", "k3"),
-          f"use_bias_correction_kl weights the KL by the importance ratio, which unbiases the gradients of k1 and "
-          f"k3 but biases kl_estimator={config.kl_estimator!r}'s; set use_bias_correction_kl: false or use k3")
+    check(
+        (config.ptx_coef > 0) == (config.ptx_dataset is not None),
+        f"the PTX loss needs both ptx_dataset and ptx_coef > 0 (got ptx_dataset={config.ptx_dataset!r}, "
+        f"ptx_coef={config.ptx_coef})",
+    )
+    check(
+        config.ptx_batch_size >= 1 and config.ptx_max_length >= 2, "ptx_batch_size must be >= 1 and ptx_max_length >= 2"
+    )
+    check(
+        not config.use_bias_correction_kl or config.kl_estimator in ("k1", "k3"),
+        f"use_bias_correction_kl weights the KL by the importance ratio, which unbiases the gradients of k1 and "
+        f"k3 but biases kl_estimator={config.kl_estimator!r}'s; set use_bias_correction_kl: false or use k3",
+    )
     check(config.logprob_chunk_size >= 1, "logprob_chunk_size must be >= 1")
-    check(config.generation_chunk_size is None or config.generation_chunk_size >= 1,
-          "generation_chunk_size must be None (one call) or >= 1")
+    check(
+        config.generation_chunk_size is None or config.generation_chunk_size >= 1,
+        "generation_chunk_size must be None (one call) or >= 1",
+    )
     if config.max_tokens_per_microbatch is not None:
         longest = (config.max_prompt_length or 0) + config.max_completion_length
-        check(config.max_tokens_per_microbatch >= longest,
-              f"max_tokens_per_microbatch ({config.max_tokens_per_microbatch}) must be >= max_prompt_length + "
-              f"max_completion_length ({longest}): a packed row holds whole sequences")
+        check(
+            config.max_tokens_per_microbatch >= longest,
+            f"max_tokens_per_microbatch ({config.max_tokens_per_microbatch}) must be >= max_prompt_length + "
+            f"max_completion_length ({longest}): a packed row holds whole sequences",
+        )
     if config.overlong_buffer_length is not None:
-        check(0 < config.overlong_buffer_length <= config.max_completion_length,
-              f"overlong_buffer_length ({config.overlong_buffer_length}) must be in (0, max_completion_length="
-              f"{config.max_completion_length}]")
+        check(
+            0 < config.overlong_buffer_length <= config.max_completion_length,
+            f"overlong_buffer_length ({config.overlong_buffer_length}) must be in (0, max_completion_length="
+            f"{config.max_completion_length}]",
+        )
     low, high = (list(config.dynamic_sampling_filter_range) + [None, None])[:2]
-    check(len(config.dynamic_sampling_filter_range) == 2 and 0 <= low <= high <= 1,
-          f"dynamic_sampling_filter_range must be [low, high] with 0 <= low <= high <= 1, "
-          f"got {config.dynamic_sampling_filter_range}")
+    check(
+        len(config.dynamic_sampling_filter_range) == 2 and 0 <= low <= high <= 1,
+        f"dynamic_sampling_filter_range must be [low, high] with 0 <= low <= high <= 1, "
+        f"got {config.dynamic_sampling_filter_range}",
+    )
     check(config.dynamic_sampling_max_rounds >= 0, "dynamic_sampling_max_rounds must be >= 0")
     one_of("dynamic_sampling_criterion", ("success_rate", "reward_std"))
     if config.max_staleness is not None:
         check(config.max_staleness >= 0, f"max_staleness must be None or >= 0, got {config.max_staleness}")
-        check(config.generation_backend == "vllm",
-              "max_staleness needs generation_backend=vllm: the HF backend generates with the policy being "
-              "trained, so generation cannot overlap training")
-        check(config.vllm_tensor_parallel_size == 1 and not config.vllm_enable_sleep_mode,
-              "max_staleness: a tensor-parallel colocated engine (its generate is a collective) and sleep mode "
-              "(the engine sleeps while training) cannot overlap generation with training")
-        check(config.steps_per_generation % config.gradient_accumulation_steps == 0,
-              f"max_staleness needs steps_per_generation ({config.steps_per_generation}) to be a multiple of "
-              f"gradient_accumulation_steps ({config.gradient_accumulation_steps}): a round's staleness is counted "
-              f"in whole optimizer steps, which a round ending inside a step does not have")
+        check(
+            config.generation_backend == "vllm",
+            "max_staleness needs generation_backend=vllm: the HF backend generates with the policy being "
+            "trained, so generation cannot overlap training",
+        )
+        check(
+            config.vllm_tensor_parallel_size == 1 and not config.vllm_enable_sleep_mode,
+            "max_staleness: a tensor-parallel colocated engine (its generate is a collective) and sleep mode "
+            "(the engine sleeps while training) cannot overlap generation with training",
+        )
+        check(
+            config.steps_per_generation % config.gradient_accumulation_steps == 0,
+            f"max_staleness needs steps_per_generation ({config.steps_per_generation}) to be a multiple of "
+            f"gradient_accumulation_steps ({config.gradient_accumulation_steps}): a round's staleness is counted "
+            f"in whole optimizer steps, which a round ending inside a step does not have",
+        )
     if config.reward_weights is not None and config.reward_funcs is not None:
-        check(len(config.reward_weights) == len(config.reward_funcs),
-              f"reward_weights has {len(config.reward_weights)} entries but reward_funcs has "
-              f"{len(config.reward_funcs)} ({config.reward_funcs})")
-    check(config.max_train_minutes is None or config.max_train_minutes > 0,
-          f"max_train_minutes must be > 0 or None, got {config.max_train_minutes}")
-    check(config.save_every_minutes is None or config.save_every_minutes > 0,
-          f"save_every_minutes must be > 0 or None, got {config.save_every_minutes}")
+        check(
+            len(config.reward_weights) == len(config.reward_funcs),
+            f"reward_weights has {len(config.reward_weights)} entries but reward_funcs has "
+            f"{len(config.reward_funcs)} ({config.reward_funcs})",
+        )
+    check(
+        config.max_train_minutes is None or config.max_train_minutes > 0,
+        f"max_train_minutes must be > 0 or None, got {config.max_train_minutes}",
+    )
+    check(
+        config.save_every_minutes is None or config.save_every_minutes > 0,
+        f"save_every_minutes must be > 0 or None, got {config.save_every_minutes}",
+    )
     check(config.log_completions_steps >= 0, "log_completions_steps must be >= 0")
     check(config.code_timeout_s > 0, f"code_timeout_s must be > 0, got {config.code_timeout_s}")
     check(config.code_memory_mb > 0, f"code_memory_mb must be > 0, got {config.code_memory_mb}")
-    check(config.code_workers is None or config.code_workers >= 1,
-          f"code_workers must be >= 1 or None (one per CPU), got {config.code_workers}")
+    check(
+        config.code_workers is None or config.code_workers >= 1,
+        f"code_workers must be >= 1 or None (one per CPU), got {config.code_workers}",
+    )
 
 
 # TRL fields that apply to one generation backend: (field, its "off" value, the backend it needs).
-BACKEND_OPTIONS = (("cache_implementation", None, "hf"), ("ds3_gather_for_generation", True, "hf"),
-                   ("transformers_continuous_batching_config", None, "hf_continuous"),
-                   ("vllm_structured_outputs_regex", None, "vllm"))
+BACKEND_OPTIONS = (
+    ("cache_implementation", None, "hf"),
+    ("ds3_gather_for_generation", True, "hf"),
+    ("transformers_continuous_batching_config", None, "hf_continuous"),
+    ("vllm_structured_outputs_regex", None, "vllm"),
+)
 
 
 def _check_backend_options(config) -> None:
@@ -296,13 +376,19 @@ def _check_backend_options(config) -> None:
     batching backend's sampling limits are checked where they are known."""
     for name, off, backend in BACKEND_OPTIONS:
         if getattr(config, name) != off and config.generation_backend != backend:
-            raise ConfigError(f"{name}={getattr(config, name)!r} applies to generation_backend={backend!r}, but "
-                              f"generation_backend={config.generation_backend!r}; remove it or switch backend", name)
+            raise ConfigError(
+                f"{name}={getattr(config, name)!r} applies to generation_backend={backend!r}, but "
+                f"generation_backend={config.generation_backend!r}; remove it or switch backend",
+                name,
+            )
     if config.vllm_group_port is not None and not 1 <= config.vllm_group_port <= 65535:
-        raise ConfigError(f"vllm_group_port must be a port 1..65535 or None (a free one), got {config.vllm_group_port}",
-                          "vllm_group_port")
+        raise ConfigError(
+            f"vllm_group_port must be a port 1..65535 or None (a free one), got {config.vllm_group_port}",
+            "vllm_group_port",
+        )
     if config.generation_backend == "hf_continuous":
         from ..generation.continuous import check_config
+
         check_config(config)
 
 
@@ -310,15 +396,20 @@ def _check_sampler_logprobs(config, check) -> None:
     """vLLM's log-probs include every sampling transform; the trainer's include temperature and (with
     logprob_sampling_filters) top_k/top_p/min_p. Refuse ratios between the two when they cannot agree."""
     uses_sampler_logprobs = config.generation_backend == "vllm" and (
-        config.vllm_importance_sampling_correction or config.old_logprobs_from_sampler)
+        config.vllm_importance_sampling_correction or config.old_logprobs_from_sampler
+    )
     if not uses_sampler_logprobs:
         return
     off = "set vllm_importance_sampling_correction: false and old_logprobs_from_sampler: false"
-    check(config.repetition_penalty == 1.0,
-          f"repetition_penalty={config.repetition_penalty} changes vLLM's sampling log-probs in a way the trainer's "
-          f"log-probs do not reproduce, which biases the importance ratios; {off}, or drop repetition_penalty")
+    check(
+        config.repetition_penalty == 1.0,
+        f"repetition_penalty={config.repetition_penalty} changes vLLM's sampling log-probs in a way the trainer's "
+        f"log-probs do not reproduce, which biases the importance ratios; {off}, or drop repetition_penalty",
+    )
     filters = config.top_p < 1 or config.top_k > 0 or config.min_p > 0
-    check(config.logprob_sampling_filters or not filters,
-          f"top_p={config.top_p}, top_k={config.top_k}, min_p={config.min_p} truncate vLLM's sampling distribution, "
-          f"and logprob_sampling_filters=false leaves the trainer's log-probs untruncated, which biases the "
-          f"importance ratios; set logprob_sampling_filters: true, or {off}")
+    check(
+        config.logprob_sampling_filters or not filters,
+        f"top_p={config.top_p}, top_k={config.top_k}, min_p={config.min_p} truncate vLLM's sampling distribution, "
+        f"and logprob_sampling_filters=false leaves the trainer's log-probs untruncated, which biases the "
+        f"importance ratios; set logprob_sampling_filters: true, or {off}",
+    )

@@ -30,12 +30,32 @@ ARITHMETIC_SYSTEM_PROMPT = (
 )
 
 NAMES = (
-    ("Maya", "she"), ("Liam", "he"), ("Ava", "she"), ("Noah", "he"), ("Zoe", "she"), ("Omar", "he"),
-    ("Lena", "she"), ("Ben", "he"), ("Sara", "she"), ("Leo", "he"), ("Nina", "she"), ("Sam", "he"),
+    ("Maya", "she"),
+    ("Liam", "he"),
+    ("Ava", "she"),
+    ("Noah", "he"),
+    ("Zoe", "she"),
+    ("Omar", "he"),
+    ("Lena", "she"),
+    ("Ben", "he"),
+    ("Sara", "she"),
+    ("Leo", "he"),
+    ("Nina", "she"),
+    ("Sam", "he"),
 )
 OBJECTS = (
-    "apples", "pencils", "marbles", "stickers", "cookies", "books",
-    "shells", "cards", "balloons", "stamps", "crayons", "oranges",
+    "apples",
+    "pencils",
+    "marbles",
+    "stickers",
+    "cookies",
+    "books",
+    "shells",
+    "cards",
+    "balloons",
+    "stamps",
+    "crayons",
+    "oranges",
 )
 CONTAINERS = ("bags", "boxes", "jars", "baskets", "packs")
 
@@ -44,7 +64,7 @@ ARITHMETIC_SOURCE = re.compile(r"\s*arithmetic(?::\s*\d+\s*)?")
 # Held-out fold: the problems whose numbers and answer (see is_heldout) have a CRC32 of 0 mod 10.
 # Training rows never come from it, so held-out accuracy measures arithmetic on number combinations never trained.
 HELDOUT_FOLDS = 10
-HELDOUT_SEED_OFFSET = 1_000_003      # the held-out rows' draw stream: seed + this
+HELDOUT_SEED_OFFSET = 1_000_003  # the held-out rows' draw stream: seed + this
 
 
 class _Draw:
@@ -65,8 +85,10 @@ def _add(d: _Draw, name: str, pron: str, obj: str) -> tuple[str, int]:
     if d.int(0, 1):
         text = f"{name} has {a} {obj} and buys {b} more. How many {obj} does {pron} have now?"
     else:
-        text = (f"{name} picks {a} {obj} in the morning and {b} {obj} in the afternoon. "
-                f"How many {obj} does {pron} pick in total?")
+        text = (
+            f"{name} picks {a} {obj} in the morning and {b} {obj} in the afternoon. "
+            f"How many {obj} does {pron} pick in total?"
+        )
     return text, a + b
 
 

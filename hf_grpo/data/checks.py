@@ -33,7 +33,7 @@ from .streaming import LazyEvalSet, RowChecker, StreamedPrompts, check_streaming
 
 logger = logging.getLogger(__name__)
 
-KEEP = object()      # prepare_datasets(KEEP, eval_dataset, ...): the eval sets given to evaluate(), checked alone
+KEEP = object()  # prepare_datasets(KEEP, eval_dataset, ...): the eval sets given to evaluate(), checked alone
 
 # vLLM colocated without max_prompt_length: the engine's context is sized for this many prompt tokens (vllm_colocate).
 DEFAULT_VLLM_PROMPT_TOKENS = 512
@@ -47,15 +47,28 @@ def prompt_token_limit(args, max_position_embeddings: int | None) -> tuple[int |
         limits.append((args.max_prompt_length, f"max_prompt_length={args.max_prompt_length}"))
     if args.generation_backend == "vllm" and args.vllm_mode == "colocate":
         if args.vllm_max_model_len is not None:
-            limits.append((args.vllm_max_model_len - completion, f"vllm_max_model_len={args.vllm_max_model_len} "
-                                                                 f"minus max_completion_length={completion}"))
+            limits.append(
+                (
+                    args.vllm_max_model_len - completion,
+                    f"vllm_max_model_len={args.vllm_max_model_len} minus max_completion_length={completion}",
+                )
+            )
         elif args.max_prompt_length is None:
-            limits.append((DEFAULT_VLLM_PROMPT_TOKENS, f"the vLLM engine's context is sized for "
-                                                       f"{DEFAULT_VLLM_PROMPT_TOKENS} prompt tokens when "
-                                                       f"max_prompt_length is None"))
+            limits.append(
+                (
+                    DEFAULT_VLLM_PROMPT_TOKENS,
+                    f"the vLLM engine's context is sized for "
+                    f"{DEFAULT_VLLM_PROMPT_TOKENS} prompt tokens when "
+                    f"max_prompt_length is None",
+                )
+            )
     if max_position_embeddings:
-        limits.append((max_position_embeddings - completion, f"the model's {max_position_embeddings} positions minus "
-                                                             f"max_completion_length={completion}"))
+        limits.append(
+            (
+                max_position_embeddings - completion,
+                f"the model's {max_position_embeddings} positions minus max_completion_length={completion}",
+            )
+        )
     if not limits:
         return None, None
     limit, reason = min(limits)
@@ -71,14 +84,22 @@ def model_positions(model) -> int | None:
         from transformers import AutoConfig
 
         from ..models.loading import resolve_model_path
+
         config = AutoConfig.from_pretrained(resolve_model_path(model))
     else:
         config = model.config
     return getattr(config, "max_position_embeddings", None)
 
 
-def prepare_dataset(source: Any, tokenizer, args, name: str, limit: int | None, reason: str | None,
-                    encode: Callable[[Any], list[int]] | None = None) -> Dataset:
+def prepare_dataset(
+    source: Any,
+    tokenizer,
+    args,
+    name: str,
+    limit: int | None,
+    reason: str | None,
+    encode: Callable[[Any], list[int]] | None = None,
+) -> Dataset:
     """One prompt source, validated and length-filtered (see the module docstring)."""
     validated = isinstance(source, Dataset) and row_locations(source) is not None
     dataset = source if validated else load_prompt_dataset(source, prompt_column=args.prompt_column, name=name)
@@ -86,12 +107,19 @@ def prepare_dataset(source: Any, tokenizer, args, name: str, limit: int | None, 
     return dataset
 
 
-def prepare_datasets(train_dataset, eval_dataset, tokenizer, args, max_position_embeddings: int | None,
-                     environment_factory=None, encode: Callable[[Any], list[int]] | None = None):
+def prepare_datasets(
+    train_dataset,
+    eval_dataset,
+    tokenizer,
+    args,
+    max_position_embeddings: int | None,
+    environment_factory=None,
+    encode: Callable[[Any], list[int]] | None = None,
+):
     """``(train_dataset, eval_dataset)`` validated and filtered; ``eval_dataset`` keeps its shape (one set or a dict
     of named sets). Without an ``eval_dataset``, ``args.eval_datasets`` (named paths) is loaded. A missing
     ``train_dataset`` is an error here, at construction (TRL's wording), unless an environment supplies the prompts."""
-    if train_dataset is None and environment_factory is None:    # KEEP: checking eval sets only (evaluate())
+    if train_dataset is None and environment_factory is None:  # KEEP: checking eval sets only (evaluate())
         raise InputError("`train_dataset` is required unless an `environment_factory` is provided.")
     limit, reason = prompt_token_limit(args, max_position_embeddings)
 
@@ -99,19 +127,23 @@ def prepare_datasets(train_dataset, eval_dataset, tokenizer, args, max_position_
         if not is_streaming(source):
             return prepare_dataset(source, tokenizer, args, name, limit, reason, encode)
         checker = RowChecker(tokenizer, args, name, limit, reason, encode)
-        if train_dataset is KEEP:       # evaluate(): checked as drawn
+        if train_dataset is KEEP:  # evaluate(): checked as drawn
             return LazyEvalSet(source, checker)
-        if name != "train_dataset":     # kept as given (TRL), wrapped when evaluate() draws it
+        if name != "train_dataset":  # kept as given (TRL), wrapped when evaluate() draws it
             return source
         check_streaming_config(args)
-        return StreamedPrompts(source, checker, args.prompts_per_generation * args.world_size,
-                               args.steps_per_generation * args.num_iterations)
+        return StreamedPrompts(
+            source,
+            checker,
+            args.prompts_per_generation * args.world_size,
+            args.steps_per_generation * args.num_iterations,
+        )
 
     if train_dataset is not None and train_dataset is not KEEP:
         train_dataset = prepare(train_dataset, "train_dataset")
     if eval_dataset is None and args.eval_datasets:
         eval_dataset = dict(args.eval_datasets)
-    if isinstance(eval_dataset, Mapping):       # also a DatasetDict / IterableDatasetDict: its splits are named sets
+    if isinstance(eval_dataset, Mapping):  # also a DatasetDict / IterableDatasetDict: its splits are named sets
         eval_dataset = {key: prepare(value, f"eval_dataset[{key!r}]") for key, value in eval_dataset.items()}
     elif eval_dataset is not None:
         eval_dataset = prepare(eval_dataset, "eval_dataset")

@@ -46,8 +46,10 @@ def _decode(where: str, line: bytes, offset: int) -> str:
         return line.decode("utf-8")
     except UnicodeDecodeError as err:
         bad = line[err.start]
-        raise DataFormatError(f"{where}: not UTF-8: byte 0x{bad:02x} at byte {err.start + 1} of the line (byte "
-                              f"{offset + err.start + 1} of the file); save the file as UTF-8") from None
+        raise DataFormatError(
+            f"{where}: not UTF-8: byte 0x{bad:02x} at byte {err.start + 1} of the line (byte "
+            f"{offset + err.start + 1} of the file); save the file as UTF-8"
+        ) from None
 
 
 def iter_jsonl(path: str | os.PathLike, counts: dict[str, int] | None = None) -> Iterator[tuple[str, Any]]:
@@ -58,10 +60,11 @@ def iter_jsonl(path: str | os.PathLike, counts: dict[str, int] | None = None) ->
         for lineno, (offset, line) in enumerate(_lines(handle), start=1):
             where = f"{name}:{lineno}"
             if lineno == 1 and line.startswith(_UTF16_BOMS):
-                raise DataFormatError(f"{where}: not UTF-8: the file starts with a UTF-16 byte-order mark; save it "
-                                      f"as UTF-8")
+                raise DataFormatError(
+                    f"{where}: not UTF-8: the file starts with a UTF-16 byte-order mark; save it as UTF-8"
+                )
             if lineno == 1 and line.startswith(_UTF8_BOM):
-                line, offset = line[len(_UTF8_BOM):], offset + len(_UTF8_BOM)
+                line, offset = line[len(_UTF8_BOM) :], offset + len(_UTF8_BOM)
             text = _decode(where, line, offset)
             if not text.strip():
                 blank += 1
@@ -75,8 +78,9 @@ def iter_jsonl(path: str | os.PathLike, counts: dict[str, int] | None = None) ->
         counts["blank"] = blank
 
 
-def read_jsonl(path: str | os.PathLike, prompt_column: str = "prompt",
-               locations: list[str] | None = None) -> tuple[list[dict], str]:
+def read_jsonl(
+    path: str | os.PathLike, prompt_column: str = "prompt", locations: list[str] | None = None
+) -> tuple[list[dict], str]:
     """Load and validate a JSONL prompt file; return its canonical rows and the detected format name (each row's
     ``file:line`` is appended to ``locations`` when given)."""
     name = os.fspath(path)

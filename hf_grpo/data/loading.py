@@ -25,9 +25,10 @@ from typing import Any
 from datasets import Dataset, DatasetDict, IterableDataset, load_from_disk
 
 from .arithmetic import arithmetic_rows
-from .multiplication import DEFAULT_ROWS as DEFAULT_MULTIPLICATION_ROWS, multiplication_rows
 from .jsonl import read_jsonl
 from .locations import set_row_locations
+from .multiplication import DEFAULT_ROWS as DEFAULT_MULTIPLICATION_ROWS
+from .multiplication import multiplication_rows
 from .prompts import add_system_prompt
 from .schema import DataFormatError, normalize_rows
 
@@ -39,12 +40,14 @@ DEFAULT_ARITHMETIC_ROWS = 2000
 class DataSourceNotFoundError(DataFormatError, FileNotFoundError):
     """A data path that does not exist (still a FileNotFoundError for callers that catch that)."""
 
+
 _ARITHMETIC = re.compile(r"arithmetic(?::(.*))?")
 _MULTIPLICATION = re.compile(r"multiplication(?::(.*))?")
 
 
-def _rows_from_records(records: list, desc: str, prompt_column: str, locations: list[str],
-                       indexed: bool = False) -> tuple[list[dict], str]:
+def _rows_from_records(
+    records: list, desc: str, prompt_column: str, locations: list[str], indexed: bool = False
+) -> tuple[list[dict], str]:
     """``indexed``: an in-memory source, whose rows are named as Python indexes them (``train_dataset[0]``); file rows
     are counted from 1."""
     where = (lambda i: f"{desc}[{i}]") if indexed else (lambda i: f"{desc} row {i + 1}")
@@ -109,8 +112,9 @@ def _load_path(path: Path, prompt_column: str, locations: list[str]) -> tuple[li
     raise DataFormatError(f"{desc}: unsupported file type {suffix!r}; expected .jsonl, .json or .parquet")
 
 
-def _load_rows(source: Any, prompt_column: str, seed: int, name: str,
-               locations: list[str]) -> tuple[list[dict], str, str]:
+def _load_rows(
+    source: Any, prompt_column: str, seed: int, name: str, locations: list[str]
+) -> tuple[list[dict], str, str]:
     """Return ``(canonical_rows, format_name, description_of_source)``; each row's location goes to ``locations``."""
     if isinstance(source, str):
         match = _ARITHMETIC.fullmatch(source.strip())
@@ -124,8 +128,9 @@ def _load_rows(source: Any, prompt_column: str, seed: int, name: str,
         if match:
             size = match.group(1)
             if size is not None and not size.strip().isdigit():
-                raise DataFormatError(f"{source!r}: expected 'multiplication' or 'multiplication:N' with a positive "
-                                 f"integer N")
+                raise DataFormatError(
+                    f"{source!r}: expected 'multiplication' or 'multiplication:N' with a positive integer N"
+                )
             n = DEFAULT_MULTIPLICATION_ROWS if size is None else int(size)
             return multiplication_rows(n, seed), "multiplication", f"multiplication (n={n}, seed={seed})"
     if isinstance(source, (str, os.PathLike)):
@@ -141,10 +146,12 @@ def _load_rows(source: Any, prompt_column: str, seed: int, name: str,
     if isinstance(source, (list, tuple)):
         return (*_rows_from_records(list(source), name, prompt_column, locations, indexed=True), name)
     if isinstance(source, IterableDataset):
-        raise DataFormatError(f"{name}: load_prompt_dataset reads every row up front, which an IterableDataset "
-                              f"(streaming) does not have; pass it to DistributedGRPOTrainer as train_dataset or "
-                              f"eval_dataset (rows are checked as they are drawn, hf_grpo.data.streaming), or "
-                              f"materialise it, e.g. Dataset.from_list(list(iterable_dataset.take(n)))")
+        raise DataFormatError(
+            f"{name}: load_prompt_dataset reads every row up front, which an IterableDataset "
+            f"(streaming) does not have; pass it to DistributedGRPOTrainer as train_dataset or "
+            f"eval_dataset (rows are checked as they are drawn, hf_grpo.data.streaming), or "
+            f"materialise it, e.g. Dataset.from_list(list(iterable_dataset.take(n)))"
+        )
     hint = " (for a pandas DataFrame: Dataset.from_pandas(df))" if type(source).__name__ == "DataFrame" else ""
     raise DataFormatError(
         f"{name}: unsupported prompt source of type {type(source).__name__}; expected a path, 'arithmetic[:N]', "
@@ -197,13 +204,14 @@ def load_prompt_dataset(
     locations: list[str] = []
     rows, fmt, desc = _load_rows(source, prompt_column, seed, name, locations)
     if max_rows is not None and len(rows) > max_rows:
-        logger.info("%s: keeping the first %d of %d rows (max_rows); %d cut",
-                    desc, max_rows, len(rows), len(rows) - max_rows)
+        logger.info(
+            "%s: keeping the first %d of %d rows (max_rows); %d cut", desc, max_rows, len(rows), len(rows) - max_rows
+        )
         rows = rows[:max_rows]
     if system_prompt is not None:
         added = add_system_prompt(rows, system_prompt, desc)
         logger.debug("%s: added the system prompt to %d of %d prompts", desc, added, len(rows))
     dataset = _to_dataset(rows, desc)
-    set_row_locations(dataset, locations[:len(rows)])
+    set_row_locations(dataset, locations[: len(rows)])
     logger.info("Loaded %d prompts from %s (format: %s, columns: %s)", len(dataset), desc, fmt, dataset.column_names)
     return dataset

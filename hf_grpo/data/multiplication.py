@@ -33,10 +33,12 @@ DEMONSTRATIONS = ((23, 41), (512, 37))
 
 def _demo(a: int, b: int) -> list[dict]:
     call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": f"{a} * {b}"}}}
-    return [{"role": "user", "content": f"What is {a} * {b}?"},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "name": "calculator", "content": str(a * b)},
-            {"role": "assistant", "content": f"{a} * {b} = {a * b}"}]
+    return [
+        {"role": "user", "content": f"What is {a} * {b}?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": "calculator", "content": str(a * b)},
+        {"role": "assistant", "content": f"{a} * {b} = {a * b}"},
+    ]
 
 
 def is_heldout(a: int, b: int, c: int) -> bool:
@@ -52,8 +54,12 @@ def _rows(n: int, seed: int, heldout: bool) -> list[dict]:
     while len(rows) < n:
         a, b, c = (100 + int(rng.random() * 900) for _ in range(3))
         if is_heldout(a, b, c) == heldout:
-            rows.append({"prompt": [*demos, {"role": "user", "content": f"What is {a} * {b} + {c}?"}],
-                         "gt_answer": str(a * b + c)})
+            rows.append(
+                {
+                    "prompt": [*demos, {"role": "user", "content": f"What is {a} * {b} + {c}?"}],
+                    "gt_answer": str(a * b + c),
+                }
+            )
     return rows
 
 

@@ -64,8 +64,9 @@ def encode_prompt(tokenizer: Any, prompt: str | list[dict], chat_template_kwargs
     """Token ids of ``prompt`` exactly as generation will see them.
 
     Conversations go through ``tokenizer.apply_chat_template(prompt, add_generation_prompt=True,
-    tokenize=True, **chat_template_kwargs)`` (TRL's ``chat_template_kwargs``) (the BatchEncoding of transformers 5 and the list of transformers 4 both become a
-    plain ``list[int]``); strings through ``tokenizer(prompt, add_special_tokens=True)``.
+    tokenize=True, **chat_template_kwargs)`` (TRL's ``chat_template_kwargs``) (the BatchEncoding of transformers 5 and
+    the list of transformers 4 both become a plain ``list[int]``); strings through ``tokenizer(prompt,
+    add_special_tokens=True)``.
     """
     if isinstance(prompt, str):
         return as_token_ids(tokenizer(prompt, add_special_tokens=True)["input_ids"])
@@ -74,13 +75,15 @@ def encode_prompt(tokenizer: Any, prompt: str | list[dict], chat_template_kwargs
             f"prompt must be a string or a list of {{'role', 'content'}} messages, got {type(prompt).__name__}"
         )
     _require_chat_template(tokenizer)
-    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
-                                        **(chat_template_kwargs or {}))
+    ids = tokenizer.apply_chat_template(
+        prompt, add_generation_prompt=True, tokenize=True, **(chat_template_kwargs or {})
+    )
     return as_token_ids(ids)
 
 
-def encode_prompts(tokenizer: Any, prompts: Sequence, chunk_size: int = 512,
-                   chat_template_kwargs: dict | None = None) -> list[list[int]]:
+def encode_prompts(
+    tokenizer: Any, prompts: Sequence, chunk_size: int = 512, chat_template_kwargs: dict | None = None
+) -> list[list[int]]:
     """``[encode_prompt(tokenizer, p) for p in prompts]``, batched per chunk when all prompts are one kind.
 
     Batching gives the same ids (the tokenizer call is the same) and is ~2-3x faster on real tokenizers.
@@ -95,8 +98,9 @@ def encode_prompts(tokenizer: Any, prompts: Sequence, chunk_size: int = 512,
     for start in range(0, len(prompts), chunk_size):
         chunk = prompts[start : start + chunk_size]
         if all(chat):
-            batch = tokenizer.apply_chat_template(chunk, add_generation_prompt=True, tokenize=True,
-                                                  **(chat_template_kwargs or {}))
+            batch = tokenizer.apply_chat_template(
+                chunk, add_generation_prompt=True, tokenize=True, **(chat_template_kwargs or {})
+            )
         else:
             batch = tokenizer(chunk, add_special_tokens=True)
         if isinstance(batch, Mapping):
@@ -113,9 +117,15 @@ def _preview(prompt: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def filter_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_length: int | None, *,
-                        name: str = "dataset", limit_reason: str | None = None,
-                        encode: Callable[[Any], list[int]] | None = None) -> tuple[Dataset, int]:
+def filter_long_prompts(
+    dataset: Dataset,
+    tokenizer: Any,
+    max_prompt_length: int | None,
+    *,
+    name: str = "dataset",
+    limit_reason: str | None = None,
+    encode: Callable[[Any], list[int]] | None = None,
+) -> tuple[Dataset, int]:
     """Drop rows whose encoded prompt (``encode``, default `encode_prompts`) is longer than ``max_prompt_length``.
 
     Returns ``(kept_dataset, n_dropped)``; the dataset is returned unchanged (same object) when nothing is
@@ -123,8 +133,9 @@ def filter_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_length: int
     from (``file:line`` for a loaded file, else ``name[index]``) and ``limit_reason`` (why the limit is what it is).
     A prompt of 0 tokens, and dropping every row, raise DataFormatError: neither can be trained or evaluated on.
     """
-    if max_prompt_length is not None and (isinstance(max_prompt_length, bool) or not isinstance(max_prompt_length, int)
-                                          or max_prompt_length < 1):
+    if max_prompt_length is not None and (
+        isinstance(max_prompt_length, bool) or not isinstance(max_prompt_length, int) or max_prompt_length < 1
+    ):
         raise DataFormatError(f"max_prompt_length must be a positive int or None, got {max_prompt_length!r}")
     locations = row_locations(dataset)
 
@@ -143,17 +154,31 @@ def filter_long_prompts(dataset: Dataset, tokenizer: Any, max_prompt_length: int
     dropped = len(dataset) - len(keep)
     because = f" ({limit_reason})" if limit_reason else ""
     if dropped == 0:
-        logger.info("All %d prompts of %s fit in %d tokens%s (longest: %d tokens)", len(dataset), name,
-                    max_prompt_length, because, max(lengths, default=0))
+        logger.info(
+            "All %d prompts of %s fit in %d tokens%s (longest: %d tokens)",
+            len(dataset),
+            name,
+            max_prompt_length,
+            because,
+            max(lengths, default=0),
+        )
         return dataset, 0
     index = next(i for i, n in enumerate(lengths) if n > max_prompt_length)
     example = f"{where(index)}, {lengths[index]} tokens: {_preview(prompts[index])!r}"
     if not keep:
         raise DataFormatError(
             f"{name}: all {dropped} prompts are longer than {max_prompt_length} tokens{because} (the shortest has "
-            f"{min(lengths)}; e.g. {example}); raise the limit")
-    logger.warning("%s: dropped %d of %d prompts longer than %d tokens%s (first: %s)", name, dropped, len(dataset),
-                   max_prompt_length, because, example)
+            f"{min(lengths)}; e.g. {example}); raise the limit"
+        )
+    logger.warning(
+        "%s: dropped %d of %d prompts longer than %d tokens%s (first: %s)",
+        name,
+        dropped,
+        len(dataset),
+        max_prompt_length,
+        because,
+        example,
+    )
     kept = dataset.select(keep)
     if locations is not None:
         set_row_locations(kept, [locations[i] for i in keep])

@@ -2,8 +2,9 @@
 
 A canonical row is ``{"prompt": <prompt>, **other_columns}`` where ``<prompt>`` is either a plain string or a
 conversation (a non-empty list of ``{"role", "content"}`` dicts with role ``system``/``user``/``assistant``/``tool``
-and string content; an assistant message may carry TRL's ``tool_calls``). Every other column is passed through to the reward functions, except that ``gt_answer`` is
-always converted to ``str`` and ``test_cases`` is always validated, whatever the input format.
+and string content; an assistant message may carry TRL's ``tool_calls``). Every other column is passed through to the
+reward functions, except that ``gt_answer`` is always converted to ``str`` and ``test_cases`` is always validated,
+whatever the input format.
 
 Input formats (detected per row from its keys, first match wins):
 
@@ -54,11 +55,7 @@ class DataFormatError(InputError):
 
 def is_conversational(prompt: Any) -> bool:
     """True if ``prompt`` is a conversation: a non-empty list of dicts that each have a ``role`` key."""
-    return (
-        isinstance(prompt, list)
-        and len(prompt) > 0
-        and all(isinstance(m, Mapping) and "role" in m for m in prompt)
-    )
+    return isinstance(prompt, list) and len(prompt) > 0 and all(isinstance(m, Mapping) and "role" in m for m in prompt)
 
 
 def _type_name(value: Any) -> str:
@@ -98,37 +95,44 @@ def validate_messages(value: Any, where: str, key: str) -> list[dict]:
                 f"{where}: key '{item}.role': expected one of {', '.join(ROLES)}, got {_short(message['role'])}"
             )
         parts = message["content"] if isinstance(message["content"], list) else []
-        media = next((j for j, part in enumerate(parts)
-                      if isinstance(part, Mapping) and part.get("type") in MULTIMODAL_PARTS), None)
+        media = next(
+            (j for j, part in enumerate(parts) if isinstance(part, Mapping) and part.get("type") in MULTIMODAL_PARTS),
+            None,
+        )
         if media is not None:
             raise DataFormatError(
                 f"{where}: key '{item}.content[{media}]': a {parts[media]['type']!r} content part; multimodal prompts "
                 f"are not supported (the policy is a text-only causal LM). Give the message string content"
             )
         if not isinstance(message["content"], str):
-            raise DataFormatError(
-                f"{where}: key '{item}.content': expected str, got {_type_name(message['content'])}"
-            )
+            raise DataFormatError(f"{where}: key '{item}.content': expected str, got {_type_name(message['content'])}")
         if "tool_calls" in message and (message["role"] != "assistant" or not _valid_tool_calls(message["tool_calls"])):
             raise DataFormatError(
                 f"{where}: key '{item}.tool_calls': expected, on an assistant message, a list of "
-                f"{{'type': 'function', 'function': {{'name': str, 'arguments': dict}}}}")
+                f"{{'type': 'function', 'function': {{'name': str, 'arguments': dict}}}}"
+            )
         messages.append(dict(message))
     return messages
 
 
 def _valid_tool_calls(calls: Any) -> bool:
     return isinstance(calls, list) and all(
-        isinstance(c, Mapping) and isinstance(c.get("function"), Mapping) and isinstance(c["function"].get("name"), str)
-        and isinstance(c["function"].get("arguments", {}), Mapping) for c in calls)
+        isinstance(c, Mapping)
+        and isinstance(c.get("function"), Mapping)
+        and isinstance(c["function"].get("name"), str)
+        and isinstance(c["function"].get("arguments", {}), Mapping)
+        for c in calls
+    )
 
 
 def validate_prompt(value: Any, where: str, key: str) -> str | list[dict]:
     """A prompt is a non-empty string or a conversation (message dict or list of message dicts)."""
     if isinstance(value, str):
         if not value.strip():
-            raise DataFormatError(f"{where}: key {key!r}: the prompt is empty; a plain-text prompt needs some text "
-                                  f"for the model to continue")
+            raise DataFormatError(
+                f"{where}: key {key!r}: the prompt is empty; a plain-text prompt needs some text "
+                f"for the model to continue"
+            )
         return value
     if isinstance(value, (list, Mapping)):
         return validate_messages(value, where, key)
@@ -150,9 +154,7 @@ def validate_test_cases(value: Any, where: str) -> dict:
             )
         for i, item in enumerate(items):
             if not isinstance(item, str):
-                raise DataFormatError(
-                    f"{where}: key 'test_cases.{field}[{i}]': expected str, got {_type_name(item)}"
-                )
+                raise DataFormatError(f"{where}: key 'test_cases.{field}[{i}]': expected str, got {_type_name(item)}")
     n_in, n_out = len(value["inputs"]), len(value["outputs"])
     if n_in != n_out:
         raise DataFormatError(
@@ -201,8 +203,10 @@ def normalize_row(row: Any, where: str, prompt_column: str) -> tuple[str, dict]:
         raise DataFormatError(f"{where}: expected a JSON object (dict) per row, got {_type_name(row)}")
     for key in MULTIMODAL_COLUMNS:
         if key in row and row[key] is not None:
-            raise DataFormatError(f"{where}: key {key!r}: multimodal prompts (images) are not supported; the policy "
-                                  f"is a text-only causal LM. Remove the column to train on the text alone")
+            raise DataFormatError(
+                f"{where}: key {key!r}: multimodal prompts (images) are not supported; the policy "
+                f"is a text-only causal LM. Remove the column to train on the text alone"
+            )
     fmt = detect_format(row, prompt_column)
     if fmt is None:
         hint = ""
@@ -223,8 +227,7 @@ def normalize_row(row: Any, where: str, prompt_column: str) -> tuple[str, dict]:
     if fmt == "generic":
         if prompt_column != "prompt" and "prompt" in row:
             raise DataFormatError(
-                f"{where}: key 'prompt': row has both 'prompt' and prompt_column={prompt_column!r}; "
-                f"rename one of them"
+                f"{where}: key 'prompt': row has both 'prompt' and prompt_column={prompt_column!r}; rename one of them"
             )
         out["prompt"] = validate_prompt(row[prompt_column], where, prompt_column)
         rest = {k: v for k, v in row.items() if k != prompt_column}
@@ -254,8 +257,9 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def normalize_rows(rows: Iterable[tuple[str, Any]], prompt_column: str,
-                   locations: list[str] | None = None) -> tuple[list[dict], str | None]:
+def normalize_rows(
+    rows: Iterable[tuple[str, Any]], prompt_column: str, locations: list[str] | None = None
+) -> tuple[list[dict], str | None]:
     """Normalise ``(where, row)`` pairs; all rows must share one format, prompt kind and column types.
 
     Returns the canonical rows and the format name (None when there were no rows). The first row that
@@ -284,9 +288,7 @@ def normalize_rows(rows: Iterable[tuple[str, Any]], prompt_column: str,
                 continue
             seen = column_kinds.setdefault(key, (_kind(value), where))
             if seen[0] != _kind(value):
-                raise DataFormatError(
-                    f"{where}: key {key!r}: expected {seen[0]} (as in {seen[1]}), got {_kind(value)}"
-                )
+                raise DataFormatError(f"{where}: key {key!r}: expected {seen[0]} (as in {seen[1]}), got {_kind(value)}")
         out.append(canon)
         if locations is not None:
             locations.append(where)

@@ -46,21 +46,32 @@ def is_streaming(dataset: Any) -> bool:
 def check_streaming_config(args) -> None:
     """What a streamed train set needs from the config, checked at construction (as TRL's are)."""
     if args.accelerator_config.dispatch_batches:
-        raise DataFormatError("Iterable datasets require `dispatch_batches=False` (every process reads the stream and "
-                              "takes its own share of each round), but it is set to `True` in `accelerator_config`")
+        raise DataFormatError(
+            "Iterable datasets require `dispatch_batches=False` (every process reads the stream and "
+            "takes its own share of each round), but it is set to `True` in `accelerator_config`"
+        )
     if args.max_steps <= 0:
-        raise DataFormatError("train_dataset is an IterableDataset (streaming), which has no length: set max_steps "
-                              "to a positive value to define the training length (GRPOConfig(max_steps=...))")
+        raise DataFormatError(
+            "train_dataset is an IterableDataset (streaming), which has no length: set max_steps "
+            "to a positive value to define the training length (GRPOConfig(max_steps=...))"
+        )
     if args.dynamic_sampling:
-        raise DataFormatError("train_dataset is an IterableDataset (streaming): dynamic_sampling refills groups with "
-                              "prompts drawn at random by index, which a stream does not have; use a Dataset")
+        raise DataFormatError(
+            "train_dataset is an IterableDataset (streaming): dynamic_sampling refills groups with "
+            "prompts drawn at random by index, which a stream does not have; use a Dataset"
+        )
     if args.max_staleness is not None:
-        raise DataFormatError("train_dataset is an IterableDataset (streaming): the pipelined trainer (max_staleness) "
-                              "reads generation rounds by index ahead of training; use a Dataset")
+        raise DataFormatError(
+            "train_dataset is an IterableDataset (streaming): the pipelined trainer (max_staleness) "
+            "reads generation rounds by index ahead of training; use a Dataset"
+        )
     if args.dataloader_num_workers != 0:
         # Several workers would each read the whole stream: every prompt repeated once per worker.
-        logger.warning("train_dataset is an IterableDataset: dataloader_num_workers=%d overridden to 0 (each worker "
-                       "would read the whole stream)", args.dataloader_num_workers)
+        logger.warning(
+            "train_dataset is an IterableDataset: dataloader_num_workers=%d overridden to 0 (each worker "
+            "would read the whole stream)",
+            args.dataloader_num_workers,
+        )
         args.dataloader_num_workers = 0
     args.accelerator_config.dispatch_batches = False
 
@@ -68,15 +79,22 @@ def check_streaming_config(args) -> None:
 class RowChecker:
     """Validate and length-check rows one at a time; counts what it dropped."""
 
-    def __init__(self, tokenizer, args, name: str, limit: int | None, reason: str | None,
-                 encode: Callable[[Any], list[int]] | None = None):
+    def __init__(
+        self,
+        tokenizer,
+        args,
+        name: str,
+        limit: int | None,
+        reason: str | None,
+        encode: Callable[[Any], list[int]] | None = None,
+    ):
         self.tokenizer, self.prompt_column, self.name = tokenizer, args.prompt_column, name
         self.limit, self.reason, self.encode = limit, reason, encode
         self.reset()
 
     def reset(self) -> None:
         """Start a pass over the stream."""
-        self.first: tuple[str, str] | None = None       # (where, format) of the first row: all rows must share it
+        self.first: tuple[str, str] | None = None  # (where, format) of the first row: all rows must share it
         self.seen = self.dropped = 0
 
     def __call__(self, index: int, raw: Any) -> dict | None:
@@ -86,25 +104,42 @@ class RowChecker:
         if self.first is None:
             self.first = (where, fmt)
         elif fmt != self.first[1]:
-            raise DataFormatError(f"{where}: row is in {fmt!r} format but {self.first[0]} is in {self.first[1]!r} "
-                                  f"format; one source must use a single format")
+            raise DataFormatError(
+                f"{where}: row is in {fmt!r} format but {self.first[0]} is in {self.first[1]!r} "
+                f"format; one source must use a single format"
+            )
         self.seen += 1
-        ids = self.encode(row["prompt"]) if self.encode is not None else encode_prompts(self.tokenizer,
-                                                                                          [row["prompt"]])[0]
+        ids = (
+            self.encode(row["prompt"])
+            if self.encode is not None
+            else encode_prompts(self.tokenizer, [row["prompt"]])[0]
+        )
         if not ids:
             raise DataFormatError(f"{where}: the prompt encodes to 0 tokens; generation needs at least one")
         if self.limit is None or len(ids) <= self.limit:
             return row
         self.dropped += 1
         if self.dropped == 1:
-            logger.warning("%s: dropped %s, %d tokens: longer than %d tokens (%s); further drops are counted",
-                           self.name, where, len(ids), self.limit, self.reason)
+            logger.warning(
+                "%s: dropped %s, %d tokens: longer than %d tokens (%s); further drops are counted",
+                self.name,
+                where,
+                len(ids),
+                self.limit,
+                self.reason,
+            )
         return None
 
     def report(self) -> None:
         if self.dropped:
-            logger.warning("%s: dropped %d of %d streamed prompts longer than %d tokens (%s)", self.name,
-                           self.dropped, self.seen, self.limit, self.reason)
+            logger.warning(
+                "%s: dropped %d of %d streamed prompts longer than %d tokens (%s)",
+                self.name,
+                self.dropped,
+                self.seen,
+                self.limit,
+                self.reason,
+            )
 
 
 class StreamedPrompts(IterableDataset):
@@ -115,7 +150,7 @@ class StreamedPrompts(IterableDataset):
         self.incomplete_blocks = 0
 
     def set_epoch(self, epoch: int) -> None:
-        if hasattr(self.source, "set_epoch"):     # a seeded shuffle reshuffles per epoch
+        if hasattr(self.source, "set_epoch"):  # a seeded shuffle reshuffles per epoch
             self.source.set_epoch(epoch)
 
     def __iter__(self):
@@ -132,8 +167,12 @@ class StreamedPrompts(IterableDataset):
                 rows = []
         if rows:
             self.incomplete_blocks += 1
-            logger.info("%s: the stream ended with %d rows, fewer than a generation round's %d; not trained on "
-                        "this pass", self.checker.name, len(rows), self.block)
+            logger.info(
+                "%s: the stream ended with %d rows, fewer than a generation round's %d; not trained on this pass",
+                self.checker.name,
+                len(rows),
+                self.block,
+            )
         self.checker.report()
 
 
@@ -149,6 +188,7 @@ class LazyEvalSet:
         rows = [row for row in drawn if row is not None]
         self.checker.report()
         if not rows:
-            raise DataFormatError(f"{self.checker.name}: the stream gave no usable rows ({self.checker.dropped} "
-                                  f"dropped as too long)")
+            raise DataFormatError(
+                f"{self.checker.name}: the stream gave no usable rows ({self.checker.dropped} dropped as too long)"
+            )
         return rows

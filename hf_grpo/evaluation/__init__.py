@@ -9,8 +9,22 @@ The names of `accuracy` are re-exported here: ``hf_grpo.evaluation.final_number_
 reward path the quick-start recipes use.
 """
 
-from .accuracy import (EvalResult, evaluate_rows, final_number, final_number_reward, lenient_correct,
-                       mean_interval, wilson_interval)
+from .accuracy import (
+    EvalResult,
+    evaluate_rows,
+    final_number,
+    final_number_reward,
+    lenient_correct,
+    mean_interval,
+    wilson_interval,
+)
 
-__all__ = ["EvalResult", "evaluate_rows", "final_number", "final_number_reward", "lenient_correct",
-           "mean_interval", "wilson_interval"]
+__all__ = [
+    "EvalResult",
+    "evaluate_rows",
+    "final_number",
+    "final_number_reward",
+    "lenient_correct",
+    "mean_interval",
+    "wilson_interval",
+]

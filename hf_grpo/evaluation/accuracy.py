@@ -32,16 +32,16 @@ from ..rollout.collector import decode_completions, reward_columns
 
 @dataclass
 class EvalResult:
-    accuracy: float                 # strict: pass@1 (greedy) or mean@k
+    accuracy: float  # strict: pass@1 (greedy) or mean@k
     lenient_accuracy: float
     mean_length: float
-    count: int                      # prompts
+    count: int  # prompts
     k: int = 1
     strict_pass_at_k: float = 0.0
     lenient_pass_at_k: float = 0.0
     strict_interval: tuple[float, float] = (0.0, 1.0)
     lenient_interval: tuple[float, float] = (0.0, 1.0)
-    predictions: list[dict] = field(default_factory=list)   # this process's rows only; "row" is the dataset index
+    predictions: list[dict] = field(default_factory=list)  # this process's rows only; "row" is the dataset index
 
 
 def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -91,13 +91,25 @@ def final_number_reward(completions: list, gt_answer: list | None = None, **kwar
     rewards is what it reports. Use it as ``reward_funcs: [hf_grpo.evaluation.final_number_reward]``."""
     if gt_answer is None:
         raise ValueError("final_number_reward needs a 'gt_answer' dataset column (None in a row: not applicable)")
-    return [None if gold is None else float(lenient_correct(completion_text(c), gold))
-            for c, gold in zip(completions, gt_answer)]
+    return [
+        None if gold is None else float(lenient_correct(completion_text(c), gold))
+        for c, gold in zip(completions, gt_answer)
+    ]
 
 
-def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampling: SamplingParams, accelerator=None,
-                  max_rows: int | None = None, chunk: int = 64, k: int = 1, multi_turn=None,
-                  on_chunk=None) -> EvalResult:
+def evaluate_rows(
+    generator: Generator,
+    tokenizer,
+    dataset,
+    reward_runner,
+    sampling: SamplingParams,
+    accelerator=None,
+    max_rows: int | None = None,
+    chunk: int = 64,
+    k: int = 1,
+    multi_turn=None,
+    on_chunk=None,
+) -> EvalResult:
     """``multi_turn``: the trainer's agentic rollout hook (`hf_grpo.agents.multi_turn_rollouts`), so that a policy
     trained with tools is evaluated with the same tools; its completions are scored by their last assistant
     message. ``on_chunk(rows, prompt_ids, result, completions)`` sees each generated chunk (single-turn;
@@ -112,7 +124,7 @@ def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampl
     sums = torch.zeros(7, dtype=torch.float64)
     predictions = []
     for r in range(rounds):
-        indices = mine[r * chunk:(r + 1) * chunk]
+        indices = mine[r * chunk : (r + 1) * chunk]
         rows = [dataset[i] for i in indices]
         if multi_turn is not None:
             result = multi_turn(generator, rows, sampling, r, n=k)
@@ -125,33 +137,56 @@ def evaluate_rows(generator: Generator, tokenizer, dataset, reward_runner, sampl
             completions = result.completions
             texts = [completion_text(c) for c in completions]
         else:
-            texts, completions = decode_completions(tokenizer, [row for row in rows for _ in range(k)],
-                                                    result.completion_ids)
+            texts, completions = decode_completions(
+                tokenizer, [row for row in rows for _ in range(k)], result.completion_ids
+            )
             if on_chunk is not None:
                 on_chunk(rows, prompt_ids, result, completions)
-        scores = reward_runner(prompts=[row["prompt"] for row in rows for _ in range(k)], completions=completions,
-                               completion_ids=result.completion_ids, columns=reward_columns(rows, k))[:, 0]  # [n*k]
+        scores = reward_runner(
+            prompts=[row["prompt"] for row in rows for _ in range(k)],
+            completions=completions,
+            completion_ids=result.completion_ids,
+            columns=reward_columns(rows, k),
+        )[:, 0]  # [n*k]
         for j, row in enumerate(rows):
             strict, lenient = [], []
             for i in range(j * k, (j + 1) * k):
                 score = scores[i].item()
-                strict.append(score == score and score >= 1.0)         # NaN (not applicable) counts as wrong
+                strict.append(score == score and score >= 1.0)  # NaN (not applicable) counts as wrong
                 lenient.append(lenient_correct(texts[i], row.get("gt_answer")))
                 sums[6] += len(result.completion_ids[i])
-                predictions.append({"row": indices[j], "prompt": row["prompt"], "completion": texts[i],
-                                    "score": score, "strict": strict[-1], "lenient": lenient[-1], "sample": i - j * k,
-                                    "gt_answer": row.get("gt_answer"),
-                                    "completion_tokens": len(result.completion_ids[i])})
+                predictions.append(
+                    {
+                        "row": indices[j],
+                        "prompt": row["prompt"],
+                        "completion": texts[i],
+                        "score": score,
+                        "strict": strict[-1],
+                        "lenient": lenient[-1],
+                        "sample": i - j * k,
+                        "gt_answer": row.get("gt_answer"),
+                        "completion_tokens": len(result.completion_ids[i]),
+                    }
+                )
             s, le = sum(strict) / k, sum(lenient) / k
-            sums[:6] += torch.tensor([s, s * s, float(any(strict)), le, le * le, float(any(lenient))],
-                                     dtype=torch.float64)
+            sums[:6] += torch.tensor(
+                [s, s * s, float(any(strict)), le, le * le, float(any(lenient))], dtype=torch.float64
+            )
     stats = torch.cat([sums, torch.tensor([float(len(mine))], dtype=torch.float64)])
     if world > 1:
         stats = accelerator.reduce(stats.to(accelerator.device), reduction="sum").cpu()
     s_sum, s_sq, s_any, l_sum, l_sq, l_any, length, count = stats.tolist()
     n = int(count)
     interval = (lambda x, sq: wilson_interval(x, n)) if k == 1 else (lambda x, sq: mean_interval(x, sq, n))
-    return EvalResult(accuracy=s_sum / max(n, 1), lenient_accuracy=l_sum / max(n, 1),
-                      mean_length=length / max(n * k, 1), count=n, k=k, strict_pass_at_k=s_any / max(n, 1),
-                      lenient_pass_at_k=l_any / max(n, 1), strict_interval=interval(s_sum, s_sq),
-                      lenient_interval=interval(l_sum, l_sq), predictions=predictions)
+    return EvalResult(
+        accuracy=s_sum / max(n, 1),
+        lenient_accuracy=l_sum / max(n, 1),
+        mean_length=length / max(n * k, 1),
+        count=n,
+        k=k,
+        strict_pass_at_k=s_any / max(n, 1),
+        lenient_pass_at_k=l_any / max(n, 1),
+        strict_interval=interval(s_sum, s_sq),
+        lenient_interval=interval(l_sum, l_sq),
+        predictions=predictions,
+    )

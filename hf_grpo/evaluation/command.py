@@ -43,8 +43,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--enforce_eager", action="store_true", help="vLLM without graph compilation.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="predictions.jsonl", help="Where every prediction is written.")
-    parser.add_argument("--summary", default=None,
-                        help="Also write the table's numbers as JSON here (accuracies, intervals, counts, seconds).")
+    parser.add_argument(
+        "--summary",
+        default=None,
+        help="Also write the table's numbers as JSON here (accuracies, intervals, counts, seconds).",
+    )
     args = parser.parse_args(argv)
     for problem in _argument_problems(args):
         parser.error(problem)
@@ -52,16 +55,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _argument_problems(args: argparse.Namespace) -> list[str]:
-    checks = [(args.k >= 1, f"--k must be >= 1, got {args.k}"),
-              (args.max_tokens >= 1, f"--max_tokens must be >= 1, got {args.max_tokens}"),
-              (args.max_samples is None or args.max_samples >= 1,
-               f"--max_samples must be >= 1 (or left out for every row), got {args.max_samples}"),
-              (args.k == 1 or args.temperature > 0,
-               f"--temperature must be > 0 to draw --k {args.k} different samples, got {args.temperature}")]
+    checks = [
+        (args.k >= 1, f"--k must be >= 1, got {args.k}"),
+        (args.max_tokens >= 1, f"--max_tokens must be >= 1, got {args.max_tokens}"),
+        (
+            args.max_samples is None or args.max_samples >= 1,
+            f"--max_samples must be >= 1 (or left out for every row), got {args.max_samples}",
+        ),
+        (
+            args.k == 1 or args.temperature > 0,
+            f"--temperature must be > 0 to draw --k {args.k} different samples, got {args.temperature}",
+        ),
+    ]
     for flag, path in (("--output", args.output), ("--summary", args.summary)):
         folder = os.path.dirname(os.path.abspath(path)) if path else None
-        checks.append((folder is None or os.path.isdir(folder),
-                       f"{flag} {path}: folder {folder} does not exist (create it first)"))
+        checks.append(
+            (
+                folder is None or os.path.isdir(folder),
+                f"{flag} {path}: folder {folder} does not exist (create it first)",
+            )
+        )
         checks.append((path is None or not os.path.isdir(path), f"{flag} {path} is a folder; give a file name"))
     return [message for ok, message in checks if not ok]
 
@@ -73,6 +86,7 @@ def merged_checkpoint(path: str, dtype: str) -> str:
     from peft import PeftModel
 
     from ..models.loading import load_model, load_tokenizer
+
     with open(os.path.join(path, "adapter_config.json")) as f:
         base = json.load(f)["base_model_name_or_path"]
     merged = PeftModel.from_pretrained(load_model(base, dtype), path).merge_and_unload()
@@ -84,16 +98,24 @@ def merged_checkpoint(path: str, dtype: str) -> str:
 
 def format_table(name: str, result: EvalResult) -> str:
     metric = "pass@1 (greedy)" if result.k == 1 else f"mean@{result.k}"
-    pct = lambda x: f"{100 * x:5.1f}"
-    interval = lambda lo_hi: f"[{pct(lo_hi[0])}, {pct(lo_hi[1])}]"
-    lines = [f"{'dataset':<20}{'prompts':>8}  {'metric':<16}{'strict %':>9} {'95% CI':<15}{'lenient %':>10} "
-             f"{'95% CI':<15}",
-             f"{name[:20]:<20}{result.count:>8}  {metric:<16}{pct(result.accuracy):>9} "
-             f"{interval(result.strict_interval):<15}{pct(result.lenient_accuracy):>10} "
-             f"{interval(result.lenient_interval):<15}"]
+
+    def pct(x: float) -> str:
+        return f"{100 * x:5.1f}"
+
+    def interval(lo_hi: tuple[float, float]) -> str:
+        return f"[{pct(lo_hi[0])}, {pct(lo_hi[1])}]"
+
+    lines = [
+        f"{'dataset':<20}{'prompts':>8}  {'metric':<16}{'strict %':>9} {'95% CI':<15}{'lenient %':>10} {'95% CI':<15}",
+        f"{name[:20]:<20}{result.count:>8}  {metric:<16}{pct(result.accuracy):>9} "
+        f"{interval(result.strict_interval):<15}{pct(result.lenient_accuracy):>10} "
+        f"{interval(result.lenient_interval):<15}",
+    ]
     if result.k > 1:
-        lines.append(f"{'':<20}{'':>8}  {f'pass@{result.k}':<16}{pct(result.strict_pass_at_k):>9} {'':<15}"
-                     f"{pct(result.lenient_pass_at_k):>10}")
+        lines.append(
+            f"{'':<20}{'':>8}  {f'pass@{result.k}':<16}{pct(result.strict_pass_at_k):>9} {'':<15}"
+            f"{pct(result.lenient_pass_at_k):>10}"
+        )
     lines.append(f"mean completion length: {result.mean_length:.1f} tokens")
     return "\n".join(lines)
 
@@ -118,10 +140,18 @@ def main(argv: list[str]) -> int:
     from .accuracy import evaluate_rows
 
     try:  # what the user named, checked before anything heavy loads
-        config = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="hf_grpo-eval-"), generation_backend=args.backend,
-                            dtype=args.dtype, max_completion_length=args.max_tokens, temperature=args.temperature,
-                            vllm_enforce_eager=args.enforce_eager, seed=args.seed, report_to="none",
-                            num_generations=max(args.k, 2), per_device_train_batch_size=max(args.k, 2))
+        config = GRPOConfig(
+            output_dir=tempfile.mkdtemp(prefix="hf_grpo-eval-"),
+            generation_backend=args.backend,
+            dtype=args.dtype,
+            max_completion_length=args.max_tokens,
+            temperature=args.temperature,
+            vllm_enforce_eager=args.enforce_eager,
+            seed=args.seed,
+            report_to="none",
+            num_generations=max(args.k, 2),
+            per_device_train_batch_size=max(args.k, 2),
+        )
         model_path = check_model_path(args.model)
         dataset = load_prompt_dataset(args.dataset, system_prompt=args.system_prompt)
         reward = load_reward_function(args.reward, config)
@@ -129,19 +159,21 @@ def main(argv: list[str]) -> int:
         print(f"hf-grpo eval: error: {e}", file=sys.stderr)
         return 2
     model_path = merged_checkpoint(model_path, args.dtype)
-    accelerator = Accelerator()   # after the config, which sets up the processes (gloo on CPU, see GRPOConfig)
+    accelerator = Accelerator()  # after the config, which sets up the processes (gloo on CPU, see GRPOConfig)
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, args.dtype) if config.generation_backend == "hf" else None
     generator = build_generator(config, accelerator, model, tokenizer, model_path)
     runner = RewardRunner([reward], timeout=config.reward_timeout)
     sampling = SamplingParams.from_config(config, greedy=args.k == 1)
-    result = evaluate_rows(generator, tokenizer, dataset, runner, sampling, accelerator,
-                           max_rows=args.max_samples, k=args.k)
+    result = evaluate_rows(
+        generator, tokenizer, dataset, runner, sampling, accelerator, max_rows=args.max_samples, k=args.k
+    )
     # Each process holds the predictions of its own rows (r, r + W, ...): the main process gathers them all, in
     # dataset order, and alone writes the files (several writers to one path would keep only one process's rows).
     predictions = result.predictions
     if accelerator.num_processes > 1:
         from accelerate.utils import gather_object
+
         predictions = sorted(gather_object(predictions), key=lambda record: (record["row"], record["sample"]))
     if accelerator.is_main_process:
         with open(args.output, "w") as f:

@@ -23,8 +23,8 @@ from ..data import filter_long_prompts
 from ..data.arithmetic import ARITHMETIC_SOURCE, heldout_arithmetic_rows
 from ..data.multiplication import MULTIPLICATION_SOURCE, heldout_multiplication_rows
 from ..data.prompts import add_system_prompt
-from .accuracy import EvalResult, evaluate_rows, wilson_interval
 from ..generation import SamplingParams
+from .accuracy import EvalResult, evaluate_rows, wilson_interval
 
 FILENAME = "heldout_accuracy.json"
 
@@ -32,22 +32,31 @@ FILENAME = "heldout_accuracy.json"
 @dataclass(frozen=True)
 class HeldoutAccuracy:
     n: int
-    base: float                     # fractions in [0, 1]
+    base: float  # fractions in [0, 1]
     trained: float
     base_interval: tuple[float, float]
     trained_interval: tuple[float, float]
 
     @classmethod
-    def from_counts(cls, n: int, base_correct: int, trained_correct: int) -> "HeldoutAccuracy":
+    def from_counts(cls, n: int, base_correct: int, trained_correct: int) -> HeldoutAccuracy:
         if n < 1:
             raise ValueError(f"held-out accuracy needs at least one prompt, got n={n}")
-        return cls(n=n, base=base_correct / n, trained=trained_correct / n,
-                   base_interval=wilson_interval(base_correct, n), trained_interval=wilson_interval(trained_correct, n))
+        return cls(
+            n=n,
+            base=base_correct / n,
+            trained=trained_correct / n,
+            base_interval=wilson_interval(base_correct, n),
+            trained_interval=wilson_interval(trained_correct, n),
+        )
 
     def line(self) -> str:
-        pct = lambda p, iv: f"{100 * p:.1f}% [{100 * iv[0]:.1f}, {100 * iv[1]:.1f}]"
-        return (f"held-out accuracy (n={self.n}, greedy, final number in any format): "
-                f"base {pct(self.base, self.base_interval)} -> trained {pct(self.trained, self.trained_interval)}")
+        def pct(p: float, iv: tuple[float, float]) -> str:
+            return f"{100 * p:.1f}% [{100 * iv[0]:.1f}, {100 * iv[1]:.1f}]"
+
+        return (
+            f"held-out accuracy (n={self.n}, greedy, final number in any format): "
+            f"base {pct(self.base, self.base_interval)} -> trained {pct(self.trained, self.trained_interval)}"
+        )
 
     def write(self, output_dir: str) -> str:
         """``<output_dir>/heldout_accuracy.json``: ``n``, ``base``, ``trained`` (fractions) and the intervals."""
@@ -76,9 +85,11 @@ def heldout_dataset(args, train_dataset: Dataset, tokenizer) -> Dataset:
     elif MULTIPLICATION_SOURCE.fullmatch(str(args.dataset_name)):
         rows = heldout_multiplication_rows(n, seed=args.seed)
     else:
-        raise ValueError(f"heldout_eval_samples needs dataset_name arithmetic[:N] or multiplication[:N] (the generated "
-                         f"tasks have a held-out fold), got {args.dataset_name!r}; evaluate other data with "
-                         f"`hf-grpo eval`")
+        raise ValueError(
+            f"heldout_eval_samples needs dataset_name arithmetic[:N] or multiplication[:N] (the generated "
+            f"tasks have a held-out fold), got {args.dataset_name!r}; evaluate other data with "
+            f"`hf-grpo eval`"
+        )
     if args.system_prompt:
         add_system_prompt(rows, args.system_prompt, where="held-out arithmetic")
     dataset, dropped = filter_long_prompts(Dataset.from_list(rows), tokenizer, args.max_prompt_length)
@@ -88,8 +99,9 @@ def heldout_dataset(args, train_dataset: Dataset, tokenizer) -> Dataset:
     seen = {_question(row) for row in train_dataset}
     overlap = [q for q in (_question(row) for row in dataset) if q in seen]
     if overlap:
-        raise AssertionError(f"held-out prompts must be disjoint from training; {len(overlap)} shared, e.g. "
-                             f"{overlap[0]!r}")
+        raise AssertionError(
+            f"held-out prompts must be disjoint from training; {len(overlap)} shared, e.g. {overlap[0]!r}"
+        )
     return dataset
 
 
@@ -102,5 +114,12 @@ def evaluate_heldout(trainer, dataset: Dataset) -> EvalResult:
     if trainer.state.global_step > 0 and generator.weight_version != trainer.state.global_step:
         generator.update_weights(trainer.model_wrapped, trainer.state.global_step)
     sampling = SamplingParams.from_config(trainer.args, greedy=True)
-    return evaluate_rows(generator, trainer.processing_class, dataset, trainer.eval_reward_runner, sampling,
-                         trainer.accelerator, multi_turn=trainer.collector.multi_turn)
+    return evaluate_rows(
+        generator,
+        trainer.processing_class,
+        dataset,
+        trainer.eval_reward_runner,
+        sampling,
+        trainer.accelerator,
+        multi_turn=trainer.collector.multi_turn,
+    )

@@ -27,41 +27,54 @@ from dataclasses import dataclass
 import torch
 
 from ..algorithms import ADVANTAGE_ESTIMATORS, group_advantages, policy_loss
-from ..learner.batching import build_samples, collate
 from ..data.checks import KEEP, model_positions, prepare_datasets
 from ..data.streaming import LazyEvalSet, is_streaming
-from .accuracy import evaluate_rows
 from ..generation import SamplingParams
+from ..learner.batching import build_samples, collate
 from ..learner.scoring import PolicyScorer
 from ..rewards import RewardRunner
 from ..rollout.collector import reward_columns
+from .accuracy import evaluate_rows
 
 
-def eval_loss_value(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, args,
-                    ref_logp: torch.Tensor | None = None) -> torch.Tensor:
+def eval_loss_value(
+    logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, args, ref_logp: torch.Tensor | None = None
+) -> torch.Tensor:
     """The GRPO loss of freshly sampled completions under the policy that sampled them (old = current: ratio 1)."""
-    out = policy_loss(logp, logp.detach(), advantages, mask, epsilon_low=args.epsilon,
-                      epsilon_high=args.epsilon_high, loss_type=args.loss_type,
-                      importance_sampling_level=args.importance_sampling_level, beta=args.beta, ref_logp=ref_logp,
-                      kl_estimator=args.kl_estimator, max_completion_length=args.max_completion_length,
-                      token_normalizer=mask.sum().clamp(min=1.0), use_bias_correction_kl=args.use_bias_correction_kl,
-                      delta=args.delta)
+    out = policy_loss(
+        logp,
+        logp.detach(),
+        advantages,
+        mask,
+        epsilon_low=args.epsilon,
+        epsilon_high=args.epsilon_high,
+        loss_type=args.loss_type,
+        importance_sampling_level=args.importance_sampling_level,
+        beta=args.beta,
+        ref_logp=ref_logp,
+        kl_estimator=args.kl_estimator,
+        max_completion_length=args.max_completion_length,
+        token_normalizer=mask.sum().clamp(min=1.0),
+        use_bias_correction_kl=args.use_bias_correction_kl,
+        delta=args.delta,
+    )
     return out.loss
 
 
 @dataclass
 class EvalContext:
     """What the in-training evaluation needs, built by the trainer for each `evaluate` call."""
-    args: object                  # GRPOConfig
+
+    args: object  # GRPOConfig
     accelerator: object
-    generator: object             # the generation backend, holding the current weights
+    generator: object  # the generation backend, holding the current weights
     tokenizer: object
-    eval_rewards: RewardRunner    # accuracy (``eval_reward``, default: the first training reward)
-    train_rewards: RewardRunner   # the eval loss's advantages: the training reward functions, as in TRL
-    scorer: PolicyScorer          # log-probs of the policy and the reference
-    policy: torch.nn.Module       # the wrapped policy (what a forward runs through)
-    multi_turn: object            # the collector's multi-turn hook, or None
-    trainer_state: object         # TrainerState, passed to the reward functions
+    eval_rewards: RewardRunner  # accuracy (``eval_reward``, default: the first training reward)
+    train_rewards: RewardRunner  # the eval loss's advantages: the training reward functions, as in TRL
+    scorer: PolicyScorer  # log-probs of the policy and the reference
+    policy: torch.nn.Module  # the wrapped policy (what a forward runs through)
+    multi_turn: object  # the collector's multi-turn hook, or None
+    trainer_state: object  # TrainerState, passed to the reward functions
 
 
 class EvalLoss:
@@ -69,25 +82,31 @@ class EvalLoss:
 
     def __init__(self, ctx: EvalContext, k: int):
         self.ctx, self.k = ctx, k
-        self.total = torch.zeros(2, dtype=torch.float64)           # [loss x completions, completions]
+        self.total = torch.zeros(2, dtype=torch.float64)  # [loss x completions, completions]
 
     @torch.no_grad()
     def __call__(self, rows, prompt_ids, result, completions) -> None:
         ctx, args, k = self.ctx, self.ctx.args, self.k
         runner = ctx.train_rewards
-        per_func = runner(prompts=[r["prompt"] for r in rows for _ in range(k)], completions=completions,
-                          completion_ids=result.completion_ids, columns=reward_columns(rows, k),
-                          trainer_state=ctx.trainer_state)                              # [n*k, F]
-        rewards = runner.total(per_func)                                                 # [n*k]
+        per_func = runner(
+            prompts=[r["prompt"] for r in rows for _ in range(k)],
+            completions=completions,
+            completion_ids=result.completion_ids,
+            columns=reward_columns(rows, k),
+            trainer_state=ctx.trainer_state,
+        )  # [n*k, F]
+        rewards = runner.total(per_func)  # [n*k]
         # A batch-level estimator needs the whole step's statistics, which a chunk of eval prompts is not.
         estimator = args.advantage_estimator if ADVANTAGE_ESTIMATORS[args.advantage_estimator].group_local else "grpo"
-        advantages = group_advantages(rewards, k, estimator, args.advantage_eps,
-                                      valid=~per_func.isnan().all(-1))                   # [n*k]
-        samples = build_samples(prompt_ids, result.completion_ids, result.finished, advantages, k,
-                                args.mask_truncated_completions)
+        advantages = group_advantages(
+            rewards, k, estimator, args.advantage_eps, valid=~per_func.isnan().all(-1)
+        )  # [n*k]
+        samples = build_samples(
+            prompt_ids, result.completion_ids, result.finished, advantages, k, args.mask_truncated_completions
+        )
         batch = collate(samples, ctx.tokenizer.pad_token_id)
         inputs = ctx.scorer.model_inputs(batch)
-        mask = batch["completion_mask"].to(ctx.accelerator.device)                      # [n*k, C]
+        mask = batch["completion_mask"].to(ctx.accelerator.device)  # [n*k, C]
         temperature = args.temperature
         logp = ctx.scorer.logprobs(ctx.policy, inputs, mask.shape[1], temperature)[0]  # [n*k, C]
         ref_logp = ctx.scorer.reference_logprobs(inputs, mask.shape[1], temperature) if args.beta > 0 else None
@@ -140,11 +159,11 @@ def evaluate_sets(sets: Mapping, ctx: EvalContext, metric_key_prefix: str = "eva
     for name, dataset in sets.items():
         rows = dataset.rows(args.eval_max_samples) if isinstance(dataset, LazyEvalSet) else dataset
         common = dict(max_rows=args.eval_max_samples, multi_turn=ctx.multi_turn)
-        result = evaluate_rows(ctx.generator, ctx.tokenizer, rows, ctx.eval_rewards, greedy, ctx.accelerator,
-                               **common)
+        result = evaluate_rows(ctx.generator, ctx.tokenizer, rows, ctx.eval_rewards, greedy, ctx.accelerator, **common)
         loss = EvalLoss(ctx, k) if ctx.multi_turn is None else None
-        many = evaluate_rows(ctx.generator, ctx.tokenizer, rows, ctx.eval_rewards, sampled, ctx.accelerator, k=k,
-                             on_chunk=loss, **common)
+        many = evaluate_rows(
+            ctx.generator, ctx.tokenizer, rows, ctx.eval_rewards, sampled, ctx.accelerator, k=k, on_chunk=loss, **common
+        )
         prefix = f"{metric_key_prefix}_{name}"
         metrics[f"{prefix}_accuracy"] = result.accuracy
         metrics[f"{prefix}_lenient_accuracy"] = result.lenient_accuracy

@@ -17,23 +17,31 @@ class SamplingParams:
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = 0            # 0: disabled
-    min_p: float = 0.0        # 0: disabled
+    top_k: int = 0  # 0: disabled
+    min_p: float = 0.0  # 0: disabled
     repetition_penalty: float = 1.0
     stop: tuple[str, ...] = ()
-    greedy: bool = False      # evaluation, or generation_kwargs do_sample false: argmax decoding
+    greedy: bool = False  # evaluation, or generation_kwargs do_sample false: argmax decoding
     regex: str | None = None  # TRL's vllm_structured_outputs_regex: every completion matches it (vLLM backends only)
     # TRL's generation_kwargs left for the backend (hf_grpo.generation.kwargs): (name, value) pairs passed unchanged.
     extra: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def from_config(cls, args, greedy: bool = False) -> "SamplingParams":
+    def from_config(cls, args, greedy: bool = False) -> SamplingParams:
         extra = dict(args.generation_kwargs or {})
         greedy = greedy or extra.pop("do_sample", True) is False
-        return cls(max_tokens=args.max_completion_length, temperature=args.temperature, top_p=args.top_p,
-                   top_k=args.top_k, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-                   stop=tuple(args.stop or ()), greedy=greedy, regex=args.vllm_structured_outputs_regex,
-                   extra=tuple(extra.items()))
+        return cls(
+            max_tokens=args.max_completion_length,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty,
+            stop=tuple(args.stop or ()),
+            greedy=greedy,
+            regex=args.vllm_structured_outputs_regex,
+            extra=tuple(extra.items()),
+        )
 
     def vllm_kwargs(self, n: int) -> dict:
         """The same settings as vLLM sampling arguments (for ``vllm.SamplingParams`` or a /v1/completions body).
@@ -43,21 +51,34 @@ class SamplingParams:
         in-process engine needs `vllm_colocate.engine_sampling_params`, which builds vLLM's object from it.
         """
         structured = {} if self.regex is None else {"structured_outputs": {"regex": self.regex}}
-        return dict(**structured, n=n, max_tokens=self.max_tokens, temperature=0.0 if self.greedy else self.temperature,
-                    top_p=1.0 if self.greedy else self.top_p, top_k=0 if self.greedy else self.top_k,
-                    min_p=0.0 if self.greedy else self.min_p, repetition_penalty=self.repetition_penalty,
-                    stop=list(self.stop), include_stop_str_in_output=True, logprobs=0, **dict(self.extra))
+        return dict(
+            **structured,
+            n=n,
+            max_tokens=self.max_tokens,
+            temperature=0.0 if self.greedy else self.temperature,
+            top_p=1.0 if self.greedy else self.top_p,
+            top_k=0 if self.greedy else self.top_k,
+            min_p=0.0 if self.greedy else self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            stop=list(self.stop),
+            include_stop_str_in_output=True,
+            logprobs=0,
+            **dict(self.extra),
+        )
 
 
 @dataclass
 class GenerationResult:
-    completion_ids: list[list[int]]          # [P*n] ragged; includes the EOS token when one was produced
-    finished: list[bool]                     # [P*n] ended by EOS or a stop string (False: hit max_tokens)
+    completion_ids: list[list[int]]  # [P*n] ragged; includes the EOS token when one was produced
+    finished: list[bool]  # [P*n] ended by EOS or a stop string (False: hit max_tokens)
     logprobs: list[list[float]] | None = None  # [P*n] sampling log-probs per completion token, if the backend has them
 
-    def repeat_each(self, n: int) -> "GenerationResult":
+    def repeat_each(self, n: int) -> GenerationResult:
         """Each completion ``n`` times in a row: greedy decoding's ``n`` samples (vLLM rejects greedy with n > 1)."""
-        rep = lambda xs: None if xs is None else [x for x in xs for _ in range(n)]
+
+        def rep(xs: list | None) -> list | None:
+            return None if xs is None else [x for x in xs for _ in range(n)]
+
         return GenerationResult(rep(self.completion_ids), rep(self.finished), rep(self.logprobs))
 
 
@@ -81,5 +102,5 @@ class Generator(ABC):
         """
         self.weight_version = version
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: a backend without an engine has nothing to release)
         """Release engines and connections (end of training)."""

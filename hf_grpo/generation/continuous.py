@@ -28,31 +28,38 @@ import math
 
 import torch
 
-from ..runtime.distributed import forward_is_collective
 from ..errors import InputError
+from ..runtime.distributed import forward_is_collective
 from .base import GenerationResult, SamplingParams
 from .hf import HFGenerator
 
-ACCELERATOR_MEMORY_PERCENT = 0.5   # TRL's training-aware default: the backward pass needs the rest
+ACCELERATOR_MEMORY_PERCENT = 0.5  # TRL's training-aware default: the backward pass needs the rest
 
 
 def cb_config_fields() -> set[str]:
     from transformers.generation import ContinuousBatchingConfig
+
     return {f.name for f in dataclasses.fields(ContinuousBatchingConfig) if f.init}
 
 
 def check_config(args) -> None:
     """The sampling settings continuous batching cannot honour, and unknown config keys: errors naming the field."""
     if args.stop:
-        raise InputError(f"GRPOConfig: stop={args.stop!r}: transformers' continuous batching has no stop strings; "
-                         f"use generation_backend: hf or vllm")
+        raise InputError(
+            f"GRPOConfig: stop={args.stop!r}: transformers' continuous batching has no stop strings; "
+            f"use generation_backend: hf or vllm"
+        )
     if args.repetition_penalty != 1.0:
-        raise InputError(f"GRPOConfig: repetition_penalty={args.repetition_penalty}: transformers' continuous "
-                         f"batching drops that logits processor; use generation_backend: hf or vllm")
+        raise InputError(
+            f"GRPOConfig: repetition_penalty={args.repetition_penalty}: transformers' continuous "
+            f"batching drops that logits processor; use generation_backend: hf or vllm"
+        )
     unknown = sorted(set(args.transformers_continuous_batching_config or {}) - cb_config_fields())
     if unknown:
-        raise InputError(f"GRPOConfig: transformers_continuous_batching_config has unknown keys {unknown}; they are "
-                         f"transformers.generation.ContinuousBatchingConfig's fields: {sorted(cb_config_fields())}")
+        raise InputError(
+            f"GRPOConfig: transformers_continuous_batching_config has unknown keys {unknown}; they are "
+            f"transformers.generation.ContinuousBatchingConfig's fields: {sorted(cb_config_fields())}"
+        )
 
 
 def workload_cache(prompt_ids: list[list[int]], n: int, max_tokens: int, page_size: int) -> dict:
@@ -64,18 +71,22 @@ def workload_cache(prompt_ids: list[list[int]], n: int, max_tokens: int, page_si
 
 
 class ContinuousBatchingGenerator(HFGenerator):
-    def __init__(self, accelerator, model, tokenizer, cb_config: dict | None = None,
-                 checkpointing_kwargs: dict | None = None):
+    def __init__(
+        self, accelerator, model, tokenizer, cb_config: dict | None = None, checkpointing_kwargs: dict | None = None
+    ):
         super().__init__(accelerator, model, tokenizer, None, checkpointing_kwargs)
         self.cb_config = dict(cb_config or {})
         fields = cb_config_fields()
         unknown = sorted(set(self.cb_config) - fields)
         if unknown:
-            raise InputError(f"transformers_continuous_batching_config has unknown keys {unknown}; expected "
-                             f"ContinuousBatchingConfig fields: {sorted(fields)}")
+            raise InputError(
+                f"transformers_continuous_batching_config has unknown keys {unknown}; expected "
+                f"ContinuousBatchingConfig fields: {sorted(fields)}"
+            )
 
     def _cb_config(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, device: torch.device):
         from transformers.generation import ContinuousBatchingConfig
+
         kwargs = dict(self.cb_config)
         kwargs.setdefault("page_size", 64 if device.type == "cpu" else 256)
         if device.type == "cpu":
@@ -87,53 +98,72 @@ class ContinuousBatchingGenerator(HFGenerator):
             kwargs.setdefault("max_memory_percent", ACCELERATOR_MEMORY_PERCENT)
         # Drawn from torch's generator: reproducible under the trainer's seed, different at every call.
         kwargs.setdefault("seed", int(torch.randint(0, 2**31 - 1, ()).item()))
-        return ContinuousBatchingConfig(**kwargs)     # a new one per call: the manager writes its sizes into it
+        return ContinuousBatchingConfig(**kwargs)  # a new one per call: the manager writes its sizes into it
 
     def _generation_config(self, n: int, sampling: SamplingParams):
         from transformers import GenerationConfig
-        kwargs = dict(max_new_tokens=sampling.max_tokens, num_return_sequences=n,
-                      eos_token_id=self.tokenizer.eos_token_id, pad_token_id=self.tokenizer.pad_token_id)
+
+        kwargs = dict(
+            max_new_tokens=sampling.max_tokens,
+            num_return_sequences=n,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
         if sampling.greedy:
             kwargs.update(do_sample=False)
         else:
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k or None, min_p=sampling.min_p or None)
+            kwargs.update(
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k or None,
+                min_p=sampling.min_p or None,
+            )
         return GenerationConfig(**kwargs)
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
         if sampling.stop or sampling.repetition_penalty != 1.0:
-            raise InputError("transformers' continuous batching supports neither stop strings nor "
-                             "repetition_penalty; use generation_backend: hf or vllm")
+            raise InputError(
+                "transformers' continuous batching supports neither stop strings nor "
+                "repetition_penalty; use generation_backend: hf or vllm"
+            )
         if sampling.greedy and n > 1:
             return self.generate(prompt_ids, 1, sampling).repeat_each(n)
         if not prompt_ids:
             return GenerationResult(completion_ids=[], finished=[])
         unwrapped = self.accelerator.unwrap_model(self.model)
         if forward_is_collective(self.accelerator, unwrapped):
-            raise InputError("generation_backend hf_continuous cannot run under DeepSpeed ZeRO-3 or FSDP (each "
-                             "rank's schedule differs, and their forward passes are collectives); use hf or vllm")
+            raise InputError(
+                "generation_backend hf_continuous cannot run under DeepSpeed ZeRO-3 or FSDP (each "
+                "rank's schedule differs, and their forward passes are collectives); use hf or vllm"
+            )
         device = next(unwrapped.parameters()).device
         with self._generation_mode(unwrapped):
             outputs = unwrapped.generate_batch(
-                [list(p) for p in prompt_ids], generation_config=self._generation_config(n, sampling),
-                continuous_batching_config=self._cb_config(prompt_ids, n, sampling, device), progress_bar=False)
+                [list(p) for p in prompt_ids],
+                generation_config=self._generation_config(n, sampling),
+                continuous_batching_config=self._cb_config(prompt_ids, n, sampling, device),
+                progress_bar=False,
+            )
         return self._collect(list(outputs.values()), prompt_ids, n, sampling.max_tokens)
 
     def _collect(self, outputs: list, prompt_ids: list[list[int]], n: int, max_tokens: int) -> GenerationResult:
         failed = [(o.request_id, o.error) for o in outputs if o.error is not None]
         if failed or len(outputs) != len(prompt_ids) * n:
-            raise RuntimeError(f"transformers' continuous batching returned {len(outputs) - len(failed)} of "
-                               f"{len(prompt_ids) * n} completions; failed requests: {failed[:3]} (see the "
-                               f"transformers log above)")
+            raise RuntimeError(
+                f"transformers' continuous batching returned {len(outputs) - len(failed)} of "
+                f"{len(prompt_ids) * n} completions; failed requests: {failed[:3]} (see the "
+                f"transformers log above)"
+            )
         eos_id = self.tokenizer.eos_token_id
         completions, finished = [], []
-        for i, out in enumerate(outputs):     # group-major: a prompt's forked children, then the prompt itself
+        for i, out in enumerate(outputs):  # group-major: a prompt's forked children, then the prompt itself
             if list(out.prompt_ids) != list(prompt_ids[i // n]):
                 raise RuntimeError(f"continuous batching returned request {out.request_id} out of order")
             row = list(out.generated_tokens)
             if eos_id in row:
-                row = row[:row.index(eos_id) + 1]          # keep the EOS: the policy must learn to stop
+                row = row[: row.index(eos_id) + 1]  # keep the EOS: the policy must learn to stop
             completions.append(row)
             finished.append((bool(row) and row[-1] == eos_id) or len(row) < max_tokens)
         return GenerationResult(completion_ids=completions, finished=finished)

@@ -31,12 +31,15 @@ class DirectCopyPlan:
         self.views = views
 
     @classmethod
-    def build(cls, model: torch.nn.Module, shapes: list[tuple[str, tuple]]) -> "DirectCopyPlan":
+    def build(cls, model: torch.nn.Module, shapes: list[tuple[str, tuple]]) -> DirectCopyPlan:
         """Map checkpoint ``(name, shape)`` pairs onto ``model``'s parameters; raises ValueError with the reason when
         a name has no place or the parameters are not covered exactly."""
         params = dict(model.named_parameters())
-        packed = {shard: (fused, k) for fused, shards in getattr(model, "packed_modules_mapping", {}).items()
-                  for k, shard in enumerate(shards)}
+        packed = {
+            shard: (fused, k)
+            for fused, shards in getattr(model, "packed_modules_mapping", {}).items()
+            for k, shard in enumerate(shards)
+        }
         shape_of = dict(shapes)
         views: dict[str, torch.Tensor] = {}
         covered = {name: 0 for name in params}
@@ -106,9 +109,9 @@ def _locate(name: str, packed: dict[str, tuple[str, int]], shape_of: dict[str, t
             fused, k = packed[part]
             offset = 0
             for shard in (s for s, (f, j) in packed.items() if f == fused and j < k):
-                sibling = ".".join(parts[:i] + [shard] + parts[i + 1:])
+                sibling = ".".join(parts[:i] + [shard] + parts[i + 1 :])
                 if sibling not in shape_of:
                     raise ValueError(f"{name}: shard {sibling} of {fused} is missing from the checkpoint")
                 offset += shape_of[sibling][0]
-            return ".".join(parts[:i] + [fused] + parts[i + 1:]), offset
+            return ".".join(parts[:i] + [fused] + parts[i + 1 :]), offset
     return name, 0

@@ -27,27 +27,35 @@ from .base import GenerationResult, Generator, SamplingParams
 
 
 class HFGenerator(Generator):
-    def __init__(self, accelerator, model, tokenizer, chunk_size: int | None = None,
-                 checkpointing_kwargs: dict | None = None, cache_implementation: str | None = None,
-                 gather_for_generation: bool = True):
+    def __init__(
+        self,
+        accelerator,
+        model,
+        tokenizer,
+        chunk_size: int | None = None,
+        checkpointing_kwargs: dict | None = None,
+        cache_implementation: str | None = None,
+        gather_for_generation: bool = True,
+    ):
         self.accelerator = accelerator
-        self.model = model            # the wrapped model the trainer holds; unwrapped per call
+        self.model = model  # the wrapped model the trainer holds; unwrapped per call
         self.tokenizer = tokenizer
         self.chunk_size = chunk_size
-        self.checkpointing_kwargs = checkpointing_kwargs   # to switch gradient checkpointing back on as it was
-        self.cache_implementation = cache_implementation   # TRL's: e.g. "static"; None keeps generate's default
+        self.checkpointing_kwargs = checkpointing_kwargs  # to switch gradient checkpointing back on as it was
+        self.cache_implementation = cache_implementation  # TRL's: e.g. "static"; None keeps generate's default
         self.gather_for_generation = gather_for_generation  # TRL's ds3_gather_for_generation
 
     @contextlib.contextmanager
     def _generation_mode(self, unwrapped):
         was_training = unwrapped.training
         checkpointing = unwrapped.is_gradient_checkpointing
-        unwrapped.eval()      # no dropout while sampling; the trainer's loss pass runs in train mode
+        unwrapped.eval()  # no dropout while sampling; the trainer's loss pass runs in train mode
         if checkpointing:
             unwrapped.gradient_checkpointing_disable()
         gather = contextlib.nullcontext()
         if is_zero3(self.accelerator) and self.gather_for_generation:
             import deepspeed
+
             gather = deepspeed.zero.GatheredParameters(list(unwrapped.parameters()))
         try:
             with gather:
@@ -59,11 +67,11 @@ class HFGenerator(Generator):
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
-        if sampling.greedy and n > 1:    # generate refuses greedy with num_return_sequences > 1: n copies of one
+        if sampling.greedy and n > 1:  # generate refuses greedy with num_return_sequences > 1: n copies of one
             return self.generate(prompt_ids, 1, sampling).repeat_each(n)
         unwrapped = self.accelerator.unwrap_model(self.model)
         prompts_per_chunk = max(1, self.chunk_size // n) if self.chunk_size else max(1, len(prompt_ids))
-        chunks = [prompt_ids[i:i + prompts_per_chunk] for i in range(0, len(prompt_ids), prompts_per_chunk)]
+        chunks = [prompt_ids[i : i + prompts_per_chunk] for i in range(0, len(prompt_ids), prompts_per_chunk)]
         lockstep = forward_is_collective(self.accelerator, unwrapped)
         calls = max_over_ranks(self.accelerator, len(chunks)) if lockstep else len(chunks)
         completions, finished = [], []
@@ -73,7 +81,7 @@ class HFGenerator(Generator):
                     ids, done = self._generate_chunk(unwrapped, chunks[k], n, sampling, lockstep)
                     completions += ids
                     finished += done
-                else:     # out of prompts: a dummy call keeps this rank's forward passes in step with the others
+                else:  # out of prompts: a dummy call keeps this rank's forward passes in step with the others
                     self._generate_chunk(unwrapped, [[self.tokenizer.eos_token_id]], 1, sampling, lockstep)
         return GenerationResult(completion_ids=completions, finished=finished)
 
@@ -82,30 +90,41 @@ class HFGenerator(Generator):
         eos_id = self.tokenizer.eos_token_id
         width = max(len(p) for p in prompts)
         device = next(model.parameters()).device
-        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)   # [p, P]
-        attention_mask = torch.zeros_like(input_ids)                                            # [p, P]
+        input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)  # [p, P]
+        attention_mask = torch.zeros_like(input_ids)  # [p, P]
         for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids):] = torch.tensor(ids, device=device)
-            attention_mask[row, width - len(ids):] = 1
-        kwargs = dict(max_new_tokens=sampling.max_tokens, num_return_sequences=n, pad_token_id=pad_id,
-                      eos_token_id=eos_id, use_cache=True, synced_gpus=synced)
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, device=device)
+            attention_mask[row, width - len(ids) :] = 1
+        kwargs = dict(
+            max_new_tokens=sampling.max_tokens,
+            num_return_sequences=n,
+            pad_token_id=pad_id,
+            eos_token_id=eos_id,
+            use_cache=True,
+            synced_gpus=synced,
+        )
         if self.cache_implementation is not None:
             kwargs.update(cache_implementation=self.cache_implementation)
         if sampling.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k or None, min_p=sampling.min_p or None,
-                          repetition_penalty=sampling.repetition_penalty)
+            kwargs.update(
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k or None,
+                min_p=sampling.min_p or None,
+                repetition_penalty=sampling.repetition_penalty,
+            )
         if sampling.stop:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
-        kwargs.update(sampling.extra)          # TRL's generation_kwargs for generate (hf_grpo.generation.kwargs)
-        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)   # [p*n, P + C]
+        kwargs.update(sampling.extra)  # TRL's generation_kwargs for generate (hf_grpo.generation.kwargs)
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)  # [p*n, P + C]
         generated = out[:, width:].tolist()
         ids_out, finished = [], []
         for row in generated:
             if eos_id in row:
-                row = row[:row.index(eos_id) + 1]          # keep the EOS: the policy must learn to stop
+                row = row[: row.index(eos_id) + 1]  # keep the EOS: the policy must learn to stop
                 done = True
             else:
                 # Rows stopped by a stop string are right-padded; strip the padding.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-BLOCK_TOKENS = 128          # the CPU backend's default block size (vLLM rounds each sequence up to whole blocks)
+BLOCK_TOKENS = 128  # the CPU backend's default block size (vLLM rounds each sequence up to whole blocks)
 MARGIN = 1.1
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -34,8 +34,8 @@ def round_sequences(args) -> int:
 
 def round_kv_bytes(args, config, max_model_len: int) -> int:
     """One generation round's KV cache: every sequence at ``max_model_len`` tokens in whole blocks, plus 10%."""
-    tokens = math.ceil(max_model_len / BLOCK_TOKENS) * BLOCK_TOKENS                          # per sequence
-    dtype_bytes = DTYPE_BYTES.get(args.engine_dtype, 4)         # an unknown dtype counts as float32: an upper bound
+    tokens = math.ceil(max_model_len / BLOCK_TOKENS) * BLOCK_TOKENS  # per sequence
+    dtype_bytes = DTYPE_BYTES.get(args.engine_dtype, 4)  # an unknown dtype counts as float32: an upper bound
     return int(round_sequences(args) * tokens * kv_bytes_per_token(config, dtype_bytes) * MARGIN)
 
 
@@ -44,4 +44,5 @@ def kv_cache_bytes(args, model_path: str, max_model_len: int) -> int:
     if args.vllm_kv_cache_gib is not None:
         return int(args.vllm_kv_cache_gib * (1 << 30))
     from transformers import AutoConfig
+
     return round_kv_bytes(args, AutoConfig.from_pretrained(model_path), max_model_len)

@@ -20,20 +20,34 @@ import importlib.util
 from typing import Any
 
 # Keys with a config field of the same meaning (they override it, as TRL's generation_kwargs override its fields).
-MAPPED = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-          "repetition_penalty": "repetition_penalty", "stop": "stop", "stop_strings": "stop",
-          "max_tokens": "max_completion_length", "max_new_tokens": "max_completion_length"}
+MAPPED = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "stop": "stop",
+    "stop_strings": "stop",
+    "max_tokens": "max_completion_length",
+    "max_new_tokens": "max_completion_length",
+}
 _SAMPLES = "the trainer asks for num_generations samples per prompt itself"
 RESERVED = {
-    "n": _SAMPLES, "num_return_sequences": _SAMPLES,
+    "n": _SAMPLES,
+    "num_return_sequences": _SAMPLES,
     "num_beams": "beam search is not sampling: the policy-gradient needs samples of the policy",
-    "num_beam_groups": "beam search is not sampling", "logprobs": "the trainer asks vLLM for the sampled tokens' "
-    "log-probs itself", "prompt_logprobs": "prompt log-probs are not read", "include_stop_str_in_output": "the stop "
-    "string stays in the output so token ids and text agree", "detokenize": "the trainer decodes completions itself",
-    "output_kind": "the trainer reads the final output", "eos_token_id": "the tokenizer's EOS ends a completion",
-    "pad_token_id": "the tokenizer's pad token pads", "bos_token_id": "prompts are already tokenized",
-    "max_length": "use max_tokens / max_new_tokens (completion tokens)", "return_dict_in_generate":
-    "the trainer reads generated ids", "output_scores": "the trainer computes log-probs itself",
+    "num_beam_groups": "beam search is not sampling",
+    "logprobs": "the trainer asks vLLM for the sampled tokens' log-probs itself",
+    "prompt_logprobs": "prompt log-probs are not read",
+    "include_stop_str_in_output": "the stop string stays in the output so token ids and text agree",
+    "detokenize": "the trainer decodes completions itself",
+    "output_kind": "the trainer reads the final output",
+    "eos_token_id": "the tokenizer's EOS ends a completion",
+    "pad_token_id": "the tokenizer's pad token pads",
+    "bos_token_id": "prompts are already tokenized",
+    "max_length": "use max_tokens / max_new_tokens (completion tokens)",
+    "return_dict_in_generate": "the trainer reads generated ids",
+    "output_scores": "the trainer computes log-probs itself",
     "output_logits": "the trainer computes log-probs itself",
 }
 
@@ -42,9 +56,11 @@ def backend_keys(backend: str) -> set[str]:
     """The arguments ``backend`` (``vllm`` or ``hf``) accepts: ``vllm.SamplingParams`` fields, ``GenerationConfig``
     attributes."""
     if backend == "vllm":
-        from vllm.sampling_params import SamplingParams     # imported only when such a key is given
+        from vllm.sampling_params import SamplingParams  # imported only when such a key is given
+
         return {f for f in SamplingParams.__struct_fields__ if not f.startswith("_")}
     from transformers import GenerationConfig
+
     return {k for k in vars(GenerationConfig()) if not k.startswith("_")}
 
 
@@ -54,7 +70,7 @@ def resolve_generation_kwargs(config, kwargs: dict[str, Any]) -> dict[str, Any]:
     passed: dict[str, Any] = {}
     for key, value in kwargs.items():
         if key in MAPPED:
-            if MAPPED[key] == "stop":       # vLLM and generate take one string or a list
+            if MAPPED[key] == "stop":  # vLLM and generate take one string or a list
                 value = [value] if isinstance(value, str) else list(value)
             setattr(config, MAPPED[key], value)
         elif key in RESERVED:
@@ -68,12 +84,14 @@ def resolve_generation_kwargs(config, kwargs: dict[str, Any]) -> dict[str, Any]:
     others = sorted(set(passed) - {"do_sample"})
     if others:
         backend = config.generation_backend
-        if backend == "auto":          # as GRPOConfig resolves it, a step later
+        if backend == "auto":  # as GRPOConfig resolves it, a step later
             backend = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
         unknown = [k for k in others if k not in backend_keys(backend)]
         if unknown:
             where = "vllm.SamplingParams" if backend == "vllm" else "transformers.GenerationConfig"
-            raise ValueError(f"GRPOConfig: generation_kwargs key(s) {unknown} are not arguments of {where} "
-                             f"(generation_backend={backend}); keys with a config field: {sorted(MAPPED)}, "
-                             f"do_sample, and the backend's own sampling arguments")
+            raise ValueError(
+                f"GRPOConfig: generation_kwargs key(s) {unknown} are not arguments of {where} "
+                f"(generation_backend={backend}); keys with a config field: {sorted(MAPPED)}, "
+                f"do_sample, and the backend's own sampling arguments"
+            )
     return passed

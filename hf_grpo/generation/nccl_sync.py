@@ -55,28 +55,41 @@ def trainer_address(urls: list[str], configured: str | None = None) -> str:
 
 
 class NCCLWeightSync:
-    def __init__(self, accelerator, clients, address: str | None = None, dtype: torch.dtype | None = None,
-                 port: int | None = None):
+    def __init__(
+        self,
+        accelerator,
+        clients,
+        address: str | None = None,
+        dtype: torch.dtype | None = None,
+        port: int | None = None,
+    ):
         from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
         from vllm.distributed.weight_transfer.nccl_common import NCCLWeightTransferInitInfo, worker_init_payload
         from vllm.distributed.weight_transfer.nccl_common import trainer_init as open_trainer_endpoint
 
         self.accelerator = accelerator
         self.clients = clients
-        self.dtype = dtype       # the servers' dtype: cast before sending, so a bf16 server receives half the bytes
+        self.dtype = dtype  # the servers' dtype: cast before sending, so a bf16 server receives half the bytes
         self.group = None
         if not accelerator.is_main_process:
-            return               # the other processes only take part in the gathers (see send)
+            return  # the other processes only take part in the gathers (see send)
         self.transfer_clients = [HTTPVLLMWeightSyncClient(c.url, timeout=c.request_timeout) for c in clients]
         worlds = [c._call("GET", "/get_world_size").json()["world_size"] for c in clients]
         offsets = [1 + sum(worlds[:k]) for k in range(len(worlds))]
-        rendezvous = {"master_address": trainer_address([c.url for c in clients], address),
-                      "master_port": group_port(port), "world_size": 1 + sum(worlds)}
+        rendezvous = {
+            "master_address": trainer_address([c.url for c in clients], address),
+            "master_port": group_port(port),
+            "world_size": 1 + sum(worlds),
+        }
         # Every server's workers block in init until the whole group has joined: start them all, then join.
         with ThreadPoolExecutor(max_workers=len(clients)) as pool:
-            pending = [pool.submit(t.init_weight_transfer_engine, worker_init_payload(
-                NCCLWeightTransferInitInfo(rank_offset=offset, **rendezvous)))
-                for t, offset in zip(self.transfer_clients, offsets)]
+            pending = [
+                pool.submit(
+                    t.init_weight_transfer_engine,
+                    worker_init_payload(NCCLWeightTransferInitInfo(rank_offset=offset, **rendezvous)),
+                )
+                for t, offset in zip(self.transfer_clients, offsets)
+            ]
             self.group = open_trainer_endpoint(rendezvous)
             for p in pending:
                 p.result()
@@ -86,13 +99,17 @@ class NCCLWeightSync:
 
         weights = iter_policy_weights(self.accelerator, model)
         if self.group is None:
-            for _ in weights:    # replay the iteration: its gathers are collectives
+            for _ in weights:  # replay the iteration: its gathers are collectives
                 pass
             return
         meta = policy_weight_metadata(self.accelerator, model, self.dtype)
-        info = asdict(NCCLWeightTransferUpdateInfo(names=[m[0] for m in meta],
-                                                   dtype_names=[str(m[1]).split(".")[-1] for m in meta],
-                                                   shapes=[list(m[2]) for m in meta]))
+        info = asdict(
+            NCCLWeightTransferUpdateInfo(
+                names=[m[0] for m in meta],
+                dtype_names=[str(m[1]).split(".")[-1] for m in meta],
+                shapes=[list(m[2]) for m in meta],
+            )
+        )
         for t in self.transfer_clients:
             t.start_weight_update()
         # The servers receive inside /update_weights while we broadcast: both sides meet in the same NCCL calls.
@@ -102,13 +119,15 @@ class NCCLWeightSync:
             stream = torch.cuda.current_stream()
             for (name, tensor), (expected, dtype, shape) in zip(weights, meta, strict=True):
                 if name != expected or tuple(tensor.shape) != tuple(shape):
-                    raise RuntimeError(f"weight sync: {name} {tuple(tensor.shape)} does not match the announced "
-                                       f"{expected} {tuple(shape)}")
+                    raise RuntimeError(
+                        f"weight sync: {name} {tuple(tensor.shape)} does not match the announced "
+                        f"{expected} {tuple(shape)}"
+                    )
                 self.group.broadcast(tensor.to(dtype).contiguous(), src=0, stream=stream)
             for r in receiving:
                 r.result()
         finally:
-            pool.shutdown(wait=False)    # a failed broadcast leaves a server blocked in NCCL: do not join it
+            pool.shutdown(wait=False)  # a failed broadcast leaves a server blocked in NCCL: do not join it
         for t, client in zip(self.transfer_clients, self.clients):
             t.finish_weight_update()
             client.finish_update(version)

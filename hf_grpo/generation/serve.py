@@ -34,8 +34,7 @@ from ..models.loading import ModelLoadError, check_model_path
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="hf-grpo serve", description=__doc__.split("\n")[0],
-                                     allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="hf-grpo serve", description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--model", default="smollm2-135m", help="Model name, path or hub id (as in a recipe).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -47,8 +46,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--data-parallel-size", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--enforce-eager", action="store_true", help="Skip graph compilation (fast start).")
-    parser.add_argument("--weight-transfer", choices=("disk", "nccl"), default=None,
-                        help="How the trainer will push weights; default nccl on CUDA, else disk.")
+    parser.add_argument(
+        "--weight-transfer",
+        choices=("disk", "nccl"),
+        default=None,
+        help="How the trainer will push weights; default nccl on CUDA, else disk.",
+    )
     parser.add_argument("--dry-run", action="store_true", help="Print the command instead of running it.")
     args, extra = parser.parse_known_args(argv)
     for problem in _range_problems(args):
@@ -57,13 +60,17 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def _range_problems(args: argparse.Namespace) -> list[str]:
-    checks = [(1 <= args.port <= 65535, f"--port must be 1..65535, got {args.port}"),
-              (args.max_model_len >= 1, f"--max-model-len must be >= 1 token, got {args.max_model_len}"),
-              (args.kv_cache_gib > 0, f"--kv-cache-gib must be > 0, got {args.kv_cache_gib}"),
-              (0 < args.gpu_memory_utilization <= 1,
-               f"--gpu-memory-utilization is a fraction in (0, 1], got {args.gpu_memory_utilization}"),
-              (args.tensor_parallel_size >= 1, f"--tensor-parallel-size must be >= 1, got {args.tensor_parallel_size}"),
-              (args.data_parallel_size >= 1, f"--data-parallel-size must be >= 1, got {args.data_parallel_size}")]
+    checks = [
+        (1 <= args.port <= 65535, f"--port must be 1..65535, got {args.port}"),
+        (args.max_model_len >= 1, f"--max-model-len must be >= 1 token, got {args.max_model_len}"),
+        (args.kv_cache_gib > 0, f"--kv-cache-gib must be > 0, got {args.kv_cache_gib}"),
+        (
+            0 < args.gpu_memory_utilization <= 1,
+            f"--gpu-memory-utilization is a fraction in (0, 1], got {args.gpu_memory_utilization}",
+        ),
+        (args.tensor_parallel_size >= 1, f"--tensor-parallel-size must be >= 1, got {args.tensor_parallel_size}"),
+        (args.data_parallel_size >= 1, f"--data-parallel-size must be >= 1, got {args.data_parallel_size}"),
+    ]
     return [message for ok, message in checks if not ok]
 
 
@@ -79,10 +86,12 @@ def listen_problem(host: str, port: int) -> str | None:
         try:
             sock.bind(address)
         except OSError as e:
-            fix = {errno.EADDRINUSE: "another server (an earlier hf-grpo serve?) is using it: stop it or pick "
-                                     "another --port",
-                   errno.EACCES: "ports below 1024 need privileges: pick another --port",
-                   errno.EADDRNOTAVAIL: "the address is not one of this machine's: check --host"}.get(e.errno, "")
+            fix = {
+                errno.EADDRINUSE: "another server (an earlier hf-grpo serve?) is using it: stop it or pick "
+                "another --port",
+                errno.EACCES: "ports below 1024 need privileges: pick another --port",
+                errno.EADDRNOTAVAIL: "the address is not one of this machine's: check --host",
+            }.get(e.errno, "")
             return f"cannot listen on {host}:{port}: {e.strerror}" + (f"; {fix}" if fix else "")
     return None
 
@@ -92,13 +101,32 @@ def serve_command(args: argparse.Namespace, extra: list[str] = ()) -> tuple[list
     :class:`~hf_grpo.models.ModelLoadError` for a model that cannot load."""
     cuda = torch.cuda.is_available()
     transfer = args.weight_transfer or ("nccl" if cuda else "disk")
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", check_model_path(args.model), "--host", args.host, "--port", str(args.port),
-            "--dtype", args.dtype, "--max-model-len", str(args.max_model_len), "--seed", str(args.seed),
-            "--enable-prefix-caching", "--logprobs-mode", "processed_logprobs",
-            "--worker-extension-cls", "hf_grpo.generation.worker_extension.HFGRPOWorkerExtension",
-            "--tensor-parallel-size", str(args.tensor_parallel_size),
-            "--data-parallel-size", str(args.data_parallel_size)]
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        check_model_path(args.model),
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--dtype",
+        args.dtype,
+        "--max-model-len",
+        str(args.max_model_len),
+        "--seed",
+        str(args.seed),
+        "--enable-prefix-caching",
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--worker-extension-cls",
+        "hf_grpo.generation.worker_extension.HFGRPOWorkerExtension",
+        "--tensor-parallel-size",
+        str(args.tensor_parallel_size),
+        "--data-parallel-size",
+        str(args.data_parallel_size),
+    ]
     if cuda:
         argv += ["--gpu-memory-utilization", str(args.gpu_memory_utilization)]
     else:
@@ -126,5 +154,5 @@ def main(argv: list[str]) -> int:
         print(f"hf-grpo serve: error: {problem}", file=sys.stderr)
         return 2
     print(f"hf-grpo serve: {args.model} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
-    os.execvpe(command[0], command, env)     # the server replaces this process: signals reach vLLM directly
-    return 0   # not reached
+    os.execvpe(command[0], command, env)  # the server replaces this process: signals reach vLLM directly
+    return 0  # not reached

@@ -54,9 +54,10 @@ def parse_request_outputs(outputs) -> GenerationResult:
         for sample in sorted(request.outputs, key=lambda o: o.index):
             tokens = list(sample.token_ids)
             ids.append(tokens)
-            finished.append(sample.finish_reason == "stop")        # EOS or a stop string; "length" = truncated
-            logprobs.append([step[t].logprob for step, t in zip(sample.logprobs, tokens)]
-                            if sample.logprobs is not None else [])
+            finished.append(sample.finish_reason == "stop")  # EOS or a stop string; "length" = truncated
+            logprobs.append(
+                [step[t].logprob for step, t in zip(sample.logprobs, tokens)] if sample.logprobs is not None else []
+            )
     return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs)
 
 
@@ -136,18 +137,22 @@ def _retire_previous_engine() -> None:
     gc.collect()
     previous = _last_built() if _last_built is not None else None
     if previous is not None and previous._llm is not None:
-        logger.warning("a new colocated vLLM engine is being built in this process: the engine of the earlier "
-                       "generator (an earlier trainer) is shut down first, and that trainer can no longer generate")
-        previous.close(shutdown_why="its vLLM engine was shut down because a later trainer in this process built its "
-                                    "own colocated engine (vLLM keeps process-wide state: one live engine per "
-                                    "process); build a new trainer, or close this one's generator before building "
-                                    "another")
+        logger.warning(
+            "a new colocated vLLM engine is being built in this process: the engine of the earlier "
+            "generator (an earlier trainer) is shut down first, and that trainer can no longer generate"
+        )
+        previous.close(
+            shutdown_why="its vLLM engine was shut down because a later trainer in this process built its "
+            "own colocated engine (vLLM keeps process-wide state: one live engine per "
+            "process); build a new trainer, or close this one's generator before building "
+            "another"
+        )
 
 
 class VLLMColocateGenerator(Generator):
     def __init__(self, args, accelerator, model_path: str):
         global _last_built
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"   # engine in this process: in-place weight reload
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in this process: in-place weight reload
         from vllm import LLM
 
         self._llm = None
@@ -162,14 +167,22 @@ class VLLMColocateGenerator(Generator):
             raise ValueError(f"vllm_tensor_parallel_size ({self.tp}) must divide the number of processes ({world})")
         if self.tp > 1 and not on_cuda:
             raise ValueError("vllm_tensor_parallel_size > 1 needs CUDA; on CPU each process runs its own engine")
-        kwargs = dict(model=model_path, dtype=args.engine_dtype, seed=args.seed + accelerator.process_index // self.tp,
-                      max_model_len=args.vllm_max_model_len or (args.max_prompt_length or 512)
-                      + args.max_completion_length,
-                      enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-                      enforce_eager=args.vllm_enforce_eager, worker_extension_cls=WORKER_EXTENSION)
+        kwargs = dict(
+            model=model_path,
+            dtype=args.engine_dtype,
+            seed=args.seed + accelerator.process_index // self.tp,
+            max_model_len=args.vllm_max_model_len or (args.max_prompt_length or 512) + args.max_completion_length,
+            enable_prefix_caching=True,
+            logprobs_mode="processed_logprobs",
+            enforce_eager=args.vllm_enforce_eager,
+            worker_extension_cls=WORKER_EXTENSION,
+        )
         if on_cuda:
-            kwargs.update(gpu_memory_utilization=args.vllm_gpu_memory_utilization, tensor_parallel_size=self.tp,
-                          enable_sleep_mode=args.vllm_enable_sleep_mode)
+            kwargs.update(
+                gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+                tensor_parallel_size=self.tp,
+                enable_sleep_mode=args.vllm_enable_sleep_mode,
+            )
             if world > 1:
                 kwargs.update(distributed_executor_backend="external_launcher")
         else:
@@ -181,8 +194,10 @@ class VLLMColocateGenerator(Generator):
         self._tp_group = None
         if self.tp > 1:
             # new_group is collective: every process creates every group, in the same order.
-            groups = [torch.distributed.new_group(list(range(g * self.tp, (g + 1) * self.tp)))
-                      for g in range(world // self.tp)]
+            groups = [
+                torch.distributed.new_group(list(range(g * self.tp, (g + 1) * self.tp)))
+                for g in range(world // self.tp)
+            ]
             self._tp_group = groups[accelerator.process_index // self.tp]
         start = time.perf_counter()
         with _keep_torch_threads(), _engine_start_warnings(args.verbose):
@@ -211,8 +226,10 @@ class VLLMColocateGenerator(Generator):
         """The engine awake and torch's thread count kept, for a multi-turn round that drives ``llm.llm_engine``
         request by request (`hf_grpo.agents.backends.EngineTurns`)."""
         if self._tp_group is not None:
-            raise ValueError("multi-turn rollouts drive one engine per process; vllm_tensor_parallel_size > 1 is not "
-                             "supported with tools or environments")
+            raise ValueError(
+                "multi-turn rollouts drive one engine per process; vllm_tensor_parallel_size > 1 is not "
+                "supported with tools or environments"
+            )
         self._wake()
         try:
             with _keep_torch_threads():
@@ -236,8 +253,9 @@ class VLLMColocateGenerator(Generator):
         params = engine_sampling_params(sampling, n)
         self._wake()
         with _keep_torch_threads():
-            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
-                                        use_tqdm=False)
+            outputs = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params, use_tqdm=False
+            )
         self._sleep()
         result = parse_request_outputs(outputs)
         if self._tp_group is not None:
@@ -254,23 +272,27 @@ class VLLMColocateGenerator(Generator):
             if self.direct_copy:
                 # Fused copies in 1 GiB batches, except under ZeRO-3 (see DirectCopyPlan.copy).
                 batch_bytes = 0 if is_zero3(self.accelerator) else 1 << 30
-                self.llm.collective_rpc("copy_weights_direct", kwargs=dict(weights_iterator=weights,
-                                                                           batch_bytes=batch_bytes))
+                self.llm.collective_rpc(
+                    "copy_weights_direct", kwargs=dict(weights_iterator=weights, batch_bytes=batch_bytes)
+                )
             else:
                 # reload_weights, then the CPU fixes of worker_extension.py (tied LM head, expert repack)
-                self.llm.collective_rpc("reload_policy_weights", kwargs=dict(weights_iterator=weights,
-                                                                             is_checkpoint_format=True))
+                self.llm.collective_rpc(
+                    "reload_policy_weights", kwargs=dict(weights_iterator=weights, is_checkpoint_format=True)
+                )
                 if self.direct_copy is None:
                     self.direct_copy = self._plan_direct_copy(model)
-            self.llm.reset_prefix_cache()     # cached KV was computed with the old weights
+            self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
         self._sleep()
         self.weight_version = version
 
     def _plan_direct_copy(self, model) -> bool:
         """Right after a reload: can later syncs copy straight into the engine's parameters? (direct_copy.py)"""
         shapes = [(name, shape) for name, _, shape in policy_weight_metadata(self.accelerator, model)]
-        reasons = self.llm.collective_rpc("plan_direct_copy", kwargs=dict(
-            shapes=shapes, weights_iterator=iter_policy_weights(self.accelerator, model)))
+        reasons = self.llm.collective_rpc(
+            "plan_direct_copy",
+            kwargs=dict(shapes=shapes, weights_iterator=iter_policy_weights(self.accelerator, model)),
+        )
         refused = [r for r in reasons if r is not None]
         if refused:
             logger.info("weight sync stays on vLLM's reload_weights (direct copy refused: %s)", refused[0])
@@ -284,4 +306,4 @@ class VLLMColocateGenerator(Generator):
         llm, self._llm = self._llm, None
         if shutdown_why is not None and llm is not None:
             self._closed_why = shutdown_why
-            llm.llm_engine.engine_core.shutdown()      # idempotent: vLLM's own finalizer then does nothing
+            llm.llm_engine.engine_core.shutdown()  # idempotent: vLLM's own finalizer then does nothing

@@ -28,13 +28,12 @@ import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-
 from urllib.parse import urlparse
 
 import requests
 
-from .base import GenerationResult, Generator, SamplingParams
 from ..models.loading import DTYPES
+from .base import GenerationResult, Generator, SamplingParams
 from .weights import save_policy_weights
 
 logger = logging.getLogger(__name__)
@@ -67,19 +66,24 @@ class VLLMServerClient:
 
     def _call(self, method: str, path: str, timeout: float | None = None, **kwargs) -> requests.Response:
         try:
-            response = self.session.request(method, self.url + path, timeout=timeout or self.request_timeout,
-                                            **kwargs)
+            response = self.session.request(method, self.url + path, timeout=timeout or self.request_timeout, **kwargs)
         except requests.Timeout as e:
-            raise VLLMServerError(f"vLLM server {self.url}: {method} {path} got no answer within "
-                                  f"{timeout or self.request_timeout:.0f} s (vllm_request_timeout)") from e
+            raise VLLMServerError(
+                f"vLLM server {self.url}: {method} {path} got no answer within "
+                f"{timeout or self.request_timeout:.0f} s (vllm_request_timeout)"
+            ) from e
         except requests.ConnectionError as e:
             raise ConnectionError(f"vLLM server {self.url} is not reachable ({type(e).__name__})") from e
         if response.status_code == 404 and path in ("/weight_info", "/collective_rpc", "/reset_prefix_cache"):
-            raise VLLMServerError(f"vLLM server {self.url} has no {path} endpoint: weight sync needs the server "
-                                  "started with VLLM_SERVER_DEV_MODE=1 (`hf-grpo serve` does this)")
+            raise VLLMServerError(
+                f"vLLM server {self.url} has no {path} endpoint: weight sync needs the server "
+                "started with VLLM_SERVER_DEV_MODE=1 (`hf-grpo serve` does this)"
+            )
         if response.status_code != 200:
-            raise VLLMServerError(f"vLLM server {self.url}: {method} {path} failed with HTTP "
-                                  f"{response.status_code}: {response.text[:500]}")
+            raise VLLMServerError(
+                f"vLLM server {self.url}: {method} {path} failed with HTTP "
+                f"{response.status_code}: {response.text[:500]}"
+            )
         return response
 
     def wait_healthy(self, timeout: float | None = None) -> None:
@@ -93,9 +97,11 @@ class VLLMServerClient:
             except (requests.RequestException, ConnectionError):
                 pass
             if time.monotonic() > deadline:
-                raise VLLMServerError(f"vLLM server {self.url} was not healthy within {timeout:.0f} s "
-                                      "(vllm_server_timeout). Start one with `hf-grpo serve --model <model> --port "
-                                      "<port>` or check the URL in vllm_server_urls.")
+                raise VLLMServerError(
+                    f"vLLM server {self.url} was not healthy within {timeout:.0f} s "
+                    "(vllm_server_timeout). Start one with `hf-grpo serve --model <model> --port "
+                    "<port>` or check the URL in vllm_server_urls."
+                )
             time.sleep(1.0)
 
     def weight_version(self) -> str | None:
@@ -103,8 +109,14 @@ class VLLMServerClient:
 
     def reload(self, directory: str, version: int) -> None:
         # reload_weights with the CPU fixes of the worker extension `hf-grpo serve` installs (worker_extension.py).
-        self._call("POST", "/collective_rpc", json={"method": "reload_policy_weights", "kwargs": {
-            "weights_path": directory, "is_checkpoint_format": True}})
+        self._call(
+            "POST",
+            "/collective_rpc",
+            json={
+                "method": "reload_policy_weights",
+                "kwargs": {"weights_path": directory, "is_checkpoint_format": True},
+            },
+        )
         self.finish_update(version)
 
     def finish_update(self, version: int) -> None:
@@ -113,21 +125,26 @@ class VLLMServerClient:
 
     def complete(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
         body = {"model": self.model, "prompt": prompt_ids, "return_token_ids": True, **sampling.vllm_kwargs(n)}
-        choices = sorted(self._call("POST", "/v1/completions", json=body).json()["choices"],
-                         key=lambda c: c["index"])               # index = prompt * n + sample
+        choices = sorted(
+            self._call("POST", "/v1/completions", json=body).json()["choices"], key=lambda c: c["index"]
+        )  # index = prompt * n + sample
         if len(choices) != len(prompt_ids) * n:
-            raise VLLMServerError(f"vLLM server {self.url} returned {len(choices)} completions for "
-                                  f"{len(prompt_ids)} prompts x n={n}")
-        return GenerationResult(completion_ids=[c["token_ids"] for c in choices],
-                                finished=[c["finish_reason"] == "stop" for c in choices],
-                                logprobs=[c["logprobs"]["token_logprobs"] for c in choices])
+            raise VLLMServerError(
+                f"vLLM server {self.url} returned {len(choices)} completions for {len(prompt_ids)} prompts x n={n}"
+            )
+        return GenerationResult(
+            completion_ids=[c["token_ids"] for c in choices],
+            finished=[c["finish_reason"] == "stop" for c in choices],
+            logprobs=[c["logprobs"]["token_logprobs"] for c in choices],
+        )
 
 
 class VLLMServerGenerator(Generator):
     def __init__(self, args, accelerator):
         self.accelerator = accelerator
-        self.clients = [VLLMServerClient(u, args.vllm_request_timeout, args.vllm_server_timeout)
-                        for u in args.vllm_server_urls]
+        self.clients = [
+            VLLMServerClient(u, args.vllm_request_timeout, args.vllm_server_timeout) for u in args.vllm_server_urls
+        ]
         self.pool = ThreadPoolExecutor(max_workers=len(self.clients))
         self.transfer = args.vllm_weight_transfer
         if self.transfer == "auto":
@@ -135,22 +152,30 @@ class VLLMServerGenerator(Generator):
         self.weights_dtype = args.engine_dtype
         self.sync_dir = None
         # The default directory is ours (RAM under /dev/shm, one policy's size): removed by close().
-        self._owned_sync_dir = self.transfer == "disk" and args.vllm_weight_sync_dir is None \
-            and accelerator.is_main_process
+        self._owned_sync_dir = (
+            self.transfer == "disk" and args.vllm_weight_sync_dir is None and accelerator.is_main_process
+        )
         if self.transfer == "disk":
-            self.sync_dir = checked_sync_dir(args.vllm_weight_sync_dir, args.output_dir, args.vllm_server_urls,
-                                             accelerator.is_main_process)
-            if self._owned_sync_dir:      # also when the trainer is never closed (a script's end)
+            self.sync_dir = checked_sync_dir(
+                args.vllm_weight_sync_dir, args.output_dir, args.vllm_server_urls, accelerator.is_main_process
+            )
+            if self._owned_sync_dir:  # also when the trainer is never closed (a script's end)
                 atexit.register(shutil.rmtree, self.sync_dir, True)
         list(self.pool.map(lambda c: c.wait_healthy(), self.clients))
         if accelerator.is_main_process:
             for c in self.clients:
-                c.weight_version()        # fails now, with the fix, if the sync endpoints are missing
+                c.weight_version()  # fails now, with the fix, if the sync endpoints are missing
         self._nccl = None
         if self.transfer == "nccl":
             from .nccl_sync import NCCLWeightSync
-            self._nccl = NCCLWeightSync(accelerator, self.clients, args.vllm_server_trainer_address,
-                                        DTYPES[self.weights_dtype], args.vllm_group_port)
+
+            self._nccl = NCCLWeightSync(
+                accelerator,
+                self.clients,
+                args.vllm_server_trainer_address,
+                DTYPES[self.weights_dtype],
+                args.vllm_group_port,
+            )
 
     # ---- generation ---------------------------------------------------------------------------------------------
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
@@ -161,9 +186,11 @@ class VLLMServerGenerator(Generator):
         bounds = _split(prompt_ids, len(self.clients), self.accelerator.process_index)
         jobs = [(c, prompt_ids[a:b]) for c, (a, b) in zip(self.clients, bounds) if b > a]
         parts = list(self.pool.map(lambda job: self._complete(job[0], job[1], n, sampling), jobs))
-        return GenerationResult(completion_ids=[x for p in parts for x in p.completion_ids],
-                                finished=[x for p in parts for x in p.finished],
-                                logprobs=[x for p in parts for x in p.logprobs])
+        return GenerationResult(
+            completion_ids=[x for p in parts for x in p.completion_ids],
+            finished=[x for p in parts for x in p.finished],
+            logprobs=[x for p in parts for x in p.logprobs],
+        )
 
     def complete_turn(self, prompt_ids: list[int], sampling: SamplingParams, route: int) -> GenerationResult:
         """One completion of one prompt (a multi-turn rollout's next turn). ``route`` picks the server, so a rollout
@@ -180,10 +207,12 @@ class VLLMServerGenerator(Generator):
             try:
                 client.wait_healthy()
             except VLLMServerError as gone:
-                raise VLLMServerError(f"vLLM server {client.url} went away during generation ({e}) and did not "
-                                      f"come back within {client.health_timeout:.0f} s. Restart it (same "
-                                      "`hf-grpo serve` command); the trainer pushes the current weights to a "
-                                      "restarted server before using it.") from gone
+                raise VLLMServerError(
+                    f"vLLM server {client.url} went away during generation ({e}) and did not "
+                    f"come back within {client.health_timeout:.0f} s. Restart it (same "
+                    "`hf-grpo serve` command); the trainer pushes the current weights to a "
+                    "restarted server before using it."
+                ) from gone
             self._ensure_current(client)
             return client.complete(prompts, n, sampling)
 
@@ -195,11 +224,14 @@ class VLLMServerGenerator(Generator):
         if served == str(self.weight_version):
             return
         if self.transfer != "disk":
-            raise VLLMServerError(f"vLLM server {client.url} restarted and holds other weights than the trainer; "
-                                  "with the nccl transfer it must rejoin at start: restart the training run "
-                                  "(it resumes from the last checkpoint)")
-        logger.warning("vLLM server %s holds weight version %s; reloading version %d", client.url, served,
-                       self.weight_version)
+            raise VLLMServerError(
+                f"vLLM server {client.url} restarted and holds other weights than the trainer; "
+                "with the nccl transfer it must rejoin at start: restart the training run "
+                "(it resumes from the last checkpoint)"
+            )
+        logger.warning(
+            "vLLM server %s holds weight version %s; reloading version %d", client.url, served, self.weight_version
+        )
         client.reload(self.sync_dir, self.weight_version)
 
     # ---- weight sync --------------------------------------------------------------------------------------------
@@ -210,7 +242,7 @@ class VLLMServerGenerator(Generator):
             path = save_policy_weights(self.accelerator, model, self.sync_dir, dtype=DTYPES[self.weights_dtype])
             if path is not None:
                 list(self.pool.map(lambda c: c.reload(self.sync_dir, version), self.clients))
-        self.accelerator.wait_for_everyone()    # nobody generates before every server holds the new weights
+        self.accelerator.wait_for_everyone()  # nobody generates before every server holds the new weights
         self.weight_version = version
 
     def close(self) -> None:
@@ -232,10 +264,12 @@ def checked_sync_dir(configured: str | None, output_dir: str, urls: list[str], i
 
     remote = sorted(u for u in urls if urlparse(u).hostname not in LOOPBACK)
     if configured is None and remote:
-        raise ValueError(f"vllm_weight_transfer=disk with servers on other hosts ({', '.join(remote)}): set "
-                         f"vllm_weight_sync_dir to a directory on a filesystem this machine and every server mount "
-                         f"(the default {default_sync_dir(output_dir)} is local RAM), or use "
-                         f"vllm_weight_transfer: nccl")
+        raise ValueError(
+            f"vllm_weight_transfer=disk with servers on other hosts ({', '.join(remote)}): set "
+            f"vllm_weight_sync_dir to a directory on a filesystem this machine and every server mount "
+            f"(the default {default_sync_dir(output_dir)} is local RAM), or use "
+            f"vllm_weight_transfer: nccl"
+        )
     directory = configured or default_sync_dir(output_dir)
     if is_main:
         try:

@@ -41,7 +41,7 @@ def _checkpoint_name(name: str, peft: bool) -> str | None:
     if not peft:
         return name
     if "lora_" in name or ".original_module." in name:
-        return None       # adapters are merged in; a modules_to_save layer's frozen original is superseded
+        return None  # adapters are merged in; a modules_to_save layer's frozen original is superseded
     # Wrappers of `target_parameters` nest, one `base_layer` per adapted parameter of a module.
     name = re.sub(r"(\.base_layer)+\.", ".", name.removeprefix("base_model.model."))
     return re.sub(r"\.modules_to_save\.[^.]+\.", ".", name)
@@ -63,8 +63,9 @@ def _lora_layers(unwrapped) -> dict[str, torch.nn.Module]:
     for name, module in unwrapped.named_modules():
         if isinstance(module, LoraLayer) and not module.disable_adapters and not module.merged:
             if any(module.use_dora.get(a, False) for a in module.active_adapters):
-                raise NotImplementedError(f"{name}: weight sync of DoRA adapters is not supported; use plain LoRA "
-                                          f"(use_dora=False)")
+                raise NotImplementedError(
+                    f"{name}: weight sync of DoRA adapters is not supported; use plain LoRA (use_dora=False)"
+                )
             target = names[id(module.get_param())] if isinstance(module, ParamWrapper) else f"{name}.base_layer.weight"
             layers[target] = module
     return layers
@@ -86,8 +87,9 @@ def iter_policy_weights(accelerator, model) -> Iterator[tuple[str, torch.Tensor]
     zero3 = is_zero3(accelerator)
     if zero3:
         import deepspeed
-    gather_all = deepspeed.zero.GatheredParameters(list(unwrapped.parameters())) if zero3 and peft \
-        else contextlib.nullcontext()
+    gather_all = (
+        deepspeed.zero.GatheredParameters(list(unwrapped.parameters())) if zero3 and peft else contextlib.nullcontext()
+    )
     with gather_all, torch.no_grad():
         lora = _lora_layers(unwrapped) if peft else {}
         for name, param in unwrapped.named_parameters():
@@ -103,8 +105,9 @@ def iter_policy_weights(accelerator, model) -> Iterator[tuple[str, torch.Tensor]
                 yield target, _full(param)
 
 
-def policy_weight_metadata(accelerator, model,
-                           dtype: torch.dtype | None = None) -> list[tuple[str, torch.dtype, tuple]]:
+def policy_weight_metadata(
+    accelerator, model, dtype: torch.dtype | None = None
+) -> list[tuple[str, torch.dtype, tuple]]:
     """``(name, dtype, shape)`` of every tensor `iter_policy_weights` yields, in order, without gathering anything:
     ZeRO-3 parameters know their full shape (``ds_shape``), FSDP2's DTensors report theirs. ``dtype`` overrides the
     parameters' own (what a receiver will be sent)."""
@@ -135,6 +138,6 @@ def save_policy_weights(accelerator, model, directory: str, dtype: torch.dtype |
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "model.safetensors")
     tmp = os.path.join(directory, ".model.safetensors.tmp")
-    save_file(tensors, tmp, metadata={"format": "pt"})   # tied weights appear once: named_parameters() dedups
-    os.replace(tmp, path)     # a server reloading concurrently sees the old file or the new one, never half of one
+    save_file(tensors, tmp, metadata={"format": "pt"})  # tied weights appear once: named_parameters() dedups
+    os.replace(tmp, path)  # a server reloading concurrently sees the old file or the new one, never half of one
     return path

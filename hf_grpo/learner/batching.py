@@ -23,11 +23,17 @@ from ..algorithms import truncated_completion_mask
 from .packing import pack, padding_metrics
 
 
-def build_samples(prompt_ids: list[list[int]], completion_ids: list[list[int]], finished: list[bool],
-                  advantages: torch.Tensor, num_generations: int, mask_truncated: bool,
-                  sampling_logprobs: list[list[float]] | None = None,
-                  completion_mask: list[list[int]] | None = None,
-                  completion_prompt_ids: list[list[int]] | None = None) -> list[dict]:
+def build_samples(
+    prompt_ids: list[list[int]],
+    completion_ids: list[list[int]],
+    finished: list[bool],
+    advantages: torch.Tensor,
+    num_generations: int,
+    mask_truncated: bool,
+    sampling_logprobs: list[list[float]] | None = None,
+    completion_mask: list[list[int]] | None = None,
+    completion_prompt_ids: list[list[int]] | None = None,
+) -> list[dict]:
     """One dict per completion: its prompt ids, completion ids, loss mask, advantage and (from vLLM) the sampler's
     log-probs of its tokens.
 
@@ -37,21 +43,28 @@ def build_samples(prompt_ids: list[list[int]], completion_ids: list[list[int]], 
     """
     samples = []
     for i, completion in enumerate(completion_ids):
-        mask = torch.ones(len(completion))                                       # [C_i]
+        mask = torch.ones(len(completion))  # [C_i]
         if completion_mask is not None:
             if len(completion_mask[i]) != len(completion):
-                raise ValueError(f"completion {i}: a mask of {len(completion_mask[i])} entries for "
-                                 f"{len(completion)} tokens")
-            mask = torch.tensor(completion_mask[i], dtype=torch.float32)           # [C_i] 1 sampled, 0 tool
+                raise ValueError(
+                    f"completion {i}: a mask of {len(completion_mask[i])} entries for {len(completion)} tokens"
+                )
+            mask = torch.tensor(completion_mask[i], dtype=torch.float32)  # [C_i] 1 sampled, 0 tool
         if mask_truncated:
             mask = truncated_completion_mask(torch.tensor([finished[i]]), mask.unsqueeze(0))[0]
         prompt = completion_prompt_ids[i] if completion_prompt_ids is not None else prompt_ids[i // num_generations]
-        sample = {"prompt_ids": prompt, "completion_ids": completion,
-                  "completion_mask": mask, "advantage": float(advantages[i]), "index": i}
+        sample = {
+            "prompt_ids": prompt,
+            "completion_ids": completion,
+            "completion_mask": mask,
+            "advantage": float(advantages[i]),
+            "index": i,
+        }
         if sampling_logprobs is not None:
             if len(sampling_logprobs[i]) != len(completion):
-                raise ValueError(f"completion {i}: {len(sampling_logprobs[i])} sampling log-probs for "
-                                 f"{len(completion)} tokens")
+                raise ValueError(
+                    f"completion {i}: {len(sampling_logprobs[i])} sampling log-probs for {len(completion)} tokens"
+                )
             sample["sampling_logp"] = sampling_logprobs[i]
         samples.append(sample)
     return samples
@@ -67,24 +80,31 @@ def collate(samples: list[dict], pad_id: int, multiple: int | None = None) -> di
     P = round_up(max(len(s["prompt_ids"]) for s in samples), multiple)
     C = round_up(max(1, max(len(s["completion_ids"]) for s in samples)), multiple)
     B = len(samples)
-    input_ids = torch.full((B, P + C), pad_id, dtype=torch.long)                # [B, P+C]
-    attention_mask = torch.zeros((B, P + C), dtype=torch.long)                  # [B, P+C]
+    input_ids = torch.full((B, P + C), pad_id, dtype=torch.long)  # [B, P+C]
+    attention_mask = torch.zeros((B, P + C), dtype=torch.long)  # [B, P+C]
     for row, s in enumerate(samples):
         p, c = s["prompt_ids"], s["completion_ids"]
-        input_ids[row, P - len(p):P] = torch.tensor(p, dtype=torch.long)
-        attention_mask[row, P - len(p):P] = 1
+        input_ids[row, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
+        attention_mask[row, P - len(p) : P] = 1
         if c:
-            input_ids[row, P:P + len(c)] = torch.tensor(c, dtype=torch.long)
-            attention_mask[row, P:P + len(c)] = 1
+            input_ids[row, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
+            attention_mask[row, P : P + len(c)] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask, **completion_fields(samples, C)}
 
 
-def collate_packed(samples: list[dict], pad_id: int, max_tokens: int, one_row: bool,
-                   multiple: int | None = None) -> dict[str, torch.Tensor]:
+def collate_packed(
+    samples: list[dict], pad_id: int, max_tokens: int, one_row: bool, multiple: int | None = None
+) -> dict[str, torch.Tensor]:
     """Packed model inputs (`hf_grpo.learner.packing.pack`, rows ``multiple``-padded) with `collate`'s ``[B, C]`` loss
     fields."""
-    packed = pack([s["prompt_ids"] for s in samples], [s["completion_ids"] for s in samples], max_tokens, pad_id,
-                  one_row, multiple)
+    packed = pack(
+        [s["prompt_ids"] for s in samples],
+        [s["completion_ids"] for s in samples],
+        max_tokens,
+        pad_id,
+        one_row,
+        multiple,
+    )
     return {**packed, **completion_fields(samples)}
 
 
@@ -93,16 +113,18 @@ def completion_fields(samples: list[dict], C: int | None = None) -> dict[str, to
     (``C``: the longest completion unless given), advantages and indices ``[B]``."""
     C = C or max(1, max(len(s["completion_ids"]) for s in samples))
     B = len(samples)
-    completion_mask = torch.zeros((B, C), dtype=torch.float32)                  # [B, C]
+    completion_mask = torch.zeros((B, C), dtype=torch.float32)  # [B, C]
     for row, s in enumerate(samples):
-        completion_mask[row, :len(s["completion_ids"])] = s["completion_mask"]
-    fields = {"completion_mask": completion_mask,
-              "advantages": torch.tensor([s["advantage"] for s in samples], dtype=torch.float32),      # [B]
-              "index": torch.tensor([s["index"] for s in samples], dtype=torch.long)}                 # [B]
+        completion_mask[row, : len(s["completion_ids"])] = s["completion_mask"]
+    fields = {
+        "completion_mask": completion_mask,
+        "advantages": torch.tensor([s["advantage"] for s in samples], dtype=torch.float32),  # [B]
+        "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
+    }  # [B]
     if "sampling_logp" in samples[0]:
-        sampling_logp = torch.zeros((B, C), dtype=torch.float32)                # [B, C], 0 on padding
+        sampling_logp = torch.zeros((B, C), dtype=torch.float32)  # [B, C], 0 on padding
         for row, s in enumerate(samples):
-            sampling_logp[row, :len(s["sampling_logp"])] = torch.tensor(s["sampling_logp"], dtype=torch.float32)
+            sampling_logp[row, : len(s["sampling_logp"])] = torch.tensor(s["sampling_logp"], dtype=torch.float32)
         fields["sampling_logp"] = sampling_logp
     return fields
 
@@ -128,10 +150,14 @@ def normalizer_group(steps_per_generation: int, accumulation_steps: int) -> int:
     return steps_per_generation
 
 
-def split_microbatches(samples: list[dict], num_micro: int, micro_per_step: int,
-                       generator: torch.Generator | None = None,
-                       skip_zero_advantage: bool = False,
-                       balance_tokens: bool = False) -> tuple[list[list[dict]], list[float], int]:
+def split_microbatches(
+    samples: list[dict],
+    num_micro: int,
+    micro_per_step: int,
+    generator: torch.Generator | None = None,
+    skip_zero_advantage: bool = False,
+    balance_tokens: bool = False,
+) -> tuple[list[list[dict]], list[float], int]:
     """Shuffle (if a generator is given) and split into ``num_micro`` micro-batches, ``micro_per_step`` per optimizer
     step.
 
@@ -148,25 +174,33 @@ def split_microbatches(samples: list[dict], num_micro: int, micro_per_step: int,
     and how many samples were left out.
     """
     if len(samples) % num_micro or num_micro % micro_per_step:
-        raise ValueError(f"{len(samples)} samples do not split into {num_micro} equal micro-batches of "
-                         f"{micro_per_step} per optimizer step")
+        raise ValueError(
+            f"{len(samples)} samples do not split into {num_micro} equal micro-batches of "
+            f"{micro_per_step} per optimizer step"
+        )
     order = torch.randperm(len(samples), generator=generator).tolist() if generator is not None else range(len(samples))
     shuffled = [samples[i] for i in order]
     per_step = len(samples) // num_micro * micro_per_step
     micro: list[list[dict]] = []
     step_tokens: list[float] = []
     for start in range(0, len(shuffled), per_step):
-        step = shuffled[start:start + per_step]
+        step = shuffled[start : start + per_step]
         step_tokens.append(float(sum(float(s["completion_mask"].sum()) for s in step)))
         if not skip_zero_advantage:
             size = per_step // micro_per_step
-            micro += (balance_by_tokens(step, micro_per_step) if balance_tokens
-                      else [step[k * size:(k + 1) * size] for k in range(micro_per_step)])
+            micro += (
+                balance_by_tokens(step, micro_per_step)
+                if balance_tokens
+                else [step[k * size : (k + 1) * size] for k in range(micro_per_step)]
+            )
             continue
         active = [s for s in step if s["advantage"] != 0.0]
         idle = [s for s in step if s["advantage"] == 0.0]
-        parts = (balance_by_tokens(active, micro_per_step) if balance_tokens
-                 else [active[k::micro_per_step] for k in range(micro_per_step)])
+        parts = (
+            balance_by_tokens(active, micro_per_step)
+            if balance_tokens
+            else [active[k::micro_per_step] for k in range(micro_per_step)]
+        )
         for part in parts:
             if not part:
                 part.append(idle.pop())
@@ -175,8 +209,9 @@ def split_microbatches(samples: list[dict], num_micro: int, micro_per_step: int,
     return micro, step_tokens, len(samples) - kept
 
 
-def collate_microbatches(parts: list[list[dict]], pad_id: int, max_tokens: int | None, one_row: bool,
-                         multiple: int | None = None) -> tuple[list[dict], dict[str, float]]:
+def collate_microbatches(
+    parts: list[list[dict]], pad_id: int, max_tokens: int | None, one_row: bool, multiple: int | None = None
+) -> tuple[list[dict], dict[str, float]]:
     """Padded micro-batches (``max_tokens`` None) or packed ones, lengths rounded up to ``multiple`` when set, and
     their padding metrics (`hf_grpo.learner.packing.padding_metrics`)."""
     if max_tokens is None:
@@ -198,7 +233,7 @@ def add_normalizers(micro: list[dict], step_tokens: list[float], num_samples: in
     independent of how the step's samples were split into micro-batches).
     """
     world = accelerator.num_processes
-    local = torch.tensor(step_tokens, dtype=torch.float64)                          # [steps in the round]
+    local = torch.tensor(step_tokens, dtype=torch.float64)  # [steps in the round]
     total = local
     if world > 1:
         total = accelerator.reduce(local.to(accelerator.device), reduction="sum").cpu()

@@ -25,25 +25,30 @@ def rollout_advantages(batch, args, accelerator, weights: torch.Tensor | None = 
     statistics summed over all processes; completions no reward function scored get 0 and stay out of the
     statistics. ``weights`` ``[F]``: the reward weights, for ``multi_objective_aggregation="normalize_then_sum"``."""
     reduce = functools.partial(_sum, accelerator)
-    scored = batch.scored                                                                 # [P*G] bool
+    scored = batch.scored  # [P*G] bool
     G, eps = args.num_generations, args.advantage_eps
     if args.multi_objective_aggregation == "normalize_then_sum":
         return gdpo_advantages(batch.rewards_per_func, weights, G, eps=eps, valid=scored, reduce=reduce)
     loss_tokens = None
     if args.reinforce_pp_whitening == "token":
-        loss_tokens = torch.tensor([len(c) if done or not args.mask_truncated_completions else 0
-                                    for c, done in zip(batch.completion_ids, batch.finished)])   # [P*G]
-    return ADVANTAGE_ESTIMATORS[args.advantage_estimator].fn(batch.rewards, G, eps=eps, valid=scored, reduce=reduce,
-                                                             loss_tokens=loss_tokens)
+        loss_tokens = torch.tensor(
+            [
+                len(c) if done or not args.mask_truncated_completions else 0
+                for c, done in zip(batch.completion_ids, batch.finished)
+            ]
+        )  # [P*G]
+    return ADVANTAGE_ESTIMATORS[args.advantage_estimator].fn(
+        batch.rewards, G, eps=eps, valid=scored, reduce=reduce, loss_tokens=loss_tokens
+    )
 
 
 def top_entropy_mask(accelerator, entropy: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:
     """``[B, T]`` mask of the tokens in the top ``top_quantile`` by entropy over the micro-batch on all processes."""
-    local = entropy.detach()[mask.bool()].float()                                         # [N_local]
+    local = entropy.detach()[mask.bool()].float()  # [N_local]
     if accelerator.num_processes > 1:
         # Entropies are >= 0, so a negative pad marks the padding added to equalise lengths.
         padded = accelerator.pad_across_processes(local, dim=0, pad_index=-1.0)
         local = accelerator.gather(padded)
-        local = local[local >= 0]                                                         # [N_all]
+        local = local[local >= 0]  # [N_all]
     threshold = entropy_threshold(local.cpu(), top_quantile)
     return high_entropy_mask(entropy.detach(), mask, None if threshold is None else threshold.to(entropy.device))

@@ -19,8 +19,8 @@ the sampled token) so that the importance ratio pi_trainer / pi_vllm compares li
 temperature, which biases that ratio by the mass of the dropped tokens. The gradient then flows through the
 renormalisation over the kept set: the policy being optimised is the truncated one that generated the data.
 
-Packed rows (`hf_grpo.learner.packing`) go through `packed_completion_logprobs`: the same two paths, evaluated only at the
-positions that predict completion tokens, scattered back into the padded path's ``[B, C]`` layout.
+Packed rows (`hf_grpo.learner.packing`) go through `packed_completion_logprobs`: the same two paths, evaluated only at
+the positions that predict completion tokens, scattered back into the padded path's ``[B, C]`` layout.
 
 Families that transform the head's output (Gemma-2/3 ``final_logit_softcapping``, Cohere ``logit_scale``, Granite
 ``logits_scaling``) get the same transform in the chunked path (`LogitTransform`). Invariant relied on: the last
@@ -42,11 +42,12 @@ from .packing import unpack
 @dataclass(frozen=True)
 class LogitTransform:
     """What a model does to ``lm_head(hidden)`` before returning logits, read from its config."""
-    scale: float = 1.0                    # Cohere logit_scale (multiply); Granite 1 / logits_scaling
-    softcap: float | None = None          # Gemma-2/3: cap * tanh(logits / cap)
+
+    scale: float = 1.0  # Cohere logit_scale (multiply); Granite 1 / logits_scaling
+    softcap: float | None = None  # Gemma-2/3: cap * tanh(logits / cap)
 
     @classmethod
-    def from_config(cls, config) -> "LogitTransform":
+    def from_config(cls, config) -> LogitTransform:
         config = config.get_text_config() if hasattr(config, "get_text_config") else config
         scale = float(getattr(config, "logit_scale", None) or 1.0)
         if getattr(config, "logits_scaling", None):
@@ -64,12 +65,13 @@ class LogitTransform:
 @dataclass(frozen=True)
 class SamplingFilters:
     """vLLM's sampling truncation of temperature-scaled logits, in vLLM's order: min_p, then top_k, then top_p."""
-    top_k: int = 0                        # 0: off
-    top_p: float = 1.0                    # 1: off
-    min_p: float = 0.0                    # 0: off
+
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1: off
+    min_p: float = 0.0  # 0: off
 
     @classmethod
-    def from_config(cls, args) -> "SamplingFilters | None":
+    def from_config(cls, args) -> SamplingFilters | None:
         """The config's filters, or None when none is on (the log-probs are then plain temperature log-probs)."""
         filters = cls(top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
         return filters if filters.top_k > 0 or filters.top_p < 1 or filters.min_p > 0 else None
@@ -79,60 +81,78 @@ class SamplingFilters:
         """``[c, V]`` bool: the tokens the sampler could draw at each position. ``logits`` ``[c, V]`` are already
         divided by the temperature; each ``targets`` token ``[c]`` is kept whatever its rank, so that a token vLLM
         drew at a boundary its logits placed differently keeps a finite log-prob."""
-        keep = torch.ones_like(logits, dtype=torch.bool)                          # [c, V]
+        keep = torch.ones_like(logits, dtype=torch.bool)  # [c, V]
         if self.min_p > 0:
-            probs = logits.softmax(dim=-1)                                        # [c, V]
+            probs = logits.softmax(dim=-1)  # [c, V]
             keep = probs >= self.min_p * probs.amax(dim=-1, keepdim=True)
         if self.top_k > 0 or self.top_p < 1:
             vocab = logits.shape[-1]
-            ascending, order = logits.masked_fill(~keep, float("-inf")).sort(dim=-1)   # [c, V] each
-            drop = torch.zeros_like(keep)                                         # [c, V] in sorted order
+            ascending, order = logits.masked_fill(~keep, float("-inf")).sort(dim=-1)  # [c, V] each
+            drop = torch.zeros_like(keep)  # [c, V] in sorted order
             if 0 < self.top_k < vocab:
-                kth = ascending[:, vocab - self.top_k].unsqueeze(-1)              # [c, 1] k-th largest (ties kept)
+                kth = ascending[:, vocab - self.top_k].unsqueeze(-1)  # [c, 1] k-th largest (ties kept)
                 drop = ascending < kth
             if self.top_p < 1:
                 # Drop the smallest tokens while their cumulative mass stays <= 1 - top_p; never the largest.
-                mass = ascending.masked_fill(drop, float("-inf")).softmax(dim=-1).cumsum(dim=-1)   # [c, V]
+                mass = ascending.masked_fill(drop, float("-inf")).softmax(dim=-1).cumsum(dim=-1)  # [c, V]
                 drop = drop | (mass <= 1 - self.top_p)
                 drop[:, -1] = False
-            keep = keep & ~torch.empty_like(drop).scatter_(-1, order, drop)       # [c, V] back to vocab order
+            keep = keep & ~torch.empty_like(drop).scatter_(-1, order, drop)  # [c, V] back to vocab order
         return keep.scatter_(-1, targets.unsqueeze(-1), True)
 
 
-def _logits_logprobs(filters: SamplingFilters | None, logits: torch.Tensor, targets: torch.Tensor,
-                     temperature: float, with_entropy: bool | str) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = logits.float() / temperature                                # [c, V]
+def _logits_logprobs(
+    filters: SamplingFilters | None,
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool | str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = logits.float() / temperature  # [c, V]
     if filters is not None:
-        logits = logits.masked_fill(~filters.kept(logits, targets), float("-inf"))   # [c, V]
-    logz = torch.logsumexp(logits, dim=-1)                               # [c]
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz   # [c]
+        logits = logits.masked_fill(~filters.kept(logits, targets), float("-inf"))  # [c, V]
+    logz = torch.logsumexp(logits, dim=-1)  # [c]
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [c]
     if with_entropy:
         # "grad": the entropy is a loss term (TRL's entropy_coef), so it keeps its gradient.
         with torch.set_grad_enabled(with_entropy == "grad" and torch.is_grad_enabled()):
-            probs = torch.softmax(logits, dim=-1)                        # [c, V]
-            entropy = logz - torch.where(probs > 0, probs * logits, 0.0).sum(-1)   # [c] (0 * -inf is not 0)
+            probs = torch.softmax(logits, dim=-1)  # [c, V]
+            entropy = logz - torch.where(probs > 0, probs * logits, 0.0).sum(-1)  # [c] (0 * -inf is not 0)
     else:
         entropy = torch.zeros_like(logz)
     return logp, entropy
 
 
-def _head_logprobs(head: torch.nn.Module, transform: LogitTransform, filters: SamplingFilters | None,
-                   hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                   with_entropy: bool | str) -> tuple[torch.Tensor, torch.Tensor]:
+def _head_logprobs(
+    head: torch.nn.Module,
+    transform: LogitTransform,
+    filters: SamplingFilters | None,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool | str,
+) -> tuple[torch.Tensor, torch.Tensor]:
     # Under mixed precision accelerate hands back float32 hidden states while a bf16 model's head is bf16: cast to
     # the head's dtype, as the model's own forward would have computed it (an autocast region casts again anyway).
-    logits = transform(head(hidden.to(head.weight.dtype)))               # [c, V]
+    logits = transform(head(hidden.to(head.weight.dtype)))  # [c, V]
     return _logits_logprobs(filters, logits, targets, temperature, with_entropy)
 
 
-def _chunked(fn, *args, inputs: torch.Tensor, targets: torch.Tensor, chunk_size: int, temperature: float,
-             with_entropy: bool | str) -> tuple[torch.Tensor, torch.Tensor]:
+def _chunked(
+    fn,
+    *args,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_size: int,
+    temperature: float,
+    with_entropy: bool | str,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply ``fn(*args, inputs_chunk, targets_chunk, ...)`` over ``chunk_size`` rows at a time, checkpointing each
     chunk under autograd so its ``[chunk, V]`` logits are recomputed in the backward instead of kept."""
     logps, entropies = [], []
-    for start in range(0, max(inputs.shape[0], 1), chunk_size):     # once even for no rows: [0]-shaped results
-        x = inputs[start:start + chunk_size]                           # [c, H] or [c, V]
-        t = targets[start:start + chunk_size]                          # [c]
+    for start in range(0, max(inputs.shape[0], 1), chunk_size):  # once even for no rows: [0]-shaped results
+        x = inputs[start : start + chunk_size]  # [c, H] or [c, V]
+        t = targets[start : start + chunk_size]  # [c]
         if torch.is_grad_enabled():
             lp, ent = checkpoint(fn, *args, x, t, temperature, with_entropy, use_reentrant=False)
         else:
@@ -142,11 +162,20 @@ def _chunked(fn, *args, inputs: torch.Tensor, targets: torch.Tensor, chunk_size:
     return torch.cat(logps), torch.cat(entropies)
 
 
-def completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, input_ids: torch.Tensor,
-                        attention_mask: torch.Tensor, completion_length: int, *, temperature: float = 1.0,
-                        chunk_size: int = 1024, with_entropy: bool | str = True,
-                        transform: LogitTransform = LogitTransform(), filters: SamplingFilters | None = None,
-                        aux_losses: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def completion_logprobs(
+    model: torch.nn.Module,
+    head: torch.nn.Module | None,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_length: int,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 1024,
+    with_entropy: bool | str = True,
+    transform: LogitTransform = LogitTransform(),
+    filters: SamplingFilters | None = None,
+    aux_losses: list | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (and entropy) of the last ``completion_length`` tokens of each row.
 
     Args:
@@ -165,71 +194,124 @@ def completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, in
     """
     router = {} if aux_losses is None else {"output_router_logits": True}
     C = completion_length
-    targets = input_ids[:, -C:]                                          # [B, C]
+    targets = input_ids[:, -C:]  # [B, C]
     batch = input_ids.shape[0]
     if head is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=C + 1, use_cache=False, **router)
-        logits = out.logits[:, :-1, :]                                   # [B, C, V] positions that predict completions
-        flat = logits.reshape(-1, logits.shape[-1])                      # [B*C, V]
-        logp, entropy = _chunked(_logits_logprobs, filters, inputs=flat, targets=targets.reshape(-1),
-                                 chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
+        logits = out.logits[:, :-1, :]  # [B, C, V] positions that predict completions
+        flat = logits.reshape(-1, logits.shape[-1])  # [B*C, V]
+        logp, entropy = _chunked(
+            _logits_logprobs,
+            filters,
+            inputs=flat,
+            targets=targets.reshape(-1),
+            chunk_size=chunk_size,
+            temperature=temperature,
+            with_entropy=with_entropy,
+        )
     else:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                    logits_to_keep=1, use_cache=False, **router)
-        hidden = out.hidden_states[-1][:, -C - 1:-1, :]                  # [B, C, H] states that predict completions
-        flat = hidden.reshape(-1, hidden.shape[-1])                      # [B*C, H]
-        logp, entropy = _chunked(_head_logprobs, head, transform, filters, inputs=flat, targets=targets.reshape(-1),
-                                 chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            output_hidden_states=True,
+            logits_to_keep=1,
+            use_cache=False,
+            **router,
+        )
+        hidden = out.hidden_states[-1][:, -C - 1 : -1, :]  # [B, C, H] states that predict completions
+        flat = hidden.reshape(-1, hidden.shape[-1])  # [B*C, H]
+        logp, entropy = _chunked(
+            _head_logprobs,
+            head,
+            transform,
+            filters,
+            inputs=flat,
+            targets=targets.reshape(-1),
+            chunk_size=chunk_size,
+            temperature=temperature,
+            with_entropy=with_entropy,
+        )
     if aux_losses is not None:
         aux_losses.append(out.aux_loss)
-    entropy = entropy.view(batch, C)                                     # [B, C]
-    return logp.view(batch, C), entropy if with_entropy == "grad" else entropy.detach()   # [B, C] each
+    entropy = entropy.view(batch, C)  # [B, C]
+    return logp.view(batch, C), entropy if with_entropy == "grad" else entropy.detach()  # [B, C] each
 
 
-def packed_completion_logprobs(model: torch.nn.Module, head: torch.nn.Module | None, inputs: dict[str, torch.Tensor],
-                               *, temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool | str = True,
-                               transform: LogitTransform = LogitTransform(), filters: SamplingFilters | None = None,
-                               aux_losses: list | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """`completion_logprobs` for packed rows (`hf_grpo.learner.packing`): the same ``([B, C] log-probs, [B, C] entropy)``,
-    0 past each completion's end.
+def packed_completion_logprobs(
+    model: torch.nn.Module,
+    head: torch.nn.Module | None,
+    inputs: dict[str, torch.Tensor],
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 1024,
+    with_entropy: bool | str = True,
+    transform: LogitTransform = LogitTransform(),
+    filters: SamplingFilters | None = None,
+    aux_losses: list | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`completion_logprobs` for packed rows (`hf_grpo.learner.packing`): the same ``([B, C] log-probs, [B, C]
+    entropy)``, 0 past each completion's end.
 
     ``inputs``: ``input_ids``/``position_ids`` ``[R, L]``, ``completion_index`` ``[B, C]`` and, for eager/sdpa, the
     block mask as ``attention_mask``. Only the positions that predict completion tokens reach the head: the chunked
     path selects their hidden states, the model path asks the model for the logits of those columns only.
     """
-    input_ids, index = inputs["input_ids"], inputs["completion_index"]        # [R, L], [B, C]
-    flat = index[index >= 0]                                                   # [N] positions predicting completions
-    targets = input_ids.reshape(-1)[flat + 1]                                  # [N]
+    input_ids, index = inputs["input_ids"], inputs["completion_index"]  # [R, L], [B, C]
+    flat = index[index >= 0]  # [N] positions predicting completions
+    targets = input_ids.reshape(-1)[flat + 1]  # [N]
     forward = {k: inputs[k] for k in ("input_ids", "position_ids", "attention_mask") if k in inputs}
     if aux_losses is not None:
         forward["output_router_logits"] = True
     if head is None:
         width = input_ids.shape[1]
-        columns = torch.unique(flat % width)                                   # [K] sorted columns used by any row
+        columns = torch.unique(flat % width)  # [K] sorted columns used by any row
         out = model(**forward, logits_to_keep=columns, use_cache=False)
-        logits = out.logits.reshape(-1, out.logits.shape[-1])                  # [R*K, V]
-        rows = logits[flat // width * columns.numel() + torch.searchsorted(columns, flat % width)]   # [N, V]
-        logp, entropy = _chunked(_logits_logprobs, filters, inputs=rows, targets=targets, chunk_size=chunk_size,
-                                 temperature=temperature, with_entropy=with_entropy)
+        logits = out.logits.reshape(-1, out.logits.shape[-1])  # [R*K, V]
+        rows = logits[flat // width * columns.numel() + torch.searchsorted(columns, flat % width)]  # [N, V]
+        logp, entropy = _chunked(
+            _logits_logprobs,
+            filters,
+            inputs=rows,
+            targets=targets,
+            chunk_size=chunk_size,
+            temperature=temperature,
+            with_entropy=with_entropy,
+        )
     else:
         out = model(**forward, output_hidden_states=True, logits_to_keep=1, use_cache=False)
-        hidden = out.hidden_states[-1]                                         # [R, L, H]
-        rows = hidden.reshape(-1, hidden.shape[-1])[flat]                      # [N, H]
-        logp, entropy = _chunked(_head_logprobs, head, transform, filters, inputs=rows, targets=targets,
-                                 chunk_size=chunk_size, temperature=temperature, with_entropy=with_entropy)
+        hidden = out.hidden_states[-1]  # [R, L, H]
+        rows = hidden.reshape(-1, hidden.shape[-1])[flat]  # [N, H]
+        logp, entropy = _chunked(
+            _head_logprobs,
+            head,
+            transform,
+            filters,
+            inputs=rows,
+            targets=targets,
+            chunk_size=chunk_size,
+            temperature=temperature,
+            with_entropy=with_entropy,
+        )
     if aux_losses is not None:
         aux_losses.append(out.aux_loss)
-    entropy = unpack(entropy, index)                                           # [B, C]
-    return unpack(logp, index), entropy if with_entropy == "grad" else entropy.detach()   # [B, C] each
+    entropy = unpack(entropy, index)  # [B, C]
+    return unpack(logp, index), entropy if with_entropy == "grad" else entropy.detach()  # [B, C] each
 
 
 @torch.no_grad()
-def chunked_path_matches(model: torch.nn.Module, head: torch.nn.Module, transform: LogitTransform,
-                         input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_length: int,
-                         tolerance: float) -> tuple[bool, float]:
+def chunked_path_matches(
+    model: torch.nn.Module,
+    head: torch.nn.Module,
+    transform: LogitTransform,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_length: int,
+    tolerance: float,
+) -> tuple[bool, float]:
     """Whether the chunked path reproduces the model's own log-probs on these inputs (max abs difference)."""
     own, _ = completion_logprobs(model, None, input_ids, attention_mask, completion_length, with_entropy=False)
-    ours, _ = completion_logprobs(model, head, input_ids, attention_mask, completion_length, with_entropy=False,
-                                  transform=transform)
+    ours, _ = completion_logprobs(
+        model, head, input_ids, attention_mask, completion_length, with_entropy=False, transform=transform
+    )
     diff = float((own - ours).abs().max()) if own.numel() else 0.0
     return diff <= tolerance, diff

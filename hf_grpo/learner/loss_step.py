@@ -24,8 +24,15 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from ..algorithms import (LOSS_TYPES, EntropyControl, entropy_bonus, importance_sampling_weights, logp_difference,
-                         masked_mean, policy_loss)
+from ..algorithms import (
+    LOSS_TYPES,
+    EntropyControl,
+    entropy_bonus,
+    importance_sampling_weights,
+    logp_difference,
+    masked_mean,
+    policy_loss,
+)
 from ..reporting.metrics import MetricsBuffer
 from .global_stats import top_entropy_mask
 from .ptx import PTXBatches, ptx_nll_sum
@@ -39,13 +46,13 @@ class EntropyControlCallback(TrainerCallback, ExportableState):
 
     def __init__(self, control: EntropyControl):
         self.control = control
-        self.window: torch.Tensor | None = None      # [2] entropy sum and token count of this optimizer step
+        self.window: torch.Tensor | None = None  # [2] entropy sum and token count of this optimizer step
 
     def state(self) -> dict:
         return {"args": {}, "attributes": {"coef": self.control.coef, "last_entropy": self.control.last_entropy}}
 
     def on_train_begin(self, args, state, control, **kwargs):
-        saved = state.stateful_callbacks.get(type(self).__name__)      # the checkpoint's, when resuming
+        saved = state.stateful_callbacks.get(type(self).__name__)  # the checkpoint's, when resuming
         if isinstance(saved, dict):
             self.control.coef = saved["attributes"]["coef"]
             self.control.last_entropy = saved["attributes"]["last_entropy"]
@@ -53,10 +60,10 @@ class EntropyControlCallback(TrainerCallback, ExportableState):
     def accumulate(self, accelerator, entropy: torch.Tensor, mask: torch.Tensor) -> None:
         """Add a micro-batch's entropy; at the optimizer step's last one, update the coefficient from the step's
         token-weighted entropy over all processes."""
-        stats = torch.stack([(entropy.detach() * mask).sum(), mask.sum()])              # [2]
+        stats = torch.stack([(entropy.detach() * mask).sum(), mask.sum()])  # [2]
         self.window = stats if self.window is None else self.window + stats
         if accelerator.sync_gradients:
-            total = accelerator.reduce(self.window, reduction="sum")                      # [2]
+            total = accelerator.reduce(self.window, reduction="sum")  # [2]
             self.control.update((total[0] / total[1].clamp(min=1.0)).item())
             self.window = None
 
@@ -64,9 +71,10 @@ class EntropyControlCallback(TrainerCallback, ExportableState):
 @dataclass
 class LossTerms:
     """The loss terms a model and config call for, decided when the trainer is built (TRL's attribute names)."""
-    router_aux_loss_coef: float                          # the MoE load-balancing loss's weight
-    aux_loss_enabled: bool                               # the model returns router logits and the weight is not 0
-    entropy_control: EntropyControlCallback | None       # the entropy bonus's coefficient (fixed or adaptive)
+
+    router_aux_loss_coef: float  # the MoE load-balancing loss's weight
+    aux_loss_enabled: bool  # the model returns router logits and the weight is not 0
+    entropy_control: EntropyControlCallback | None  # the entropy bonus's coefficient (fixed or adaptive)
 
 
 def loss_terms(args, model: torch.nn.Module) -> LossTerms:
@@ -78,38 +86,56 @@ def loss_terms(args, model: torch.nn.Module) -> LossTerms:
     coef = args.router_aux_loss_coef
     router_aux_loss_coef = getattr(text_config, "router_aux_loss_coef", 0.0) if coef is None else coef
     if coef and not hasattr(text_config, "output_router_logits"):
-        raise ValueError(f"GRPOConfig: router_aux_loss_coef={coef} but {type(model).__name__} is not a "
-                         f"Mixture-of-Experts model that returns its router logits: there is no auxiliary loss to "
-                         f"weight. Leave router_aux_loss_coef unset (or 0).")
+        raise ValueError(
+            f"GRPOConfig: router_aux_loss_coef={coef} but {type(model).__name__} is not a "
+            f"Mixture-of-Experts model that returns its router logits: there is no auxiliary loss to "
+            f"weight. Leave router_aux_loss_coef unset (or 0)."
+        )
     aux_loss_enabled = hasattr(text_config, "output_router_logits") and router_aux_loss_coef != 0.0
     if aux_loss_enabled and args.max_tokens_per_microbatch is not None:
         # transformers' load-balancing losses take a [B, L] padding mask, not a packed row's block mask.
-        raise ValueError(f"GRPOConfig: {type(model).__name__}'s load-balancing loss (router_aux_loss_coef="
-                         f"{router_aux_loss_coef}) cannot be computed on packed rows "
-                         f"(max_tokens_per_microbatch); leave max_tokens_per_microbatch unset, or set "
-                         f"router_aux_loss_coef: 0")
+        raise ValueError(
+            f"GRPOConfig: {type(model).__name__}'s load-balancing loss (router_aux_loss_coef="
+            f"{router_aux_loss_coef}) cannot be computed on packed rows "
+            f"(max_tokens_per_microbatch); leave max_tokens_per_microbatch unset, or set "
+            f"router_aux_loss_coef: 0"
+        )
     control = EntropyControl.from_config(args)
-    return LossTerms(router_aux_loss_coef, aux_loss_enabled,
-                     None if control is None else EntropyControlCallback(control))
+    return LossTerms(
+        router_aux_loss_coef, aux_loss_enabled, None if control is None else EntropyControlCallback(control)
+    )
 
 
 def warn_about_loss_settings(args) -> None:
     """TRL's warnings (and its one error) about loss_type and importance_sampling_level combinations."""
     if args.loss_type == "luspo" and args.importance_sampling_level != "sequence":
-        logger.warning("loss_type='luspo' is meant for importance_sampling_level='sequence' (the LUSPO paper's "
-                       "setup); it is %r", args.importance_sampling_level)
+        logger.warning(
+            "loss_type='luspo' is meant for importance_sampling_level='sequence' (the LUSPO paper's setup); it is %r",
+            args.importance_sampling_level,
+        )
     if args.loss_type == "vespo" and args.importance_sampling_level != "token":
-        logger.warning("loss_type='vespo' computes its sequence-level weights itself; set importance_sampling_level "
-                       "to 'token' (the default)")
+        logger.warning(
+            "loss_type='vespo' computes its sequence-level weights itself; set importance_sampling_level "
+            "to 'token' (the default)"
+        )
     if args.importance_sampling_level == "sequence" and LOSS_TYPES[args.loss_type].sums_tokens:
-        logger.warning("importance_sampling_level='sequence' with loss_type=%r: that loss sums per-token terms, which "
-                       "weights each sequence by its completion length instead of optimizing the per-sequence "
-                       "objective. For the GSPO paper's setup use loss_type='grpo'.", args.loss_type)
-    if (args.loss_type == "vespo" and args.generation_backend == "vllm" and args.vllm_importance_sampling_correction
-            and args.vllm_importance_sampling_level != "token"):
-        raise ValueError(f"GRPOConfig: loss_type='vespo' needs a token-level train/inference correction "
-                         f"(vllm_importance_sampling_mode token_truncate or token_mask), got "
-                         f"{args.vllm_importance_sampling_mode!r}")
+        logger.warning(
+            "importance_sampling_level='sequence' with loss_type=%r: that loss sums per-token terms, which "
+            "weights each sequence by its completion length instead of optimizing the per-sequence "
+            "objective. For the GSPO paper's setup use loss_type='grpo'.",
+            args.loss_type,
+        )
+    if (
+        args.loss_type == "vespo"
+        and args.generation_backend == "vllm"
+        and args.vllm_importance_sampling_correction
+        and args.vllm_importance_sampling_level != "token"
+    ):
+        raise ValueError(
+            f"GRPOConfig: loss_type='vespo' needs a token-level train/inference correction "
+            f"(vllm_importance_sampling_mode token_truncate or token_mask), got "
+            f"{args.vllm_importance_sampling_mode!r}"
+        )
 
 
 def check_liger_kernel(args) -> None:
@@ -117,15 +143,23 @@ def check_liger_kernel(args) -> None:
     log-probs are computed here from the hidden states, `hf_grpo.learner.logprobs`)."""
     if not args.use_liger_kernel:
         return
-    warnings.warn("use_liger_kernel=True is deprecated in TRL (removed in v2.0.0); TRL points to the Hub kernels "
-                  "(model_init_kwargs={'use_kernels': True}) instead", FutureWarning, stacklevel=3)
+    warnings.warn(
+        "use_liger_kernel=True is deprecated in TRL (removed in v2.0.0); TRL points to the Hub kernels "
+        "(model_init_kwargs={'use_kernels': True}) instead",
+        FutureWarning,
+        stacklevel=3,
+    )
     config = dict(args.liger_kernel_config or {})
     if config.get("fused_linear_cross_entropy"):
-        raise ValueError("GRPOConfig: liger_kernel_config={'fused_linear_cross_entropy': True} is not supported: it "
-                         "replaces the model's forward, which the log-prob computation relies on")
+        raise ValueError(
+            "GRPOConfig: liger_kernel_config={'fused_linear_cross_entropy': True} is not supported: it "
+            "replaces the model's forward, which the log-prob computation relies on"
+        )
     if importlib.util.find_spec("liger_kernel") is None:
-        raise ImportError("GRPOConfig: use_liger_kernel=True needs the liger-kernel package, which is not installed "
-                          "(`pip install liger-kernel`; its kernels need a GPU)")
+        raise ImportError(
+            "GRPOConfig: use_liger_kernel=True needs the liger-kernel package, which is not installed "
+            "(`pip install liger-kernel`; its kernels need a GPU)"
+        )
     args.liger_kernel_config = {**config, "fused_linear_cross_entropy": False}
 
 
@@ -137,24 +171,35 @@ class LossStep:
     loss terms and the PTX batches (None without ``ptx_dataset``).
     """
 
-    def __init__(self, args, accelerator, scorer: PolicyScorer, metrics: MetricsBuffer, terms: LossTerms,
-                 ptx: PTXBatches | None):
-        self.args, self.accelerator, self.scorer, self.metrics, self.terms, self.ptx = (args, accelerator, scorer,
-                                                                                        metrics, terms, ptx)
+    def __init__(
+        self, args, accelerator, scorer: PolicyScorer, metrics: MetricsBuffer, terms: LossTerms, ptx: PTXBatches | None
+    ):
+        self.args, self.accelerator, self.scorer, self.metrics, self.terms, self.ptx = (
+            args,
+            accelerator,
+            scorer,
+            metrics,
+            terms,
+            ptx,
+        )
 
     def __call__(self, model, inputs: dict) -> torch.Tensor:
         args, accelerator, m = self.args, self.accelerator, self.metrics
         device = accelerator.device
         control = self.terms.entropy_control
-        mask = inputs["completion_mask"].to(device)                                           # [B, C]
+        mask = inputs["completion_mask"].to(device)  # [B, C]
         aux_losses = [] if self.terms.aux_loss_enabled else None
-        logp, entropy = self.scorer.logprobs(model, self.scorer.model_inputs(inputs), mask.shape[1],
-                                             inputs["temperature"],
-                                             with_entropy="grad" if control is not None else True,
-                                             aux_losses=aux_losses)                           # [B, C] each
+        logp, entropy = self.scorer.logprobs(
+            model,
+            self.scorer.model_inputs(inputs),
+            mask.shape[1],
+            inputs["temperature"],
+            with_entropy="grad" if control is not None else True,
+            aux_losses=aux_losses,
+        )  # [B, C] each
         old_logp = inputs["old_logp"].to(device) if "old_logp" in inputs else logp.detach()  # [B, C]
-        ref_logp = inputs["ref_logp"].to(device) if "ref_logp" in inputs else None           # [B, C]
-        sampling_logp = inputs["sampling_logp"].to(device) if "sampling_logp" in inputs else None   # [B, C]
+        ref_logp = inputs["ref_logp"].to(device) if "ref_logp" in inputs else None  # [B, C]
+        sampling_logp = inputs["sampling_logp"].to(device) if "sampling_logp" in inputs else None  # [B, C]
         is_weights = None
         if sampling_logp is not None:
             # old_logp is the trainer's view of the sampling policy (same weights): compare it with the sampler's.
@@ -162,32 +207,55 @@ class LossStep:
             m.add("sampling/logp_difference/mean", diff_mean)
             m.add("sampling/logp_difference/max", diff_max)
             if args.vllm_importance_sampling_correction:
-                is_weights = importance_sampling_weights(old_logp, sampling_logp, mask,
-                                                         args.vllm_importance_sampling_mode,
-                                                         args.vllm_importance_sampling_cap,
-                                                         args.vllm_importance_sampling_clip_min)      # [B, C]
+                is_weights = importance_sampling_weights(
+                    old_logp,
+                    sampling_logp,
+                    mask,
+                    args.vllm_importance_sampling_mode,
+                    args.vllm_importance_sampling_cap,
+                    args.vllm_importance_sampling_clip_min,
+                )  # [B, C]
                 m.add("sampling/importance_sampling_ratio/mean", masked_mean(is_weights, mask))
-        entropy_mask = None if args.top_entropy_quantile == 1.0 else top_entropy_mask(
-            accelerator, entropy.detach(), mask, args.top_entropy_quantile)                   # [B, C]
-        out = policy_loss(logp, old_logp, inputs["advantages"].to(device), mask, epsilon_low=args.epsilon,
-                          epsilon_high=args.epsilon_high, loss_type=args.loss_type,
-                          importance_sampling_level=args.importance_sampling_level, beta=args.beta,
-                          ref_logp=ref_logp, kl_estimator=args.kl_estimator,
-                          max_completion_length=args.max_completion_length,
-                          token_normalizer=inputs["token_normalizer"], num_sequences=inputs["num_sequences"],
-                          num_tokens=inputs["num_tokens"], is_weights=is_weights,
-                          use_bias_correction_kl=args.use_bias_correction_kl,
-                          ratio_skip_threshold=args.ratio_skip_threshold, delta=args.delta,
-                          entropy_mask=entropy_mask, sapo_temperature_pos=args.sapo_temperature_pos,
-                          sapo_temperature_neg=args.sapo_temperature_neg, vespo_k_pos=args.vespo_k_pos,
-                          vespo_lambda_pos=args.vespo_lambda_pos, vespo_k_neg=args.vespo_k_neg,
-                          vespo_lambda_neg=args.vespo_lambda_neg, off_policy_threshold=args.off_policy_mask_threshold,
-                          sampling_logp=sampling_logp)
+        entropy_mask = (
+            None
+            if args.top_entropy_quantile == 1.0
+            else top_entropy_mask(accelerator, entropy.detach(), mask, args.top_entropy_quantile)
+        )  # [B, C]
+        out = policy_loss(
+            logp,
+            old_logp,
+            inputs["advantages"].to(device),
+            mask,
+            epsilon_low=args.epsilon,
+            epsilon_high=args.epsilon_high,
+            loss_type=args.loss_type,
+            importance_sampling_level=args.importance_sampling_level,
+            beta=args.beta,
+            ref_logp=ref_logp,
+            kl_estimator=args.kl_estimator,
+            max_completion_length=args.max_completion_length,
+            token_normalizer=inputs["token_normalizer"],
+            num_sequences=inputs["num_sequences"],
+            num_tokens=inputs["num_tokens"],
+            is_weights=is_weights,
+            use_bias_correction_kl=args.use_bias_correction_kl,
+            ratio_skip_threshold=args.ratio_skip_threshold,
+            delta=args.delta,
+            entropy_mask=entropy_mask,
+            sapo_temperature_pos=args.sapo_temperature_pos,
+            sapo_temperature_neg=args.sapo_temperature_neg,
+            vespo_k_pos=args.vespo_k_pos,
+            vespo_lambda_pos=args.vespo_lambda_pos,
+            vespo_k_neg=args.vespo_k_neg,
+            vespo_lambda_neg=args.vespo_lambda_neg,
+            off_policy_threshold=args.off_policy_mask_threshold,
+            sampling_logp=sampling_logp,
+        )
         _record_policy_metrics(m, args, out, entropy.detach(), mask)
         loss = out.loss
         if control is not None:
             # The bonus acts on the tokens that carry the policy gradient (all of them without the entropy mask).
-            bonus_mask = mask if entropy_mask is None else mask * entropy_mask                # [B, C]
+            bonus_mask = mask if entropy_mask is None else mask * entropy_mask  # [B, C]
             m.add("policy_loss", out.loss.detach())
             loss = loss - control.control.applied() * entropy_bonus(entropy, bonus_mask)
             if model.training and control.control.adaptive:
@@ -206,10 +274,11 @@ class LossStep:
         """The micro-batch's PTX next-token loss, normalised by its optimizer step's PTX tokens
         (`hf_grpo.learner.ptx`)."""
         device = self.accelerator.device
-        ids = inputs["ptx_input_ids"].to(device)                                             # [B, L]
-        attention = inputs["ptx_attention_mask"].to(device)                                  # [B, L]
-        logp, _ = self.scorer.logprobs(model, {"input_ids": ids, "attention_mask": attention}, ids.shape[1] - 1, 1.0,
-                                       sampled=False)                                         # [B, L-1]
+        ids = inputs["ptx_input_ids"].to(device)  # [B, L]
+        attention = inputs["ptx_attention_mask"].to(device)  # [B, L]
+        logp, _ = self.scorer.logprobs(
+            model, {"input_ids": ids, "attention_mask": attention}, ids.shape[1] - 1, 1.0, sampled=False
+        )  # [B, L-1]
         nll, tokens = ptx_nll_sum(logp, attention)
         self.metrics.add("ptx_loss", nll.detach() / tokens.clamp(min=1.0))
         return nll / inputs["ptx_normalizer"]
@@ -225,7 +294,7 @@ def _record_policy_metrics(m, args, out, entropy: torch.Tensor, mask: torch.Tens
         m.add("cispo_clip_ratio", masked_mean(out.cispo_clipped.float(), mask))
     if out.vespo_phi is not None:
         m.add("vespo/phi_seq_mean", out.vespo_phi.mean())
-    if out.off_policy_kept is not None:      # completions the off-policy mask took out of the loss
+    if out.off_policy_kept is not None:  # completions the off-policy mask took out of the loss
         m.add("off_policy_mask/masked_sequences", (1.0 - out.off_policy_kept).sum(), reduce="sum")
     # Tokens whose log-ratio or KL hit verl's numerical clamps (their gradient through it is 0): counted.
     m.add("numerics/log_ratio_clamped_tokens", (out.ratio_clamped * mask).sum(), reduce="sum")

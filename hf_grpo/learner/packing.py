@@ -40,9 +40,11 @@ def first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
     for i in sorted(range(len(lengths)), key=lambda k: (-lengths[k], k)):
         n = lengths[i]
         if n > capacity:
-            raise ValueError(f"sequence {i} has {n} prompt + completion tokens, more than max_tokens_per_microbatch="
-                             f"{capacity}; raise max_tokens_per_microbatch to at least max_prompt_length + "
-                             f"max_completion_length")
+            raise ValueError(
+                f"sequence {i} has {n} prompt + completion tokens, more than max_tokens_per_microbatch="
+                f"{capacity}; raise max_tokens_per_microbatch to at least max_prompt_length + "
+                f"max_completion_length"
+            )
         for r, free in enumerate(room):
             if n <= free:
                 rows[r].append(i)
@@ -59,8 +61,14 @@ def single_row(attn_implementation: str | None) -> bool:
     return (attn_implementation or "sdpa") not in MASKED_IMPLEMENTATIONS
 
 
-def pack(prompts: list[list[int]], completions: list[list[int]], capacity: int, pad_id: int,
-         one_row: bool = False, multiple: int | None = None) -> dict[str, torch.Tensor]:
+def pack(
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    capacity: int,
+    pad_id: int,
+    one_row: bool = False,
+    multiple: int | None = None,
+) -> dict[str, torch.Tensor]:
     """Pack ``prompt + completion`` sequences into rows of at most ``capacity`` tokens.
 
     Returns ``input_ids`` and ``position_ids`` ``[R, L]`` (rows right-padded to the longest; a padding tail gets
@@ -71,8 +79,10 @@ def pack(prompts: list[list[int]], completions: list[list[int]], capacity: int, 
     """
     for b, prompt in enumerate(prompts):
         if not prompt:
-            raise ValueError(f"sample {b} has an empty prompt: its first completion token has no position to be "
-                             f"predicted from, so it cannot be packed")
+            raise ValueError(
+                f"sample {b} has an empty prompt: its first completion token has no position to be "
+                f"predicted from, so it cannot be packed"
+            )
     lengths = [len(p) + len(c) for p, c in zip(prompts, completions)]
     rows = first_fit_decreasing(lengths, capacity)
     budget_rows = len(rows)
@@ -82,43 +92,48 @@ def pack(prompts: list[list[int]], completions: list[list[int]], capacity: int, 
     if multiple is not None:
         width = -(-width // multiple) * multiple
     C = max(1, max(len(c) for c in completions))
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)                   # [R, L]
-    position_ids = torch.zeros((len(rows), width), dtype=torch.long)                       # [R, L]
-    completion_index = torch.full((len(prompts), C), -1, dtype=torch.long)                 # [B, C]
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # [R, L]
+    position_ids = torch.zeros((len(rows), width), dtype=torch.long)  # [R, L]
+    completion_index = torch.full((len(prompts), C), -1, dtype=torch.long)  # [B, C]
     for r, row in enumerate(rows):
         start = 0
         for b in row:
             n, p = lengths[b], len(prompts[b])
-            input_ids[r, start:start + n] = torch.tensor(prompts[b] + list(completions[b]), dtype=torch.long)
-            position_ids[r, start:start + n] = torch.arange(n)
+            input_ids[r, start : start + n] = torch.tensor(prompts[b] + list(completions[b]), dtype=torch.long)
+            position_ids[r, start : start + n] = torch.arange(n)
             # Completion token j sits at start + p + j and is predicted by the output one position earlier.
-            completion_index[b, :n - p] = r * width + start + p - 1 + torch.arange(n - p)
+            completion_index[b, : n - p] = r * width + start + p - 1 + torch.arange(n - p)
             start += n
         position_ids[r, start:] = torch.arange(width - start)
-    return {"input_ids": input_ids, "position_ids": position_ids, "completion_index": completion_index,
-            "packed_rows": torch.tensor(budget_rows)}
+    return {
+        "input_ids": input_ids,
+        "position_ids": position_ids,
+        "completion_index": completion_index,
+        "packed_rows": torch.tensor(budget_rows),
+    }
 
 
-def block_causal_mask(position_ids: torch.Tensor, attn_implementation: str | None,
-                      dtype: torch.dtype) -> torch.Tensor:
+def block_causal_mask(position_ids: torch.Tensor, attn_implementation: str | None, dtype: torch.dtype) -> torch.Tensor:
     """``[R, 1, L, L]`` mask letting each token see the earlier tokens of its own sequence only: bool (True = attend)
     for sdpa, additive (0 or the dtype's minimum) for eager, the forms transformers' Llama passes through as given."""
     # A sequence starts wherever the position does not continue the previous one (always a restart at 0 here).
-    starts = torch.ones_like(position_ids, dtype=torch.bool)                              # [R, L]
+    starts = torch.ones_like(position_ids, dtype=torch.bool)  # [R, L]
     starts[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
-    segment = starts.cumsum(-1)                                                           # [R, L]
+    segment = starts.cumsum(-1)  # [R, L]
     L = position_ids.shape[1]
-    causal = torch.ones((L, L), dtype=torch.bool, device=position_ids.device).tril()      # [L, L]
-    allowed = (segment[:, :, None] == segment[:, None, :]) & causal                       # [R, L, L]
-    allowed = allowed.unsqueeze(1)                                                        # [R, 1, L, L]
+    causal = torch.ones((L, L), dtype=torch.bool, device=position_ids.device).tril()  # [L, L]
+    allowed = (segment[:, :, None] == segment[:, None, :]) & causal  # [R, L, L]
+    allowed = allowed.unsqueeze(1)  # [R, 1, L, L]
     if attn_implementation == "eager":
         return torch.zeros(allowed.shape, dtype=dtype, device=position_ids.device).masked_fill(
-            ~allowed, torch.finfo(dtype).min)                                            # [R, 1, L, L]
+            ~allowed, torch.finfo(dtype).min
+        )  # [R, 1, L, L]
     return allowed
 
 
-def model_inputs(batch: dict, device: torch.device, attn_implementation: str | None,
-                 dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def model_inputs(
+    batch: dict, device: torch.device, attn_implementation: str | None, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
     """What a log-prob pass needs from a micro-batch, on ``device``: padded ``input_ids``/``attention_mask``, or the
     packed ``input_ids``/``position_ids``/``completion_index`` plus (eager/sdpa) the block mask."""
     if "completion_index" not in batch:
@@ -132,23 +147,23 @@ def model_inputs(batch: dict, device: torch.device, attn_implementation: str | N
 def unpack(values: torch.Tensor, completion_index: torch.Tensor) -> torch.Tensor:
     """Per-token ``values`` ``[N]`` (in the row-major order of ``completion_index >= 0``) into ``[B, C]``, 0 past
     each completion's end. Differentiable in ``values``."""
-    valid = completion_index >= 0                                                         # [B, C]
-    return values.new_zeros(completion_index.shape).index_put((valid,), values)          # [B, C]
+    valid = completion_index >= 0  # [B, C]
+    return values.new_zeros(completion_index.shape).index_put((valid,), values)  # [B, C]
 
 
 def first_sequence(inputs: dict) -> tuple[dict[str, torch.Tensor], int]:
     """The first sample with completion tokens of packed ``inputs`` as an unpacked ``[1, P + C]`` batch, and its
     completion length (for the start-up check of the chunked log-prob path against the model's own logits)."""
-    lengths = (inputs["completion_index"] >= 0).sum(-1)                                  # [B]
+    lengths = (inputs["completion_index"] >= 0).sum(-1)  # [B]
     if not bool((lengths > 0).any()):
         raise ValueError("first_sequence: no packed sample has completion tokens to check")
     b = int((lengths > 0).nonzero()[0])
     completion = int(lengths[b])
-    flat = inputs["input_ids"].reshape(-1)                                                # [R*L]
+    flat = inputs["input_ids"].reshape(-1)  # [R*L]
     end = int(inputs["completion_index"][b, completion - 1]) + 2
-    position = inputs["position_ids"].reshape(-1)                                         # [R*L]
+    position = inputs["position_ids"].reshape(-1)  # [R*L]
     start = end - 1 - int(position[end - 1])
-    ids = flat[start:end].unsqueeze(0)                                                    # [1, P+C]
+    ids = flat[start:end].unsqueeze(0)  # [1, P+C]
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, completion
 
 

@@ -37,10 +37,12 @@ def load_texts(source: str, column: str = "text") -> list[str]:
     (column ``column``). Rows whose text is empty are skipped and counted in the log."""
     if os.path.isdir(source):
         from datasets import load_from_disk
+
         dataset = load_from_disk(source)
         if column not in dataset.column_names:
-            raise DataFormatError(f"{source}: no column {column!r} (columns: {dataset.column_names}); set "
-                                  f"ptx_text_column")
+            raise DataFormatError(
+                f"{source}: no column {column!r} (columns: {dataset.column_names}); set ptx_text_column"
+            )
         raw = [(f"{source} row {i}", t) for i, t in enumerate(dataset[column], start=1)]
     elif source.endswith(".txt"):
         with open(source, encoding="utf-8") as f:
@@ -55,8 +57,9 @@ def load_texts(source: str, column: str = "text") -> list[str]:
         for where, row in rows:
             if not isinstance(row, dict) or column not in row:
                 keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-                raise DataFormatError(f"{where}: expected an object with a {column!r} field (ptx_text_column), "
-                                      f"got {keys}")
+                raise DataFormatError(
+                    f"{where}: expected an object with a {column!r} field (ptx_text_column), got {keys}"
+                )
             raw.append((where, row[column]))
     else:
         raise DataFormatError(f"ptx_dataset {source!r}: expected a .txt, .jsonl or .json file or a datasets folder")
@@ -84,24 +87,29 @@ class PTXBatches:
         for text in load_texts(args.ptx_dataset, args.ptx_text_column):
             ids = tokenizer(text, add_special_tokens=True)["input_ids"] + [eos]
             truncated += len(ids) > args.ptx_max_length
-            self.sequences.append(ids[:args.ptx_max_length])
+            self.sequences.append(ids[: args.ptx_max_length])
         if truncated:
-            logger.info("ptx_dataset: %d of %d documents truncated to ptx_max_length=%d tokens", truncated,
-                        len(self.sequences), args.ptx_max_length)
+            logger.info(
+                "ptx_dataset: %d of %d documents truncated to ptx_max_length=%d tokens",
+                truncated,
+                len(self.sequences),
+                args.ptx_max_length,
+            )
         self.pad_id = tokenizer.pad_token_id
 
     def draw(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``([B, L] input_ids, [B, L] attention_mask)``, right-padded, for the micro-batch in global ``slot``."""
         seed = self.args.seed * 1_000_003 + slot
-        idx = torch.randint(len(self.sequences), (self.args.ptx_batch_size,),
-                            generator=torch.Generator().manual_seed(seed)).tolist()
+        idx = torch.randint(
+            len(self.sequences), (self.args.ptx_batch_size,), generator=torch.Generator().manual_seed(seed)
+        ).tolist()
         rows = [self.sequences[i] for i in idx]
         length = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), length), self.pad_id, dtype=torch.long)   # [B, L]
-        attention_mask = torch.zeros((len(rows), length), dtype=torch.long)         # [B, L]
+        input_ids = torch.full((len(rows), length), self.pad_id, dtype=torch.long)  # [B, L]
+        attention_mask = torch.zeros((len(rows), length), dtype=torch.long)  # [B, L]
         for i, r in enumerate(rows):
-            input_ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-            attention_mask[i, :len(r)] = 1
+            input_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+            attention_mask[i, : len(r)] = 1
         return input_ids, attention_mask
 
     def attach(self, micro: list[dict], first_micro: int, accumulation_steps: int, group: int, accelerator) -> None:
@@ -114,8 +122,8 @@ class PTXBatches:
             step, slot_in_step = divmod(first_micro + k, ga)
             slot = (step * world + accelerator.process_index) * ga + slot_in_step
             m["ptx_input_ids"], m["ptx_attention_mask"] = self.draw(slot)
-            tokens.append(float(m["ptx_attention_mask"][:, 1:].sum()))     # predicted tokens (all but the first)
-        per_group = torch.tensor(tokens, dtype=torch.float64).view(-1, group).sum(dim=1)             # [groups]
+            tokens.append(float(m["ptx_attention_mask"][:, 1:].sum()))  # predicted tokens (all but the first)
+        per_group = torch.tensor(tokens, dtype=torch.float64).view(-1, group).sum(dim=1)  # [groups]
         if world > 1:
             per_group = accelerator.reduce(per_group.to(accelerator.device), reduction="sum").cpu()
         for k, m in enumerate(micro):
@@ -124,5 +132,5 @@ class PTXBatches:
 
 def ptx_nll_sum(logp: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed next-token NLL and token count from ``[B, L-1]`` log-probs of ``input_ids[:, 1:]``."""
-    mask = attention_mask[:, 1:].to(logp.dtype)                                         # [B, L-1]
+    mask = attention_mask[:, 1:].to(logp.dtype)  # [B, L-1]
     return -(logp * mask).sum(), mask.sum()

@@ -24,8 +24,13 @@ import torch
 
 from ..models.reference import check_reference_matches
 from ..runtime.distributed import is_fsdp, is_zero3
-from .logprobs import (LogitTransform, SamplingFilters, chunked_path_matches, completion_logprobs,
-                       packed_completion_logprobs)
+from .logprobs import (
+    LogitTransform,
+    SamplingFilters,
+    chunked_path_matches,
+    completion_logprobs,
+    packed_completion_logprobs,
+)
 from .packing import first_sequence, model_inputs
 
 logger = logging.getLogger(__name__)
@@ -38,17 +43,30 @@ class PolicyScorer:
     the prepared reference, or None (no KL, or PEFT: the adapter is disabled instead).
     """
 
-    def __init__(self, args, accelerator, policy: Callable[[], torch.nn.Module],
-                 wrapped: Callable[[], torch.nn.Module], ref_model: torch.nn.Module | None):
-        self.args, self.accelerator, self.policy, self.wrapped, self.ref_model = (args, accelerator, policy, wrapped,
-                                                                                 ref_model)
+    def __init__(
+        self,
+        args,
+        accelerator,
+        policy: Callable[[], torch.nn.Module],
+        wrapped: Callable[[], torch.nn.Module],
+        ref_model: torch.nn.Module | None,
+    ):
+        self.args, self.accelerator, self.policy, self.wrapped, self.ref_model = (
+            args,
+            accelerator,
+            policy,
+            wrapped,
+            ref_model,
+        )
         self.transform = LogitTransform.from_config(policy().config)
         self.filters = SamplingFilters.from_config(args) if args.logprob_sampling_filters else None
-        self.chunked: bool | None = None        # decided at the first log-prob pass (`_choose_path`)
+        self.chunked: bool | None = None  # decided at the first log-prob pass (`_choose_path`)
         self.reference_checked = ref_model is None
         if args.logprob_path == "chunked" and (is_zero3(accelerator) or is_fsdp(accelerator)):
-            raise ValueError("GRPOConfig: logprob_path=chunked calls the output head outside the model's forward, "
-                             "where ZeRO-3 and FSDP hold only a shard of its weights; use logprob_path: auto or model")
+            raise ValueError(
+                "GRPOConfig: logprob_path=chunked calls the output head outside the model's forward, "
+                "where ZeRO-3 and FSDP hold only a shard of its weights; use logprob_path: auto or model"
+            )
 
     # ---- inputs and modes -----------------------------------------------------------------------------------------
     def model_inputs(self, batch: dict) -> dict[str, torch.Tensor]:
@@ -73,8 +91,16 @@ class PolicyScorer:
             policy.train(was_training)
 
     # ---- log-probs ------------------------------------------------------------------------------------------------
-    def logprobs(self, model, inputs: dict, completion_length: int, temperature: float,
-                 with_entropy: bool | str = False, sampled: bool = True, aux_losses: list | None = None):
+    def logprobs(
+        self,
+        model,
+        inputs: dict,
+        completion_length: int,
+        temperature: float,
+        with_entropy: bool | str = False,
+        sampled: bool = True,
+        aux_losses: list | None = None,
+    ):
         """Per-token log-probs of the last ``completion_length`` tokens through ``model`` (the wrapped policy or the
         reference); ``sampled`` applies the sampler's filters (False for PTX text, scored as plain maximum likelihood
         at temperature 1); see `completion_logprobs`. Returns ``([B, C] log-probs, [B, C] entropy or None)``."""
@@ -82,14 +108,31 @@ class PolicyScorer:
             self.chunked = self._choose_path(inputs, completion_length)
         head = self.accelerator.unwrap_model(model).get_output_embeddings() if self.chunked else None
         filters = self.filters if sampled else None
-        if "completion_index" in inputs:      # packed rows (hf_grpo.learner.packing)
-            return packed_completion_logprobs(model, head, inputs, temperature=temperature,
-                                              chunk_size=self.args.logprob_chunk_size, with_entropy=with_entropy,
-                                              transform=self.transform, aux_losses=aux_losses, filters=filters)
-        return completion_logprobs(model, head, inputs["input_ids"], inputs["attention_mask"], completion_length,
-                                   temperature=temperature, chunk_size=self.args.logprob_chunk_size,
-                                   with_entropy=with_entropy, transform=self.transform, aux_losses=aux_losses,
-                                   filters=filters)
+        if "completion_index" in inputs:  # packed rows (hf_grpo.learner.packing)
+            return packed_completion_logprobs(
+                model,
+                head,
+                inputs,
+                temperature=temperature,
+                chunk_size=self.args.logprob_chunk_size,
+                with_entropy=with_entropy,
+                transform=self.transform,
+                aux_losses=aux_losses,
+                filters=filters,
+            )
+        return completion_logprobs(
+            model,
+            head,
+            inputs["input_ids"],
+            inputs["attention_mask"],
+            completion_length,
+            temperature=temperature,
+            chunk_size=self.args.logprob_chunk_size,
+            with_entropy=with_entropy,
+            transform=self.transform,
+            aux_losses=aux_losses,
+            filters=filters,
+        )
 
     def reference_logprobs(self, inputs: dict, completion_length: int, temperature: float) -> torch.Tensor:
         """``[B, C]`` log-probs under the reference: the frozen copy, or the policy with its adapter disabled."""
@@ -112,7 +155,7 @@ class PolicyScorer:
             # The sampler's log-probs become the old policy's; popping them means the loss applies no second
             # (mismatch) ratio on top of the clipped one.
             for batch in micro:
-                batch["old_logp"] = batch.pop("sampling_logp")                                # [B, C]
+                batch["old_logp"] = batch.pop("sampling_logp")  # [B, C]
             need_old = False
         if not need_old and args.beta == 0:
             return
@@ -120,9 +163,9 @@ class PolicyScorer:
             inputs = self.model_inputs(batch)
             C, temperature = batch["completion_mask"].shape[1], batch["temperature"]
             if need_old:
-                batch["old_logp"] = self.logprobs(self.wrapped(), inputs, C, temperature)[0].cpu()   # [B, C]
+                batch["old_logp"] = self.logprobs(self.wrapped(), inputs, C, temperature)[0].cpu()  # [B, C]
             if args.beta > 0:
-                batch["ref_logp"] = self.reference_logprobs(inputs, C, temperature).cpu()         # [B, C]
+                batch["ref_logp"] = self.reference_logprobs(inputs, C, temperature).cpu()  # [B, C]
                 if not self.reference_checked:
                     self._check_reference(inputs, batch, global_step)
 
@@ -132,11 +175,13 @@ class PolicyScorer:
         self.reference_checked = True
         if global_step > 0:
             return
-        with self.without_dropout():    # the reference runs without dropout; compare like with like
-            policy = self.logprobs(self.wrapped(), inputs, batch["completion_mask"].shape[1],
-                                   batch["temperature"])[0].cpu()                                # [B, C]
-        check_reference_matches(policy, batch["ref_logp"], batch["completion_mask"],
-                                0.1 if self.low_precision() else 1e-3)
+        with self.without_dropout():  # the reference runs without dropout; compare like with like
+            policy = self.logprobs(self.wrapped(), inputs, batch["completion_mask"].shape[1], batch["temperature"])[
+                0
+            ].cpu()  # [B, C]
+        check_reference_matches(
+            policy, batch["ref_logp"], batch["completion_mask"], 0.1 if self.low_precision() else 1e-3
+        )
 
     @torch.no_grad()
     def _choose_path(self, inputs: dict, completion_length: int) -> bool:
@@ -144,13 +189,23 @@ class PolicyScorer:
         the first real batch against the policy's own logits."""
         if self.args.logprob_path == "model" or is_zero3(self.accelerator) or is_fsdp(self.accelerator):
             return False
-        if "completion_index" in inputs:      # packed: check on one of its sequences, unpacked
+        if "completion_index" in inputs:  # packed: check on one of its sequences, unpacked
             inputs, completion_length = first_sequence(inputs)
         with self.without_dropout() as policy:
-            ok, diff = chunked_path_matches(self.wrapped(), policy.get_output_embeddings(), self.transform,
-                                            inputs["input_ids"][:1], inputs["attention_mask"][:1], completion_length,
-                                            0.05 if self.low_precision() else 1e-3)
+            ok, diff = chunked_path_matches(
+                self.wrapped(),
+                policy.get_output_embeddings(),
+                self.transform,
+                inputs["input_ids"][:1],
+                inputs["attention_mask"][:1],
+                completion_length,
+                0.05 if self.low_precision() else 1e-3,
+            )
         if not ok:
-            logger.warning("chunked log-probs differ from %s's own logits by up to %.3g; using the model's own head "
-                           "(logprob_path=model: full [B, C, V] logits per micro-batch)", type(policy).__name__, diff)
+            logger.warning(
+                "chunked log-probs differ from %s's own logits by up to %.3g; using the model's own head "
+                "(logprob_path=model: full [B, C, V] logits per micro-batch)",
+                type(policy).__name__,
+                diff,
+            )
         return ok

@@ -9,8 +9,28 @@ float32 output head.
 The names of `loading` are re-exported here (``from hf_grpo.models import load_model``).
 """
 
-from .loading import (DTYPES, EMBEDDED_MODELS, ModelLoadError, cache_dir, check_model_path, check_safetensors,
-                      disable_dropout, load_model, load_tokenizer, resolve_model_path)
+from .loading import (
+    DTYPES,
+    EMBEDDED_MODELS,
+    ModelLoadError,
+    cache_dir,
+    check_model_path,
+    check_safetensors,
+    disable_dropout,
+    load_model,
+    load_tokenizer,
+    resolve_model_path,
+)
 
-__all__ = ["DTYPES", "EMBEDDED_MODELS", "ModelLoadError", "cache_dir", "check_model_path", "check_safetensors",
-           "disable_dropout", "load_model", "load_tokenizer", "resolve_model_path"]
+__all__ = [
+    "DTYPES",
+    "EMBEDDED_MODELS",
+    "ModelLoadError",
+    "cache_dir",
+    "check_model_path",
+    "check_safetensors",
+    "disable_dropout",
+    "load_model",
+    "load_tokenizer",
+    "resolve_model_path",
+]

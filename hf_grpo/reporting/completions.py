@@ -1,6 +1,7 @@
-"""TRL's ``log_completions``, all of it: the printed table (`hf_grpo.reporting.completions_table`), and per logged step the
-step's completions as a table written to ``<output_dir>/completions/completions_<step>.parquet``, logged to W&B
-(`hf_grpo.reporting.completions_wandb`) and pushed to ``log_completions_hub_repo`` (`hf_grpo.reporting.completions_hub`).
+"""TRL's ``log_completions``, all of it: the printed table (`hf_grpo.reporting.completions_table`), and per logged step
+the step's completions as a table written to ``<output_dir>/completions/completions_<step>.parquet``, logged to W&B
+(`hf_grpo.reporting.completions_wandb`) and pushed to ``log_completions_hub_repo``
+(`hf_grpo.reporting.completions_hub`).
 
 The table has TRL's columns: ``step``, ``prompt``, ``completion``, one column per reward function (NaN where it
 returned None), the columns reward functions logged with ``log_extra``, and ``advantage``; conversational prompts and
@@ -30,14 +31,22 @@ logger = logging.getLogger(__name__)
 def completions_frame(records: list[dict], step: int) -> pd.DataFrame:
     """One row per completion of the gathered ``records`` (`RolloutBatch.records`), TRL's columns."""
     names = list(records[0]["rewards"]) if records else []
-    rewards = {name: [float("nan") if r["rewards"][name] is None else r["rewards"][name] for r in records]
-               for name in names}
+    rewards = {
+        name: [float("nan") if r["rewards"][name] is None else r["rewards"][name] for r in records] for name in names
+    }
     # Reward functions' log_extra columns, after the rewards as in TRL (None where a call did not log one).
     columns = sorted({column for r in records for column in r.get("extra", {})})
     extra = {column: [r.get("extra", {}).get(column) for r in records] for column in columns}
-    return pd.DataFrame({"step": [step] * len(records), "prompt": [r["prompt"] for r in records],
-                         "completion": [r["completion"] for r in records], **rewards, **extra,
-                         "advantage": [r["advantage"] for r in records]})
+    return pd.DataFrame(
+        {
+            "step": [step] * len(records),
+            "prompt": [r["prompt"] for r in records],
+            "completion": [r["completion"] for r in records],
+            **rewards,
+            **extra,
+            "advantage": [r["advantage"] for r in records],
+        }
+    )
 
 
 def write_parquet(frame: pd.DataFrame, path: str) -> None:
@@ -47,8 +56,10 @@ def write_parquet(frame: pd.DataFrame, path: str) -> None:
         frame.to_parquet(path)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         logger.warning("completions table %s: messages stored as JSON text (%s)", path, e)
-        as_text = {c: frame[c].map(lambda v: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str))
-                   for c in ("prompt", "completion")}
+        as_text = {
+            c: frame[c].map(lambda v: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str))
+            for c in ("prompt", "completion")
+        }
         frame.assign(**as_text).to_parquet(path)
 
 
@@ -62,11 +73,13 @@ class CompletionsLog:
         self.scheduler = None
         if args.log_completions_hub_repo is not None:
             from .completions_hub import check_hub_access, start_hub_upload
+
             token = check_hub_access(args.log_completions_hub_repo, args.hub_token)
             if is_main:
                 os.makedirs(self.folder, exist_ok=True)
-                self.scheduler = start_hub_upload(args.log_completions_hub_repo, self.folder, token,
-                                                  args.hub_private_repo, args.hub_model_id)
+                self.scheduler = start_hub_upload(
+                    args.log_completions_hub_repo, self.folder, token, args.hub_private_repo, args.hub_model_id
+                )
 
     def add(self, records: list[dict], step: int) -> None:
         """Log the gathered ``records`` of ``step`` (every process calls this; the main process writes)."""
@@ -80,4 +93,5 @@ class CompletionsLog:
             write_parquet(frame, os.path.join(self.folder, f"completions_{step:05d}.parquet"))
         if "wandb" in self.args.report_to:
             from .completions_wandb import log_wandb_table
+
             log_wandb_table(frame, self.args.log_unique_prompts)

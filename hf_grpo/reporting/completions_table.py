@@ -13,13 +13,14 @@ from rich.table import Table
 
 
 def _text(value) -> str:
-    if isinstance(value, list) and value and isinstance(value[-1], dict):     # a conversation
+    if isinstance(value, list) and value and isinstance(value[-1], dict):  # a conversation
         return str(value[-1].get("content", ""))
     return str(value)
 
 
-def completions_table(records: list[dict], step: int, max_rows: int | None = None,
-                      unique_prompts: bool = False) -> Table:
+def completions_table(
+    records: list[dict], step: int, max_rows: int | None = None, unique_prompts: bool = False
+) -> Table:
     """The table TRL prints: one row per completion (or per prompt with ``unique_prompts``), at most ``max_rows``."""
     if unique_prompts:
         seen: set[str] = set()
@@ -43,5 +44,6 @@ def print_completions(records: list[dict], step: int, args, is_main: bool, conso
     """Print the table for ``step`` on the main process when ``args.log_completions`` is on and it is a logging step."""
     if not (args.log_completions and is_main and step % max(int(args.logging_steps), 1) == 0):
         return
-    (console or Console()).print(completions_table(records, step, args.num_completions_to_print,
-                                                   args.log_unique_prompts))
+    (console or Console()).print(
+        completions_table(records, step, args.num_completions_to_print, args.log_unique_prompts)
+    )

@@ -31,8 +31,10 @@ class MetricsBuffer:
         keys = sorted(self._values)
         if not keys:
             return {}
-        local = torch.tensor([sum(self._values[k]) / (1 if k in self._summed else len(self._values[k])) for k in keys],
-                             dtype=torch.float64)
+        local = torch.tensor(
+            [sum(self._values[k]) / (1 if k in self._summed else len(self._values[k])) for k in keys],
+            dtype=torch.float64,
+        )
         if accelerator.num_processes > 1:
             local = accelerator.reduce(local.to(accelerator.device), reduction="mean").cpu()
             # A mean over processes times their number is the sum over processes.

@@ -7,8 +7,15 @@ import os
 import yaml
 
 
-def model_card_text(args, model_name: str | None, dataset_name: str | None, reward_names: list[str],
-                    log_history: list[dict], base_model: str | None = None, adapter: bool = False) -> str:
+def model_card_text(
+    args,
+    model_name: str | None,
+    dataset_name: str | None,
+    reward_names: list[str],
+    log_history: list[dict],
+    base_model: str | None = None,
+    adapter: bool = False,
+) -> str:
     """``base_model``: the model training started from (default ``args.model_name_or_path``); ``adapter``: the folder
     holds a PEFT adapter of it rather than full weights."""
     base_model = base_model or args.model_name_or_path
@@ -16,21 +23,52 @@ def model_card_text(args, model_name: str | None, dataset_name: str | None, rewa
     if args.recipe and os.path.isfile(args.recipe):
         with open(args.recipe) as f:
             recipe = f.read()
-    settings = {k: getattr(args, k) for k in (
-        "model_name_or_path", "dataset_name", "advantage_estimator", "loss_type", "num_generations",
-        "max_completion_length", "learning_rate", "epsilon", "epsilon_high", "importance_sampling_level", "beta",
-        "num_iterations", "dynamic_sampling", "overlong_buffer_length", "temperature", "seed")}
+    settings = {
+        k: getattr(args, k)
+        for k in (
+            "model_name_or_path",
+            "dataset_name",
+            "advantage_estimator",
+            "loss_type",
+            "num_generations",
+            "max_completion_length",
+            "learning_rate",
+            "epsilon",
+            "epsilon_high",
+            "importance_sampling_level",
+            "beta",
+            "num_iterations",
+            "dynamic_sampling",
+            "overlong_buffer_length",
+            "temperature",
+            "seed",
+        )
+    }
     last = next((r for r in reversed(log_history) if "reward" in r), {})
     evals = {k: v for r in log_history for k, v in r.items() if k.startswith("eval_") and k.endswith("_accuracy")}
     lines = [
-        "---", f"library_name: {'peft' if adapter else 'transformers'}", f"base_model: {base_model}",
-        "tags: [hf_grpo, grpo, reinforcement-learning]", "---", "",
-        f"# {model_name or os.path.basename(os.path.abspath(args.output_dir))}", "",
+        "---",
+        f"library_name: {'peft' if adapter else 'transformers'}",
+        f"base_model: {base_model}",
+        "tags: [hf_grpo, grpo, reinforcement-learning]",
+        "---",
+        "",
+        f"# {model_name or os.path.basename(os.path.abspath(args.output_dir))}",
+        "",
         f"Trained with hf_grpo's `DistributedGRPOTrainer` from `{base_model}` on "
         f"`{dataset_name or args.dataset_name}` with rewards: {', '.join(reward_names)}."
-        + (" This folder holds the LoRA adapter; load it with `peft.PeftModel.from_pretrained(base, folder)`."
-           if adapter else ""), "",
-        "## Settings", "", "```yaml", yaml.safe_dump(settings, sort_keys=False).rstrip(), "```", "",
+        + (
+            " This folder holds the LoRA adapter; load it with `peft.PeftModel.from_pretrained(base, folder)`."
+            if adapter
+            else ""
+        ),
+        "",
+        "## Settings",
+        "",
+        "```yaml",
+        yaml.safe_dump(settings, sort_keys=False).rstrip(),
+        "```",
+        "",
     ]
     if last:
         lines += ["## Last logged training step", "", f"step {last.get('step')}: reward {last.get('reward'):.4f}", ""]

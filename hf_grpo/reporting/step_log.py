@@ -30,12 +30,19 @@ class StepLog:
     def __init__(self, args, accelerator, clock):
         self.args, self.accelerator, self.clock = args, accelerator, clock
         self.metrics = MetricsBuffer()
-        self.round_tokens = 0.0          # prompt + completion tokens of the current round, on this process
+        self.round_tokens = 0.0  # prompt + completion tokens of the current round, on this process
         self.tokens_since_log = 0.0
         self.last_log_wall = time.perf_counter()
 
-    def record_round(self, batch, advantages: torch.Tensor, seconds: float, version: int, reward_names: list[str],
-                     dynamic_sampling_stats: dict[str, float] | None = None) -> None:
+    def record_round(
+        self,
+        batch,
+        advantages: torch.Tensor,
+        seconds: float,
+        version: int,
+        reward_names: list[str],
+        dynamic_sampling_stats: dict[str, float] | None = None,
+    ) -> None:
         """Add a round's statistics to the metrics (every process calls this: it gathers)."""
         args, metrics = self.args, self.metrics
         # weight_version: of the weights that sampled the round; reward_log: per function seconds, errors, own stats.
@@ -49,8 +56,9 @@ class StepLog:
             metrics.add(key, value)
         for key, value in logged_metric_means(self.accelerator, batch.logged_metrics).items():
             if key in own:
-                raise RewardLogError(f"log_metric: {key!r} is one of the trainer's own metrics; log it under another "
-                                     f"name")
+                raise RewardLogError(
+                    f"log_metric: {key!r} is one of the trainer's own metrics; log it under another name"
+                )
             metrics.add(key, value)
         self.round_tokens = metrics.last("num_tokens")
 
@@ -66,11 +74,12 @@ class StepLog:
             logs = {**logs, **self.metrics.reduce(self.accelerator)}
             # Prompt + completion tokens through the trainer per wall-clock second, all processes.
             now = time.perf_counter()
-            logs["throughput/tokens_per_s"] = (self.tokens_since_log * self.accelerator.num_processes
-                                               / max(now - self.last_log_wall, 1e-9))
+            logs["throughput/tokens_per_s"] = (
+                self.tokens_since_log * self.accelerator.num_processes / max(now - self.last_log_wall, 1e-9)
+            )
             self.tokens_since_log, self.last_log_wall = 0.0, now
             logs["time/train_minutes"] = self.clock.elapsed() / 60
-        elif "train_runtime" in logs:      # Trainer's summary, on every process: the steps since the last log
+        elif "train_runtime" in logs:  # Trainer's summary, on every process: the steps since the last log
             logs = {**logs, **self.metrics.reduce(self.accelerator)}
         return logs
 
@@ -79,7 +88,7 @@ def logged_metric_means(accelerator, values: dict[str, list[float]]) -> dict[str
     """Each ``log_metric`` name's mean over its values on all processes (a name some processes did not log is
     averaged over those that did, as in TRL). Collective: every process calls it once per round."""
     if accelerator.num_processes > 1:
-        everyone = gather_object([values])                      # one dict per process
+        everyone = gather_object([values])  # one dict per process
     else:
         everyone = [values]
     totals: dict[str, list[float]] = {}

@@ -7,7 +7,8 @@
 * :mod:`.model` -- ``RewardModel``: a sequence-classification model as a reward function.
 * :mod:`.registry` -- ``BUILTIN_REWARDS`` and ``load_reward_function``: built-in name, ``model:<path>`` or dotted
   import path -> callable.
-* :mod:`.building` -- ``reward_functions``: TRL's ``reward_funcs`` / ``reward_processing_classes`` to callables.
+* :mod:`.building` -- ``reward_functions``: TRL's ``reward_funcs`` / ``reward_processing_classes`` to callables;
+  ``reward_runners``: the training and evaluation runners over them.
 * :mod:`.runner` -- ``RewardRunner``: concurrent calls, time limits, per-function timings, error policy.
 * :mod:`.contract` -- what a reward function must accept and return, checked with errors that name it.
 
@@ -15,7 +16,7 @@ Importing this package starts nothing: the verification worker starts on the fir
 code sandboxes on the first code run.
 """
 
-from .building import reward_functions
+from .building import reward_functions, reward_runners
 from .code import CodeReward
 from .model import RewardModel
 from .registry import BUILTIN_REWARDS, load_reward_function
@@ -34,4 +35,5 @@ __all__ = [
     "load_reward_function",
     "reward_name",
     "reward_functions",
+    "reward_runners",
 ]

@@ -15,11 +15,12 @@ from collections.abc import Callable
 from ..errors import InputError
 from .model import RewardModel
 from .registry import load_reward_function
+from .runner import RewardRunner
 
 
 def reward_functions(reward_funcs, reward_processing_classes, args) -> tuple[list[Callable], list]:
     """``(functions, processing_classes)``: callables for the runner, and one processing class (or None) each."""
-    from transformers import PreTrainedModel     # only when a trainer is built (see the package docstring)
+    from transformers import PreTrainedModel  # only when a trainer is built (see the package docstring)
 
     funcs = reward_funcs if reward_funcs is not None else args.reward_funcs
     funcs = [] if not funcs else list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
@@ -29,11 +30,31 @@ def reward_functions(reward_funcs, reward_processing_classes, args) -> tuple[lis
     elif not isinstance(classes, (list, tuple)):
         classes = [classes]
     if len(classes) != len(funcs):
-        raise InputError(f"reward_processing_classes has {len(classes)} entries for {len(funcs)} reward functions: "
-                         f"the two lengths must match; give one per reward function (None for plain functions and for reward models whose own "
-                         f"tokenizer should be loaded), or a single tokenizer for a single reward function")
-    built = [RewardModel(f, tokenizer=c) if isinstance(f, PreTrainedModel) else load_reward_function(f, args, c)
-             for f, c in zip(funcs, classes)]
+        raise InputError(
+            f"reward_processing_classes has {len(classes)} entries for {len(funcs)} reward functions: the two lengths "
+            f"must match; give one per reward function (None for plain functions and for reward models whose own "
+            f"tokenizer should be loaded), or a single tokenizer for a single reward function"
+        )
+    built = [
+        RewardModel(f, tokenizer=c) if isinstance(f, PreTrainedModel) else load_reward_function(f, args, c)
+        for f, c in zip(funcs, classes)
+    ]
     # The tokenizer each reward model actually uses (its own when the entry was None), as TRL keeps them.
     classes = [f.tokenizer if isinstance(f, RewardModel) else c for f, c in zip(built, classes)]
     return built, classes
+
+
+def reward_runners(funcs: list[Callable], args) -> tuple[RewardRunner, RewardRunner]:
+    """The training runner over ``funcs`` (``reward_weights``, ``reward_error``, the gate, ``reward_timeout``) and the
+    evaluation runner: ``eval_reward``, or by default the first training reward (its object, and any worker pool it
+    holds, reused)."""
+    train = RewardRunner(
+        funcs,
+        args.reward_weights,
+        on_error=args.reward_error,
+        gate=args.reward_gate,
+        gated=args.gated_reward_funcs,
+        timeout=args.reward_timeout,
+    )
+    eval_funcs = [load_reward_function(args.eval_reward, args)] if args.eval_reward else funcs[:1]
+    return train, RewardRunner(eval_funcs, timeout=args.reward_timeout)

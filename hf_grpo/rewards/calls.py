@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-SPLIT_WORKERS = 16   # threads of one function's per-sample retry after a timeout
+SPLIT_WORKERS = 16  # threads of one function's per-sample retry after a timeout
 
 
 @dataclass
@@ -20,18 +21,21 @@ class Outcome:
     values: Any = None
     seconds: float = 0.0
     error: BaseException | None = None
-    error_row: int = 0                 # the sample an error is shown with (the failing one in a per-sample retry)
+    error_row: int = 0  # the sample an error is shown with (the failing one in a per-sample retry)
     timed_out: list[int] = field(default_factory=list)  # rows left unscored when time ran out
-    hung: list[int] = field(default_factory=list)       # of those, the rows whose own call was still running
-    note: str = ""                                      # why the hung rows are unknown, when they are
-    split: list[Outcome | None] | None = None          # per-sample retry results (None: no return in time)
+    hung: list[int] = field(default_factory=list)  # of those, the rows whose own call was still running
+    note: str = ""  # why the hung rows are unknown, when they are
+    split: list[Outcome | None] | None = None  # per-sample retry results (None: no return in time)
 
 
 def one_sample(kwargs: dict[str, Any], row: int) -> dict[str, Any]:
     # Every argument but trainer_state and the logging callables holds one value per completion (the columns were
     # checked for that); log_extra is rebound so the sample's value lands at its row.
-    out = {k: v if k in ("trainer_state", "log_metric") else list(v[row:row + 1]) for k, v in kwargs.items()
-           if k != "log_extra"}
+    out = {
+        k: v if k in ("trainer_state", "log_metric") else list(v[row : row + 1])
+        for k, v in kwargs.items()
+        if k != "log_extra"
+    }
     if "log_extra" in kwargs:
         out["log_extra"] = kwargs["log_extra"].for_row(row)
     return out
@@ -95,8 +99,10 @@ class SampleSplit:
         self._running: set[int] = set()
         self._next = iter(range(self.n))
         self._lock = threading.Lock()
-        self.workers = [threading.Thread(target=self._work, args=(fn, kwargs), name=f"reward:{name}:split",
-                                         daemon=True) for _ in range(min(self.n, SPLIT_WORKERS))]
+        self.workers = [
+            threading.Thread(target=self._work, args=(fn, kwargs), name=f"reward:{name}:split", daemon=True)
+            for _ in range(min(self.n, SPLIT_WORKERS))
+        ]
         for worker in self.workers:
             worker.start()
 

@@ -13,7 +13,8 @@ import functools
 import inspect
 import math
 import numbers
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,7 +43,8 @@ def reward_name(fn: Callable) -> str:
 
 def is_async(fn: Callable) -> bool:
     return inspect.iscoroutinefunction(fn) or (
-        not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__))
+        not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+    )
 
 
 def check_accepts_kwargs(fn: Callable, name: str) -> None:
@@ -52,12 +54,15 @@ def check_accepts_kwargs(fn: Callable, name: str) -> None:
         return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
         return
-    fixed = signature.replace(parameters=[*signature.parameters.values(),
-                                          inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
+    fixed = signature.replace(
+        parameters=[*signature.parameters.values(), inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    )
     raise RewardFunctionError(
         f"Reward function '{name}{signature}' must accept **kwargs: it is called with keyword arguments only "
         f"(prompts, completions, completion_ids, trainer_state and one per dataset column), and takes the ones it "
-        f"needs by name. Declare it as `def {name}{fixed}`.", name)
+        f"needs by name. Declare it as `def {name}{fixed}`.",
+        name,
+    )
 
 
 def preview(value: Any, limit: int = 160) -> str:
@@ -97,29 +102,39 @@ def check_values(name: str, outcome: Outcome, kwargs: dict[str, Any], timeout: f
         hint = ""
         # Python's own message, or math_verify's rewording of it.
         if isinstance(e, ValueError) and ("main thread" in str(e) or "signal.alarm" in str(e)):
-            remedy = ("list this function first among the synchronous ones (without a time limit the first runs "
-                      "in the calling thread)" if timeout is None else
-                      "set reward_timeout to None (no time limit: the first synchronous function then runs in "
-                      "the calling thread)")
-            hint = (" It ran in a worker thread: signal-based timeouts (e.g. math_verify's) only work in the "
-                    "main thread. Disable them (parse(..., parsing_timeout=None), verify(..., "
-                    f"timeout_seconds=None)), use hf_grpo.rewards.verify.MathVerifier, or {remedy}.")
+            remedy = (
+                "list this function first among the synchronous ones (without a time limit the first runs "
+                "in the calling thread)"
+                if timeout is None
+                else "set reward_timeout to None (no time limit: the first synchronous function then runs in "
+                "the calling thread)"
+            )
+            hint = (
+                " It ran in a worker thread: signal-based timeouts (e.g. math_verify's) only work in the "
+                "main thread. Disable them (parse(..., parsing_timeout=None), verify(..., "
+                f"timeout_seconds=None)), use hf_grpo.rewards.verify.MathVerifier, or {remedy}."
+            )
         row = outcome.error_row
-        raise RewardFunctionError(f"Reward function '{name}' raised {type(e).__name__}: {e}.{hint} "
-                                  f"{call_context(kwargs, row) if n else ''}", name) from e
+        raise RewardFunctionError(
+            f"Reward function '{name}' raised {type(e).__name__}: {e}.{hint} {call_context(kwargs, row) if n else ''}",
+            name,
+        ) from e
     values = outcome.values
-    expected = (f"Expected a list of {n} values, one float per completion (None where the reward does not "
-                f"apply).")
+    expected = f"Expected a list of {n} values, one float per completion (None where the reward does not apply)."
     if inspect.isawaitable(values):
-        raise RewardFunctionError(f"Reward function '{name}' returned an awaitable; declare it with `async def` "
-                                  f"so it is awaited. {expected}", name)
+        raise RewardFunctionError(
+            f"Reward function '{name}' returned an awaitable; declare it with `async def` so it is awaited. {expected}",
+            name,
+        )
     if not isinstance(values, (list, tuple)):
         tip = " Convert arrays and tensors with .tolist()." if hasattr(values, "tolist") else ""
-        raise RewardFunctionError(f"Reward function '{name}' returned a {type(values).__name__}.{tip} "
-                                  f"{expected} {first}", name)
+        raise RewardFunctionError(
+            f"Reward function '{name}' returned a {type(values).__name__}.{tip} {expected} {first}", name
+        )
     if len(values) != n:
-        raise RewardFunctionError(f"Reward function '{name}' returned {len(values)} values for {n} completions. "
-                                  f"{expected} {first}", name)
+        raise RewardFunctionError(
+            f"Reward function '{name}' returned {len(values)} values for {n} completions. {expected} {first}", name
+        )
     floats = []
     for row, value in enumerate(values):
         try:
@@ -127,10 +142,14 @@ def check_values(name: str, outcome: Outcome, kwargs: dict[str, Any], timeout: f
         except TypeError:
             raise RewardFunctionError(
                 f"Reward function '{name}' returned {value!r} ({type(value).__name__}) at index {row}, not a "
-                f"number. {expected} {call_context(kwargs, row)}", name) from None
+                f"number. {expected} {call_context(kwargs, row)}",
+                name,
+            ) from None
         if value is not None and not math.isfinite(number):
             raise RewardFunctionError(
                 f"Reward function '{name}' returned {number} at index {row}. Rewards must be finite; return None "
-                f"for not-applicable samples, not NaN. {call_context(kwargs, row)}", name)
+                f"for not-applicable samples, not NaN. {call_context(kwargs, row)}",
+                name,
+            )
         floats.append(number)
     return floats

@@ -42,7 +42,8 @@ def completion_text(completion: Any) -> str:
     if not isinstance(completion, list):
         raise TypeError(
             f"a completion must be a string or a list of chat messages, got {type(completion).__name__}: "
-            f"{str(completion)[:80]!r}")
+            f"{str(completion)[:80]!r}"
+        )
     for message in reversed(completion):
         if message.get("role") == "assistant":
             content = message.get("content") or ""
@@ -66,7 +67,7 @@ def _balanced_group(text: str, open_idx: int) -> str | None:
         elif ch == "}":
             depth -= 1
             if depth == 0:
-                return text[open_idx + 1:i]
+                return text[open_idx + 1 : i]
         i += 1
     return None
 
@@ -111,7 +112,7 @@ def has_think_answer_format(text: str) -> bool:
     positions = [text.index(tag) for tag in _FORMAT_TAGS]
     if positions != sorted(positions):
         return False
-    return text[positions[-1] + len("</answer>"):].strip() == ""
+    return text[positions[-1] + len("</answer>") :].strip() == ""
 
 
 def _normalise_number(match: re.Match) -> str:

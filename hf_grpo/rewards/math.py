@@ -27,7 +27,8 @@ def _golds(gt_answer: list | None, reward: str) -> list[str | None]:
     if gt_answer is None:
         raise ValueError(
             f"the '{reward}' reward needs a 'gt_answer' dataset column with the reference answer of each prompt "
-            f"(None in a row marks it not applicable)")
+            f"(None in a row marks it not applicable)"
+        )
     return [None if g is None else str(g) for g in gt_answer]
 
 
@@ -83,8 +84,9 @@ def _gsm8k_prediction(text: str) -> str | None:
     return first_line or None
 
 
-def gsm8k(completions: list, gt_answer: list | None = None, answer: list | None = None,
-          **kwargs: Any) -> list[float | None]:
+def gsm8k(
+    completions: list, gt_answer: list | None = None, answer: list | None = None, **kwargs: Any
+) -> list[float | None]:
     """1.0 if the predicted number equals the gold number, else 0.0.
 
     Gold: ``gt_answer`` when the row has one, else the number after ``####`` in GSM8K's raw ``answer`` column.

@@ -36,9 +36,18 @@ class RewardModel:
     # sample 0.0, "running" would count each twice, and a forward pass is no slower for one sample than another.
     split_on_timeout = False
 
-    def __init__(self, model, tokenizer=None, *, batch_size: int = 16, max_length: int | None = None,
-                 device: str | torch.device | None = None, dtype: torch.dtype | None = None,
-                 normalize: str | None = None, name: str | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        *,
+        batch_size: int = 16,
+        max_length: int | None = None,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        normalize: str | None = None,
+        name: str | None = None,
+    ):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         if normalize not in _NORMALIZE:
@@ -48,13 +57,17 @@ class RewardModel:
         source = model if isinstance(model, (str, os.PathLike)) else model.config._name_or_path
         load_from = source
         if isinstance(model, (str, os.PathLike)):
-            from ..models.loading import check_model_path  # a missing path or an offline hub id: one clear ModelLoadError
+            from ..models.loading import (
+                check_model_path,  # a missing path or an offline hub id: one clear ModelLoadError
+            )
 
             load_from = check_model_path(model)
             model = AutoModelForSequenceClassification.from_pretrained(load_from, dtype=dtype)
         if model.config.num_labels != 1:
-            raise ValueError(f"reward model {source!r} has num_labels={model.config.num_labels}; a reward model "
-                             f"outputs one logit per sequence (num_labels=1)")
+            raise ValueError(
+                f"reward model {source!r} has num_labels={model.config.num_labels}; a reward model "
+                f"outputs one logit per sequence (num_labels=1)"
+            )
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(load_from)
         if tokenizer.pad_token_id is None:
@@ -79,10 +92,13 @@ class RewardModel:
         for prompt, completion in zip(prompts, completions):
             if isinstance(prompt, list):
                 if not self.tokenizer.chat_template:
-                    raise ValueError(f"reward model {self.__name__!r}: conversational prompts need a chat template, "
-                                     f"and its tokenizer has none; pass a tokenizer with one (tokenizer=...)")
-                messages = prompt + (completion if isinstance(completion, list)
-                                     else [{"role": "assistant", "content": completion}])
+                    raise ValueError(
+                        f"reward model {self.__name__!r}: conversational prompts need a chat template, "
+                        f"and its tokenizer has none; pass a tokenizer with one (tokenizer=...)"
+                    )
+                messages = prompt + (
+                    completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
+                )
                 texts.append(self.tokenizer.apply_chat_template(messages, tokenize=False))
             else:
                 texts.append(prompt + (completion if isinstance(completion, str) else completion[-1]["content"]))
@@ -93,9 +109,15 @@ class RewardModel:
         """Raw logits, one per text, computed ``batch_size`` texts at a time."""
         scores: list[float] = []
         for start in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
-                                   padding_side="right", truncation=self.max_length is not None,
-                                   max_length=self.max_length, add_special_tokens=False)
+            batch = self.tokenizer(
+                texts[start : start + self.batch_size],
+                return_tensors="pt",
+                padding=True,
+                padding_side="right",
+                truncation=self.max_length is not None,
+                max_length=self.max_length,
+                add_special_tokens=False,
+            )
             batch = {k: v.to(self.device) for k, v in batch.items()}
             logits = self.model(**batch).logits  # [B, 1]
             scores.extend(logits[:, 0].float().cpu().tolist())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 from . import math as math_rewards
 from .code import CodeReward
@@ -24,9 +24,11 @@ BUILTIN_REWARDS: dict[str, Callable[..., list]] = {
 }
 MODEL_PREFIX = "model:"
 
-_DOTTED_HELP = ("A custom reward function is given by its dotted import path, e.g. 'my_pkg.rewards.my_reward' for "
-                "`def my_reward(completions, **kwargs)` in my_pkg/rewards.py (importable: installed, or on "
-                "PYTHONPATH / in the working directory).")
+_DOTTED_HELP = (
+    "A custom reward function is given by its dotted import path, e.g. 'my_pkg.rewards.my_reward' for "
+    "`def my_reward(completions, **kwargs)` in my_pkg/rewards.py (importable: installed, or on "
+    "PYTHONPATH / in the working directory)."
+)
 
 
 def load_reward_function(spec: str | Callable, config=None, tokenizer=None) -> Callable:
@@ -51,32 +53,38 @@ def load_reward_function(spec: str | Callable, config=None, tokenizer=None) -> C
     if spec.startswith(MODEL_PREFIX):
         from .model import RewardModel  # transformers is only needed for reward models
 
-        if not spec[len(MODEL_PREFIX):]:
-            raise ValueError(f"reward function {spec!r}: expected model:<local path or hub id> of a sequence-"
-                             f"classification model")
-        return RewardModel(spec[len(MODEL_PREFIX):], tokenizer=tokenizer)
-    if "/" in spec:      # TRL passes reward models as a hub id ("org/name") or a local folder
+        if not spec[len(MODEL_PREFIX) :]:
+            raise ValueError(
+                f"reward function {spec!r}: expected model:<local path or hub id> of a sequence-classification model"
+            )
+        return RewardModel(spec[len(MODEL_PREFIX) :], tokenizer=tokenizer)
+    if "/" in spec:  # TRL passes reward models as a hub id ("org/name") or a local folder
         from .model import RewardModel
 
         return RewardModel(spec, tokenizer=tokenizer)
     if "." not in spec:
         close = difflib.get_close_matches(spec, BUILTIN_REWARDS, n=1, cutoff=0.5)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        raise ValueError(f"Unknown reward function {spec!r}.{hint} Built-in rewards: "
-                         f"{', '.join(BUILTIN_REWARDS)}; a reward model: '{MODEL_PREFIX}<path or hub id>'. "
-                         f"{_DOTTED_HELP}")
+        raise ValueError(
+            f"Unknown reward function {spec!r}.{hint} Built-in rewards: "
+            f"{', '.join(BUILTIN_REWARDS)}; a reward model: '{MODEL_PREFIX}<path or hub id>'. "
+            f"{_DOTTED_HELP}"
+        )
     module_name, _, attr = spec.rpartition(".")
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # ModuleNotFoundError, or the module itself failing to import
-        raise ImportError(f"Cannot load reward function {spec!r}: importing module {module_name!r} (to get its "
-                          f"attribute {attr!r}) failed: {type(e).__name__}: {e}. {_DOTTED_HELP}") from e
+        raise ImportError(
+            f"Cannot load reward function {spec!r}: importing module {module_name!r} (to get its "
+            f"attribute {attr!r}) failed: {type(e).__name__}: {e}. {_DOTTED_HELP}"
+        ) from e
     if not hasattr(module, attr):
         public = [name for name in vars(module) if not name.startswith("_")]
         close = difflib.get_close_matches(attr, public, n=1, cutoff=0.6)
         hint = f" Did you mean '{module_name}.{close[0]}'?" if close else ""
-        raise ImportError(f"Cannot load reward function {spec!r}: module {module_name!r} has no attribute "
-                          f"{attr!r}.{hint}")
+        raise ImportError(
+            f"Cannot load reward function {spec!r}: module {module_name!r} has no attribute {attr!r}.{hint}"
+        )
     fn = getattr(module, attr)
     if not callable(fn):
         raise TypeError(f"Reward function {spec!r} is a {type(fn).__name__}, not a callable")

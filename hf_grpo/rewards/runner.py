@@ -11,9 +11,9 @@ Departures from TRL:
   lone function, or one relying on main-thread ``signal`` timeouts, behaves as in TRL). Async functions run together
   on a private event loop in a helper thread, so calling the runner works whether or not the caller's thread already
   runs an event loop.
-* Return values are validated strictly (`.contract`): a wrong length (TRL's ``torch.tensor`` assignment silently broadcasts a
-  1-element list), a non-list, a non-number or NaN/inf raise :class:`RewardFunctionError` naming the function and
-  showing a sample. ``bool`` is accepted as 0/1; so are ``numpy`` scalars and 0-d tensors.
+* Return values are validated strictly (`.contract`): a wrong length (TRL's ``torch.tensor`` assignment silently
+  broadcasts a 1-element list), a non-list, a non-number or NaN/inf raise :class:`RewardFunctionError` naming the
+  function and showing a sample. ``bool`` is accepted as 0/1; so are ``numpy`` scalars and 0-d tensors.
 * Functions that do not take ``**kwargs`` are rejected when the runner is built, not at the first step.
 * TRL's ``log_extra``/``log_metric`` keyword arguments are passed (checked when called, `.user_logs`); after a call
   ``last_extra`` holds one dict of logged columns per completion and ``last_logged_metrics`` the logged values.
@@ -63,22 +63,30 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from .calls import (SPLIT_WORKERS, Call, call_async, call_sync, fresh_kwargs, one_sample, Outcome, remaining,
-                    SampleSplit)
-from .contract import (RewardFunctionError, call_context, check_accepts_kwargs, check_values, is_async,
-                       preview, reward_name, sample_text)
+from .calls import SPLIT_WORKERS, Call, Outcome, SampleSplit, call_async, call_sync, fresh_kwargs, one_sample, remaining
+from .contract import (
+    RewardFunctionError,
+    call_context,
+    check_accepts_kwargs,
+    check_values,
+    is_async,
+    preview,
+    reward_name,
+    sample_text,
+)
 from .user_logs import LogExtra, RewardLogs
 
 logger = logging.getLogger(__name__)
 
 _RESERVED = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 ON_ERROR = ("raise", "zero", "skip")
-MAX_STRANDED = 64    # abandoned calls of one function still running, beyond which it counts as persistently hung
-_SHOWN = 3           # hung samples quoted in a timeout warning
+MAX_STRANDED = 64  # abandoned calls of one function still running, beyond which it counts as persistently hung
+_SHOWN = 3  # hung samples quoted in a timeout warning
 
 
 class RewardRunner:
@@ -98,9 +106,15 @@ class RewardRunner:
     names, made unique with ``_2``, ``_3`` suffixes.
     """
 
-    def __init__(self, reward_funcs: list[Callable], reward_weights: list[float] | None = None,
-                 on_error: str = "raise", gated: list[str] | None = None, gate: str | None = None,
-                 timeout: float | None = None):
+    def __init__(
+        self,
+        reward_funcs: list[Callable],
+        reward_weights: list[float] | None = None,
+        on_error: str = "raise",
+        gated: list[str] | None = None,
+        gate: str | None = None,
+        timeout: float | None = None,
+    ):
         if not reward_funcs:
             raise ValueError("RewardRunner needs at least one reward function")
         if on_error not in ON_ERROR:
@@ -111,8 +125,10 @@ class RewardRunner:
         self.timeout = timeout
         for fn in reward_funcs:
             if not callable(fn):
-                raise TypeError(f"reward functions must be callables, got {type(fn).__name__}: {fn!r} "
-                                f"(use load_reward_function for names and dotted paths)")
+                raise TypeError(
+                    f"reward functions must be callables, got {type(fn).__name__}: {fn!r} "
+                    f"(use load_reward_function for names and dotted paths)"
+                )
         self.funcs = list(reward_funcs)
         self.names = self._unique_names([reward_name(fn) for fn in self.funcs])
         for fn, name in zip(self.funcs, self.names):
@@ -120,8 +136,10 @@ class RewardRunner:
         if reward_weights is None:
             reward_weights = [1.0] * len(self.funcs)
         if len(reward_weights) != len(self.funcs):
-            raise ValueError(f"reward_weights has {len(reward_weights)} entries but there are {len(self.funcs)} "
-                             f"reward functions ({', '.join(self.names)}); give one weight per function")
+            raise ValueError(
+                f"reward_weights has {len(reward_weights)} entries but there are {len(self.funcs)} "
+                f"reward functions ({', '.join(self.names)}); give one weight per function"
+            )
         if not all(math.isfinite(w) for w in reward_weights):
             raise ValueError(f"reward_weights must be finite, got {list(reward_weights)}")
         self.weights = torch.tensor(reward_weights, dtype=torch.float32)  # [F]
@@ -141,7 +159,7 @@ class RewardRunner:
         self.timeout_counts = dict.fromkeys(self.names, 0)
         self.last_function_stats: dict[str, dict[str, float]] = {}
         self.last_details: list[dict] = []
-        self.last_extra: list[dict] = []                      # log_extra columns, one dict per completion
+        self.last_extra: list[dict] = []  # log_extra columns, one dict per completion
         self.last_logged_metrics: dict[str, list[float]] = {}  # log_metric values
         self._warned_all_none = False
 
@@ -162,8 +180,14 @@ class RewardRunner:
         return unique
 
     # ---- calling ------------------------------------------------------------------------------------------------
-    def __call__(self, prompts: list, completions: list, completion_ids: list[list[int]],
-                 columns: dict[str, list] | None = None, trainer_state: Any = None) -> torch.Tensor:
+    def __call__(
+        self,
+        prompts: list,
+        completions: list,
+        completion_ids: list[list[int]],
+        columns: dict[str, list] | None = None,
+        trainer_state: Any = None,
+    ) -> torch.Tensor:
         """Rewards ``[N, F]`` (float32, CPU, NaN where a function returned None) for N completions.
 
         ``columns`` maps each dataset column except the prompt to one value per completion. Raises
@@ -173,18 +197,28 @@ class RewardRunner:
         n = len(completions)
         columns = columns or {}
         if len(prompts) != n or len(completion_ids) != n:
-            raise ValueError(f"got {len(prompts)} prompts, {n} completions and {len(completion_ids)} completion_ids; "
-                             f"pass one prompt (repeated) and one id list per completion")
+            raise ValueError(
+                f"got {len(prompts)} prompts, {n} completions and {len(completion_ids)} completion_ids; "
+                f"pass one prompt (repeated) and one id list per completion"
+            )
         for key, values in columns.items():
             if key in _RESERVED:
                 raise ValueError(f"dataset column {key!r} clashes with a reward-function argument of the same name")
             if len(values) != n:
-                raise ValueError(f"dataset column {key!r} has {len(values)} values for {n} completions; repeat each "
-                                 f"row once per completion")
+                raise ValueError(
+                    f"dataset column {key!r} has {len(values)} values for {n} completions; repeat each "
+                    f"row once per completion"
+                )
         logs = RewardLogs(n)
-        kwargs = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids,
-                  "trainer_state": trainer_state, "log_extra": LogExtra(logs), "log_metric": logs.log_metric,
-                  **columns}
+        kwargs = {
+            "prompts": prompts,
+            "completions": completions,
+            "completion_ids": completion_ids,
+            "trainer_state": trainer_state,
+            "log_extra": LogExtra(logs),
+            "log_metric": logs.log_metric,
+            **columns,
+        }
         outcomes = self._call_all(kwargs)
         self.last_extra, self.last_logged_metrics = logs.close()
         outcomes = [self._merge(i, o, kwargs) if o.split is not None else o for i, o in enumerate(outcomes)]
@@ -199,11 +233,16 @@ class RewardRunner:
             if outcome.error is not None and self.on_error != "raise":
                 per_func[:, i] = self._on_error(i, outcome, kwargs)
                 continue
-            per_func[:, i] = torch.tensor(check_values(self.names[i], outcome, kwargs, self.timeout), dtype=torch.float32)
+            per_func[:, i] = torch.tensor(
+                check_values(self.names[i], outcome, kwargs, self.timeout), dtype=torch.float32
+            )
         # Optional contract for reward objects: ``last_stats``, a dict describing their last call (same keys always,
         # so every process logs the same metrics).
-        self.last_function_stats = {name: dict(fn.last_stats) for fn, name in zip(self.funcs, self.names)
-                                    if isinstance(getattr(fn, "last_stats", None), dict)}
+        self.last_function_stats = {
+            name: dict(fn.last_stats)
+            for fn, name in zip(self.funcs, self.names)
+            if isinstance(getattr(fn, "last_stats", None), dict)
+        }
         # And ``last_details``, one dict per completion (e.g. CodeReward's suspected hacks), for the rollout log; not
         # from a function that timed out, whose details may be an earlier call's.
         self.last_details = [{} for _ in range(n)]
@@ -220,10 +259,15 @@ class RewardRunner:
             row = int(all_none.nonzero()[0, 0])
             row_kwargs = {k: preview(v[row]) for k, v in kwargs.items() if isinstance(v, list) and len(v) == n}
             # TRL's wording first ("All reward functions returned None for the following kwargs"), then ours.
-            logger.warning("All reward functions returned None for the following kwargs: %s. %d of %d completions "
-                           "got None from every reward function (%s): they are unscored, get advantage 0 and are "
-                           "left out of their group's statistics.", row_kwargs, self.last_all_none_count, n,
-                           ", ".join(self.names))
+            logger.warning(
+                "All reward functions returned None for the following kwargs: %s. %d of %d completions "
+                "got None from every reward function (%s): they are unscored, get advantage 0 and are "
+                "left out of their group's statistics.",
+                row_kwargs,
+                self.last_all_none_count,
+                n,
+                ", ".join(self.names),
+            )
         return per_func
 
     def _call_all(self, kwargs: dict[str, Any]) -> list[Outcome]:
@@ -236,8 +280,11 @@ class RewardRunner:
         async_ids = [i for i, a in enumerate(self._is_async) if a]
         sync_ids = [i for i, a in enumerate(self._is_async) if not a]
         done_async: dict[int, Outcome] = {}  # filled by the loop as each async function finishes
-        async_future = (asyncio.run_coroutine_threadsafe(self._run_async(async_ids, kwargs, done_async),
-                                                         self._event_loop()) if async_ids else None)
+        async_future = (
+            asyncio.run_coroutine_threadsafe(self._run_async(async_ids, kwargs, done_async), self._event_loop())
+            if async_ids
+            else None
+        )
         inline = sync_ids[:1] if self.timeout is None else []
         calls = {i: Call(self.funcs[i], fresh_kwargs(kwargs), self.names[i]) for i in sync_ids if i not in inline}
         outcomes: list[Outcome | None] = [None] * len(self.funcs)
@@ -262,27 +309,36 @@ class RewardRunner:
             # The loop bounds each async call itself (twice the timeout with its retry); this limit is for a loop
             # that a coroutine blocks.
             try:
-                async_future.result(remaining(None if deadline is None else deadline + self.timeout
-                                               + min(self.timeout, 5.0)))
+                async_future.result(
+                    remaining(None if deadline is None else deadline + self.timeout + min(self.timeout, 5.0))
+                )
             except concurrent.futures.TimeoutError:
                 self._abandon_loop(async_future, [i for i in async_ids if i not in done_async])
             for i in async_ids:
                 outcomes[i] = done_async.get(i) or self._unscored(
-                    n, "It, or another async reward function, blocked the event loop (a blocking call such as "
-                       "time.sleep in an `async def`: await asyncio.sleep, or use a plain def), so no sample could be "
-                       "retried; the loop is abandoned and a new one started.", seconds=time.monotonic() - start)
+                    n,
+                    "It, or another async reward function, blocked the event loop (a blocking call such as "
+                    "time.sleep in an `async def`: await asyncio.sleep, or use a plain def), so no sample could be "
+                    "retried; the loop is abandoned and a new one started.",
+                    seconds=time.monotonic() - start,
+                )
         return outcomes
 
     def _can_split(self, i: int, n: int, threads: int) -> bool:
         # ``split_on_timeout = False``: the object's scores depend on the whole batch (RewardModel's normalisation).
-        return (getattr(self.funcs[i], "split_on_timeout", True) and n > 0
-                and len(self._stranded[i]) + threads <= MAX_STRANDED)
+        return (
+            getattr(self.funcs[i], "split_on_timeout", True)
+            and n > 0
+            and len(self._stranded[i]) + threads <= MAX_STRANDED
+        )
 
     def _no_split_note(self, i: int) -> str:
         if not getattr(self.funcs[i], "split_on_timeout", True):
             return "It is not retried per sample (split_on_timeout=False), so which sample hangs is unknown."
-        return (f"It is not retried per sample: {len(self._stranded[i])} earlier calls of it are still running, so "
-                f"which sample hangs is unknown.")
+        return (
+            f"It is not retried per sample: {len(self._stranded[i])} earlier calls of it are still running, so "
+            f"which sample hangs is unknown."
+        )
 
     @staticmethod
     def _unscored(n: int, note: str, seconds: float = 0.0) -> Outcome:
@@ -296,7 +352,9 @@ class RewardRunner:
                     f"Reward function '{name}' hangs persistently: {len(self._stranded[i])} of its calls are still "
                     f"running after they timed out (reward_timeout={self.timeout} s), each holding a thread that "
                     f"cannot be stopped. Fix what it waits on (a dead connection, a lock never released, an "
-                    f"endless loop) or remove it from reward_funcs.", name)
+                    f"endless loop) or remove it from reward_funcs.",
+                    name,
+                )
 
     async def _run_async(self, ids: list[int], kwargs: dict[str, Any], done: dict[int, Outcome]) -> None:
         await asyncio.gather(*(self._run_one_async(i, kwargs, done) for i in ids))
@@ -312,21 +370,28 @@ class RewardRunner:
             done[i] = task.result()
             return
         n = len(kwargs["completions"])
-        outcome = await self._split_async(i, kwargs) if self._can_split(i, n, threads=0) else (
-            self._unscored(n, self._no_split_note(i)))
+        outcome = (
+            await self._split_async(i, kwargs)
+            if self._can_split(i, n, threads=0)
+            else (self._unscored(n, self._no_split_note(i)))
+        )
         outcome.seconds = time.perf_counter() - start
         done[i] = outcome
 
     async def _split_async(self, i: int, kwargs: dict[str, Any]) -> Outcome:
-        tasks = [asyncio.ensure_future(call_async(self.funcs[i], one_sample(kwargs, row)))
-                 for row in range(len(kwargs["completions"]))]
+        tasks = [
+            asyncio.ensure_future(call_async(self.funcs[i], one_sample(kwargs, row)))
+            for row in range(len(kwargs["completions"]))
+        ]
         try:
             _, pending = await asyncio.wait(tasks, timeout=self.timeout)
         finally:
             for task in tasks:
                 task.cancel()  # a no-op for the finished ones
-        return Outcome(split=[None if t in pending else t.result() for t in tasks],
-                        hung=[row for row, t in enumerate(tasks) if t in pending])
+        return Outcome(
+            split=[None if t in pending else t.result() for t in tasks],
+            hung=[row for row, t in enumerate(tasks) if t in pending],
+        )
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         # A private loop in a daemon thread, started on first use: run_coroutine_threadsafe then works the same
@@ -368,9 +433,9 @@ class RewardRunner:
     def total(self, per_func: torch.Tensor) -> torch.Tensor:
         """Weighted sum over functions, ignoring NaN (TRL semantics): ``[N, F] -> [N]``; all-NaN rows give 0. Gated
         functions count only where the gate function's value is > 0 (None, i.e. NaN, is not)."""
-        weighted = per_func * self.weights.to(per_func.device)                     # [N, F]
+        weighted = per_func * self.weights.to(per_func.device)  # [N, F]
         if self.gated:
-            closed = ~(per_func[:, self.gate] > 0)                                  # [N]
+            closed = ~(per_func[:, self.gate] > 0)  # [N]
             weighted[:, self.gated] = weighted[:, self.gated].masked_fill(closed.unsqueeze(-1), 0.0)
         return weighted.nansum(dim=1)
 
@@ -385,10 +450,17 @@ class RewardRunner:
                 timed_out.append(row)
                 continue
             if result.error is not None:
-                return Outcome(error=result.error, error_row=row, seconds=outcome.seconds, timed_out=timed_out,
-                                hung=[r for r in outcome.hung if r in timed_out])
+                return Outcome(
+                    error=result.error,
+                    error_row=row,
+                    seconds=outcome.seconds,
+                    timed_out=timed_out,
+                    hung=[r for r in outcome.hung if r in timed_out],
+                )
             if not isinstance(result.values, (list, tuple)) or len(result.values) != 1:
-                check_values(self.names[i], result, one_sample(kwargs, row), self.timeout)  # raises, showing this sample
+                check_values(
+                    self.names[i], result, one_sample(kwargs, row), self.timeout
+                )  # raises, showing this sample
             values.append(result.values[0])
         return Outcome(values=values, seconds=outcome.seconds, timed_out=timed_out, hung=outcome.hung)
 
@@ -406,11 +478,19 @@ class RewardRunner:
                 where += f" {unreached} other sample(s) were not reached before the deadline."
         else:
             where = f"{outcome.note} First sample of the call: {sample_text(kwargs, 0)}."
-        logger.warning("Reward function '%s' timed out: %d of %d samples unscored after waiting %.2f s "
-                       "(reward_timeout=%s s per call, then once per sample). They score None for it (left out of "
-                       "its total; a row no function scored is left out of training); %d timeouts of this function "
-                       "so far. %s The abandoned calls keep their threads, which are never reused.",
-                       name, missed, n, outcome.seconds, self.timeout, self.timeout_counts[name], where)
+        logger.warning(
+            "Reward function '%s' timed out: %d of %d samples unscored after waiting %.2f s "
+            "(reward_timeout=%s s per call, then once per sample). They score None for it (left out of "
+            "its total; a row no function scored is left out of training); %d timeouts of this function "
+            "so far. %s The abandoned calls keep their threads, which are never reused.",
+            name,
+            missed,
+            n,
+            outcome.seconds,
+            self.timeout,
+            self.timeout_counts[name],
+            where,
+        )
 
     def _on_error(self, i: int, outcome: Outcome, kwargs: dict[str, Any]) -> float:
         """Count and log a handled error; the value the function's column gets for this call."""
@@ -418,8 +498,16 @@ class RewardRunner:
         self.last_error_counts[name] = 1
         self.error_counts[name] += 1
         sample = call_context(kwargs, outcome.error_row) if kwargs["completions"] else ""
-        logger.warning("Reward function '%s' raised %s: %s. on_error=%s: it %s for these %d completions (error %d "
-                       "of this function so far). %s", name, type(error).__name__, error, self.on_error,
-                       "scores 0.0" if self.on_error == "zero" else "abstains (None)", len(kwargs["completions"]),
-                       self.error_counts[name], sample)
+        logger.warning(
+            "Reward function '%s' raised %s: %s. on_error=%s: it %s for these %d completions (error %d "
+            "of this function so far). %s",
+            name,
+            type(error).__name__,
+            error,
+            self.on_error,
+            "scores 0.0" if self.on_error == "zero" else "abstains (None)",
+            len(kwargs["completions"]),
+            self.error_counts[name],
+            sample,
+        )
         return 0.0 if self.on_error == "zero" else math.nan

@@ -33,7 +33,7 @@ class RewardLogs:
         self.n = n
         self.columns: dict[str, list[Any]] = {}
         self.metrics: dict[str, list[float]] = defaultdict(list)
-        self.closed = False            # set when the runner has its results: later calls are abandoned ones
+        self.closed = False  # set when the runner has its results: later calls are abandoned ones
         self._lock = threading.Lock()  # functions run concurrently, each in its own thread
 
     def add_column(self, column: str, values: list, row: int | None = None) -> None:
@@ -43,8 +43,10 @@ class RewardLogs:
         expected = self.n if row is None else 1
         if not isinstance(values, (list, tuple)) or len(values) != expected:
             got = f"{len(values)} values" if isinstance(values, (list, tuple)) else type(values).__name__
-            raise RewardLogError(f"log_extra({column!r}, ...) got {got}; expected a list of {expected} value(s), one "
-                                 f"per completion of the call")
+            raise RewardLogError(
+                f"log_extra({column!r}, ...) got {got}; expected a list of {expected} value(s), one "
+                f"per completion of the call"
+            )
         with self._lock:
             if self.closed:
                 return
@@ -52,8 +54,10 @@ class RewardLogs:
                 self.columns.setdefault(column, [None] * self.n)[row] = values[0]
                 return
             if column in self.columns:
-                raise RewardLogError(f"log_extra: column {column!r} was already logged in this call (by this or "
-                                     f"another reward function); give each column its own name")
+                raise RewardLogError(
+                    f"log_extra: column {column!r} was already logged in this call (by this or "
+                    f"another reward function); give each column its own name"
+                )
             self.columns[column] = list(values)
 
     def log_metric(self, name: str, value: float) -> None:
@@ -74,7 +78,6 @@ class RewardLogs:
             return rows, {name: list(values) for name, values in self.metrics.items()}
 
 
-
 class LogExtra:
     """The ``log_extra`` callable reward functions receive; ``for_row`` gives a one-sample retry its own."""
 
@@ -84,5 +87,5 @@ class LogExtra:
     def __call__(self, column: str, values: list) -> None:
         self.logs.add_column(column, values, self.row)
 
-    def for_row(self, row: int) -> "LogExtra":
+    def for_row(self, row: int) -> LogExtra:
         return LogExtra(self.logs, row)

@@ -67,8 +67,11 @@ class MathVerifier:
         if len(preds) != len(golds):
             raise ValueError(f"verify_batch got {len(preds)} predictions but {len(golds)} golds")
         results = [False] * len(preds)
-        pending = [i for i, (p, g) in enumerate(zip(preds, golds))
-                   if p is not None and g is not None and p.strip() and g.strip()]
+        pending = [
+            i
+            for i, (p, g) in enumerate(zip(preds, golds))
+            if p is not None and g is not None and p.strip() and g.strip()
+        ]
         if not pending:
             return results
         with self._lock:
@@ -101,7 +104,8 @@ class MathVerifier:
     # ---- worker management ----------------------------------------------------------------------------------------
     def _start(self) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, str(_WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            [sys.executable, str(_WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         self._buffer = b""
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._proc.stdout, selectors.EVENT_READ)
@@ -112,7 +116,8 @@ class MathVerifier:
             self._stop(graceful=False)
             raise RuntimeError(
                 f"the math-verify worker ({_WORKER_SCRIPT}) exited with code {code} during startup; its traceback "
-                f"is on stderr above (is math-verify installed for {sys.executable}?)") from None
+                f"is on stderr above (is math-verify installed for {sys.executable}?)"
+            ) from None
         if line is None or json.loads(line) != {"ready": True}:
             self._stop(graceful=False)
             raise RuntimeError(f"the math-verify worker did not start within {self.startup_timeout_s}s")
@@ -175,11 +180,11 @@ class MathVerifier:
                 line = self._read_line(time.monotonic() + self.timeout_s + self.kill_grace_s)
             except _WorkerDied:
                 self._restart_later()  # the item being verified crashed the worker: it stays False
-                return pending[position + 1:]
+                return pending[position + 1 :]
             if line is None:
                 self.timeouts += 1  # stuck where the worker's own timer cannot interrupt it
                 self._restart_later()
-                return pending[position + 1:]
+                return pending[position + 1 :]
             reply = json.loads(line)
             if reply["i"] != position:
                 raise RuntimeError(f"math-verify worker protocol out of step: expected item {position}, got {reply}")

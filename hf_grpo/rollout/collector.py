@@ -28,23 +28,24 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RolloutBatch:
     """``P`` prompts and their ``P*G`` completions, group-major."""
-    rows: list[dict]                    # [P] dataset rows
-    prompt_ids: list[list[int]]         # [P]
-    completion_ids: list[list[int]]     # [P*G]
-    finished: list[bool]                # [P*G]
-    completions: list                   # [P*G] decoded: str, or [{"role": "assistant", "content": str}]
-    rewards_per_func: torch.Tensor      # [P*G, F], NaN where a function returned None
-    rewards: torch.Tensor               # [P*G] weighted sum plus shaping
-    overlong: torch.Tensor              # [P*G] overlong penalty included in ``rewards`` (0 if disabled)
+
+    rows: list[dict]  # [P] dataset rows
+    prompt_ids: list[list[int]]  # [P]
+    completion_ids: list[list[int]]  # [P*G]
+    finished: list[bool]  # [P*G]
+    completions: list  # [P*G] decoded: str, or [{"role": "assistant", "content": str}]
+    rewards_per_func: torch.Tensor  # [P*G, F], NaN where a function returned None
+    rewards: torch.Tensor  # [P*G] weighted sum plus shaping
+    overlong: torch.Tensor  # [P*G] overlong penalty included in ``rewards`` (0 if disabled)
     sampling_logprobs: list[list[float]] | None = None
-    details: list[dict] = field(default_factory=list)   # [P*G] reward functions' per-completion notes
+    details: list[dict] = field(default_factory=list)  # [P*G] reward functions' per-completion notes
     # Multi-turn rollouts (hf_grpo.agents): 1 on sampled tokens, 0 on tool/environment tokens; and each completion's
     # own prompt ids (an environment's reset may extend a prompt).
-    completion_mask: list[list[int]] | None = None      # [P*G] ragged, aligned with completion_ids
-    completion_prompt_ids: list[list[int]] | None = None   # [P*G]
+    completion_mask: list[list[int]] | None = None  # [P*G] ragged, aligned with completion_ids
+    completion_prompt_ids: list[list[int]] | None = None  # [P*G]
     agent_metrics: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    reward_log: dict[str, float] = field(default_factory=dict)   # the reward runner's statistics for this batch
+    reward_log: dict[str, float] = field(default_factory=dict)  # the reward runner's statistics for this batch
     # TRL's log_extra / log_metric from the reward functions: [P*G] dicts of columns, and each metric's values.
     extra: list[dict] = field(default_factory=list)
     logged_metrics: dict[str, list[float]] = field(default_factory=dict)
@@ -54,20 +55,27 @@ class RolloutBatch:
         """``[P*G]`` bool: False where every reward function returned None (such rows get advantage 0)."""
         return ~torch.isnan(self.rewards_per_func).all(dim=1)
 
-    def select_groups(self, keep: list[int], num_generations: int) -> "RolloutBatch":
+    def select_groups(self, keep: list[int], num_generations: int) -> RolloutBatch:
         rows_idx = [g * num_generations + k for g in keep for k in range(num_generations)]
         pick = torch.tensor(rows_idx, dtype=torch.long)
         return RolloutBatch(
-            rows=[self.rows[g] for g in keep], prompt_ids=[self.prompt_ids[g] for g in keep],
-            completion_ids=[self.completion_ids[i] for i in rows_idx], finished=[self.finished[i] for i in rows_idx],
-            completions=[self.completions[i] for i in rows_idx], rewards_per_func=self.rewards_per_func[pick],
-            rewards=self.rewards[pick], overlong=self.overlong[pick],
+            rows=[self.rows[g] for g in keep],
+            prompt_ids=[self.prompt_ids[g] for g in keep],
+            completion_ids=[self.completion_ids[i] for i in rows_idx],
+            finished=[self.finished[i] for i in rows_idx],
+            completions=[self.completions[i] for i in rows_idx],
+            rewards_per_func=self.rewards_per_func[pick],
+            rewards=self.rewards[pick],
+            overlong=self.overlong[pick],
             sampling_logprobs=None if self.sampling_logprobs is None else [self.sampling_logprobs[i] for i in rows_idx],
             details=[self.details[i] for i in rows_idx],
             completion_mask=None if self.completion_mask is None else [self.completion_mask[i] for i in rows_idx],
-            completion_prompt_ids=None if self.completion_prompt_ids is None else
-            [self.completion_prompt_ids[i] for i in rows_idx], agent_metrics=self.agent_metrics,
-            extra=[self.extra[i] for i in rows_idx] if self.extra else [], logged_metrics=self.logged_metrics,
+            completion_prompt_ids=None
+            if self.completion_prompt_ids is None
+            else [self.completion_prompt_ids[i] for i in rows_idx],
+            agent_metrics=self.agent_metrics,
+            extra=[self.extra[i] for i in rows_idx] if self.extra else [],
+            logged_metrics=self.logged_metrics,
         )
 
     def model_tokens(self) -> list[int]:
@@ -79,13 +87,15 @@ class RolloutBatch:
     def metrics(self, advantages: torch.Tensor, num_generations: int, reward_names: list[str]) -> dict[str, float]:
         """The round's statistics for the step log: rewards (unscored rows left out of the reward statistics, as in
         TRL, and counted), advantages, lengths, tokens and timings."""
-        lengths = torch.tensor(self.model_tokens(), dtype=torch.float32)                    # [P*G]
-        finished = torch.tensor(self.finished, dtype=torch.bool)                             # [P*G]
-        scored = self.rewards[self.scored]                                                   # [scored rows]
-        out = {"reward": scored.mean() if scored.numel() else 0.0,
-               "reward_std": scored.std() if scored.numel() > 1 else 0.0}
+        lengths = torch.tensor(self.model_tokens(), dtype=torch.float32)  # [P*G]
+        finished = torch.tensor(self.finished, dtype=torch.bool)  # [P*G]
+        scored = self.rewards[self.scored]  # [scored rows]
+        out = {
+            "reward": scored.mean() if scored.numel() else 0.0,
+            "reward_std": scored.std() if scored.numel() > 1 else 0.0,
+        }
         for j, name in enumerate(reward_names):
-            col = self.rewards_per_func[:, j]                                                # [P*G]
+            col = self.rewards_per_func[:, j]  # [P*G]
             valid = col[~torch.isnan(col)]
             out[f"rewards/{name}/mean"] = valid.mean() if valid.numel() else 0.0
             out[f"rewards/{name}/std"] = valid.std() if valid.numel() > 1 else 0.0
@@ -96,8 +106,11 @@ class RolloutBatch:
         out["completions/min_length"] = lengths.min()
         out["completions/max_length"] = lengths.max()
         out["completions/clipped_ratio"] = (~finished).float().mean()
-        prompts = (sum(len(p) for p in self.completion_prompt_ids) if self.completion_prompt_ids is not None
-                   else sum(len(p) for p in self.prompt_ids) * num_generations)
+        prompts = (
+            sum(len(p) for p in self.completion_prompt_ids)
+            if self.completion_prompt_ids is not None
+            else sum(len(p) for p in self.prompt_ids) * num_generations
+        )
         out["num_tokens"] = prompts + sum(len(c) for c in self.completion_ids)
         if self.completion_mask is not None:
             out["completions/mean_total_length"] = sum(len(c) for c in self.completion_ids) / max(len(lengths), 1)
@@ -107,33 +120,47 @@ class RolloutBatch:
         out["throughput/generated_tokens_per_s"] = lengths.sum() / max(self.timings["generation"], 1e-9)
         return {k: float(v) for k, v in out.items()}
 
-    def records(self, advantages: torch.Tensor, num_generations: int, reward_names: list[str],
-                **fields) -> list[dict]:
+    def records(self, advantages: torch.Tensor, num_generations: int, reward_names: list[str], **fields) -> list[dict]:
         """One JSON-able record per completion for the rollout log, plus ``fields`` (step, process, ...)."""
-        return [{**fields, "prompt": self.rows[i // num_generations]["prompt"], "completion": self.completions[i],
-                 "rewards": dict(zip(reward_names, [None if v != v else v for v in self.rewards_per_func[i].tolist()])),
-                 "reward": float(self.rewards[i]), "advantage": float(advantages[i]), "finished": self.finished[i],
-                 "reward_details": self.details[i], "extra": self.extra[i] if self.extra else {}}
-                for i in range(len(self.completions))]
+        return [
+            {
+                **fields,
+                "prompt": self.rows[i // num_generations]["prompt"],
+                "completion": self.completions[i],
+                "rewards": dict(zip(reward_names, [None if v != v else v for v in self.rewards_per_func[i].tolist()])),
+                "reward": float(self.rewards[i]),
+                "advantage": float(advantages[i]),
+                "finished": self.finished[i],
+                "reward_details": self.details[i],
+                "extra": self.extra[i] if self.extra else {},
+            }
+            for i in range(len(self.completions))
+        ]
 
     @staticmethod
-    def concat(parts: list["RolloutBatch"]) -> "RolloutBatch":
+    def concat(parts: list[RolloutBatch]) -> RolloutBatch:
         first = parts[0]
         return RolloutBatch(
-            rows=[r for p in parts for r in p.rows], prompt_ids=[x for p in parts for x in p.prompt_ids],
+            rows=[r for p in parts for r in p.rows],
+            prompt_ids=[x for p in parts for x in p.prompt_ids],
             completion_ids=[x for p in parts for x in p.completion_ids],
             finished=[x for p in parts for x in p.finished],
             completions=[x for p in parts for x in p.completions],
             rewards_per_func=torch.cat([p.rewards_per_func for p in parts]),
             rewards=torch.cat([p.rewards for p in parts]),
             overlong=torch.cat([p.overlong for p in parts]),
-            sampling_logprobs=None if first.sampling_logprobs is None else
-            [x for p in parts for x in p.sampling_logprobs], details=[x for p in parts for x in p.details],
+            sampling_logprobs=None
+            if first.sampling_logprobs is None
+            else [x for p in parts for x in p.sampling_logprobs],
+            details=[x for p in parts for x in p.details],
             completion_mask=None if first.completion_mask is None else [x for p in parts for x in p.completion_mask],
-            completion_prompt_ids=None if first.completion_prompt_ids is None else
-            [x for p in parts for x in p.completion_prompt_ids], agent_metrics=first.agent_metrics,
+            completion_prompt_ids=None
+            if first.completion_prompt_ids is None
+            else [x for p in parts for x in p.completion_prompt_ids],
+            agent_metrics=first.agent_metrics,
             extra=[x for p in parts for x in (p.extra or [{}] * len(p.completions))],
-            logged_metrics=_merge_metrics(parts))
+            logged_metrics=_merge_metrics(parts),
+        )
 
 
 def _merge_metrics(parts: list[RolloutBatch]) -> dict[str, list[float]]:
@@ -163,17 +190,27 @@ class RolloutCollector:
     """``multi_turn(generator, rows, sampling, round_key)``, when set, replaces single-turn generation with agentic
     rollouts (`hf_grpo.agents`: tools, environments or TRL's ``rollout_func``) returning an `AgentResult`."""
 
-    def __init__(self, generator: Generator, tokenizer, reward_runner, args,
-                 multi_turn: Callable[[Generator, list[dict], SamplingParams, int], AgentResult] | None = None):
+    def __init__(
+        self,
+        generator: Generator,
+        tokenizer,
+        reward_runner,
+        args,
+        multi_turn: Callable[[Generator, list[dict], SamplingParams, int], AgentResult] | None = None,
+    ):
         self.multi_turn = multi_turn
         self.generator = generator
         self.tokenizer = tokenizer
         self.reward_runner = reward_runner
         self.args = args
         self.sampling = SamplingParams.from_config(args)
-        self.engine_lock = contextlib.nullcontext()    # the pipeline's lock when generation runs on its threads
-        self.dynamic_sampling_stats = {"rounds": 0, "rejected_groups": 0, "topped_up_groups": 0,
-                                       "real_batch_size_ratio": 1.0}
+        self.engine_lock = contextlib.nullcontext()  # the pipeline's lock when generation runs on its threads
+        self.dynamic_sampling_stats = {
+            "rounds": 0,
+            "rejected_groups": 0,
+            "topped_up_groups": 0,
+            "real_batch_size_ratio": 1.0,
+        }
 
     def collect(self, rows: list[dict], trainer_state=None) -> RolloutBatch:
         """Generate ``G`` completions for each row and score them."""
@@ -189,22 +226,24 @@ class RolloutCollector:
                 result = self.multi_turn(self.generator, rows, sampling or self.sampling, round_key)
                 G = self.args.num_generations
                 return [result.prompt_ids[p * G] for p in range(len(rows))], result, time.perf_counter() - t0
-        prompt_ids = encode_prompts(self.tokenizer, [r["prompt"] for r in rows],
-                                    chat_template_kwargs=self.args.chat_template_kwargs)
+        prompt_ids = encode_prompts(
+            self.tokenizer, [r["prompt"] for r in rows], chat_template_kwargs=self.args.chat_template_kwargs
+        )
         with self.engine_lock:
             t0 = time.perf_counter()
             result = self.generator.generate(prompt_ids, self.args.num_generations, sampling or self.sampling)
             return prompt_ids, result, time.perf_counter() - t0
 
-    def score(self, rows: list[dict], prompt_ids: list[list[int]], result, generation_s: float,
-              trainer_state=None) -> RolloutBatch:
+    def score(
+        self, rows: list[dict], prompt_ids: list[list[int]], result, generation_s: float, trainer_state=None
+    ) -> RolloutBatch:
         """Decode and score generated completions (any thread: the reward runner's per-call statistics are copied
         into the batch, so a pipeline scoring the next round cannot overwrite what the trainer logs)."""
         G = self.args.num_generations
         t1 = time.perf_counter()
         multi_turn = isinstance(result, AgentResult)
         if multi_turn and result.completions is not None:
-            completions = result.completions           # messages: assistant turns with tool_calls, tool turns
+            completions = result.completions  # messages: assistant turns with tool_calls, tool turns
         else:
             _, completions = decode_completions(self.tokenizer, rows, result.completion_ids)
         columns = reward_columns(rows, G)
@@ -215,39 +254,61 @@ class RolloutCollector:
         prompts = [r["prompt"] for r in rows for _ in range(G)]
         details: list[dict] = []
         if rows:
-            per_func = self.reward_runner(prompts=prompts, completions=completions,
-                                          completion_ids=result.completion_ids, columns=columns,
-                                          trainer_state=trainer_state)                     # [P*G, F]
-            total = self.reward_runner.total(per_func)                                   # [P*G]
+            per_func = self.reward_runner(
+                prompts=prompts,
+                completions=completions,
+                completion_ids=result.completion_ids,
+                columns=columns,
+                trainer_state=trainer_state,
+            )  # [P*G, F]
+            total = self.reward_runner.total(per_func)  # [P*G]
             details = self.reward_runner.last_details
         else:
             per_func = torch.zeros(0, len(self.reward_runner.names))
             total = torch.zeros(0)
         if self.args.non_stop_penalty:
             # open-instruct: a completion cut at the length limit gets a fixed total reward, whatever it scored.
-            finished = torch.tensor(result.finished, dtype=torch.bool)                      # [P*G]
+            finished = torch.tensor(result.finished, dtype=torch.bool)  # [P*G]
             total = torch.where(finished, total, torch.full_like(total, self.args.non_stop_penalty_value))
         lengths = torch.tensor([len(c) for c in result.completion_ids], dtype=torch.float32)  # [P*G]
         if self.args.overlong_buffer_length:
-            overlong = overlong_penalty(lengths, self.args.max_completion_length, self.args.overlong_buffer_length,
-                                        self.args.overlong_penalty_factor)               # [P*G]
+            overlong = overlong_penalty(
+                lengths,
+                self.args.max_completion_length,
+                self.args.overlong_buffer_length,
+                self.args.overlong_penalty_factor,
+            )  # [P*G]
         else:
             overlong = torch.zeros_like(lengths)
         t2 = time.perf_counter()
-        return RolloutBatch(rows=list(rows), prompt_ids=prompt_ids, completion_ids=result.completion_ids,
-                            finished=result.finished, completions=completions, rewards_per_func=per_func,
-                            rewards=total + overlong, overlong=overlong, sampling_logprobs=result.logprobs,
-                            details=details, reward_log=self.reward_runner.log_entries() if rows else {},
-                            extra=self.reward_runner.last_extra if rows else [],
-                            logged_metrics=self.reward_runner.last_logged_metrics if rows else {},
-                            timings={"generation": generation_s, "rewards": t2 - t1},
-                            completion_mask=result.completion_mask if multi_turn else None,
-                            completion_prompt_ids=result.prompt_ids if multi_turn else None,
-                            agent_metrics=result.metrics if multi_turn else {})
+        return RolloutBatch(
+            rows=list(rows),
+            prompt_ids=prompt_ids,
+            completion_ids=result.completion_ids,
+            finished=result.finished,
+            completions=completions,
+            rewards_per_func=per_func,
+            rewards=total + overlong,
+            overlong=overlong,
+            sampling_logprobs=result.logprobs,
+            details=details,
+            reward_log=self.reward_runner.log_entries() if rows else {},
+            extra=self.reward_runner.last_extra if rows else [],
+            logged_metrics=self.reward_runner.last_logged_metrics if rows else {},
+            timings={"generation": generation_s, "rewards": t2 - t1},
+            completion_mask=result.completion_mask if multi_turn else None,
+            completion_prompt_ids=result.prompt_ids if multi_turn else None,
+            agent_metrics=result.metrics if multi_turn else {},
+        )
 
-    def collect_dynamic(self, rows: list[dict], refill: Callable[[int], list[dict]],
-                        any_rank: Callable[[bool], bool], trainer_state=None,
-                        first: RolloutBatch | None = None) -> RolloutBatch:
+    def collect_dynamic(
+        self,
+        rows: list[dict],
+        refill: Callable[[int], list[dict]],
+        any_rank: Callable[[bool], bool],
+        trainer_state=None,
+        first: RolloutBatch | None = None,
+    ) -> RolloutBatch:
         """DAPO dynamic sampling: keep only informative groups, generating more prompts until ``len(rows)`` are kept.
 
         After ``dynamic_sampling_max_rounds`` extra rounds the batch is topped up with rejected groups (which carry
@@ -262,12 +323,16 @@ class RolloutCollector:
         timings, reward_log = dict(batch.timings), batch.reward_log
         for round_ in range(self.args.dynamic_sampling_max_rounds + 1):
             if self.args.dynamic_sampling_criterion == "reward_std":
-                keep = groups_with_spread(batch.rewards, G)                                  # [P] bool
+                keep = groups_with_spread(batch.rewards, G)  # [P] bool
             else:
-                keep = dynamic_sampling_keep(batch.rewards, G, tuple(self.args.dynamic_sampling_filter_range),
-                                             self.args.dynamic_sampling_success_threshold)   # [P] bool
+                keep = dynamic_sampling_keep(
+                    batch.rewards,
+                    G,
+                    tuple(self.args.dynamic_sampling_filter_range),
+                    self.args.dynamic_sampling_success_threshold,
+                )  # [P] bool
             generated += len(keep)
-            keep_idx = [i for i, k in enumerate(keep.tolist()) if k][:target - n_kept]
+            keep_idx = [i for i, k in enumerate(keep.tolist()) if k][: target - n_kept]
             drop_idx = [i for i, k in enumerate(keep.tolist()) if not k]
             if keep_idx:
                 kept.append(batch.select_groups(keep_idx, G))
@@ -289,11 +354,15 @@ class RolloutCollector:
             pool = RolloutBatch.concat(rejected)
             # Prefer rejected groups with the largest reward spread: they still carry some signal.
             spread = pool.rewards.view(-1, G).std(dim=1) if G > 1 else torch.zeros(len(pool.rows))
-            fill = torch.argsort(spread, descending=True)[:target - n_kept].tolist()
+            fill = torch.argsort(spread, descending=True)[: target - n_kept].tolist()
             kept.append(pool.select_groups(fill, G))
             self.dynamic_sampling_stats["topped_up_groups"] += len(fill)
-            logger.info("dynamic sampling: topped up %d of %d groups with rejected ones after %d extra rounds",
-                        len(fill), target, self.args.dynamic_sampling_max_rounds)
+            logger.info(
+                "dynamic sampling: topped up %d of %d groups with rejected ones after %d extra rounds",
+                len(fill),
+                target,
+                self.args.dynamic_sampling_max_rounds,
+            )
         result = RolloutBatch.concat(kept)
         result.timings, result.reward_log = timings, reward_log
         return result

@@ -3,8 +3,8 @@
 Per process, two threads feed the trainer:
 
 * the **generator thread** walks the prompt stream (round ``k``'s rows are those the trainer's dataloader serves for
-  round ``k``: `hf_grpo.rollout.sampler.RepeatPromptSampler.round_rows`) and generates each round with the engine's current
-  weights, tagging it with their version;
+  round ``k``: `hf_grpo.rollout.sampler.RepeatPromptSampler.round_rows`) and generates each round with the engine's
+  current weights, tagging it with their version;
 * the **scorer thread** decodes and scores each generated round (reward functions never run on the trainer's thread,
   and the next round is being generated while they run), applies dynamic sampling in the stream when enabled (groups
   without reward spread dropped and replaced by fresh prompts, per process, before anything is packed), and queues it.
@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class Round:
     index: int
-    version: int                   # the weight version that generated it (the first generate call, with refills)
+    version: int  # the weight version that generated it (the first generate call, with refills)
     temperature: float
     rows: list[dict]
     batch: RolloutBatch | None
@@ -64,17 +64,23 @@ class Round:
 
 
 class RolloutPipeline:
-    def __init__(self, collector: RolloutCollector, stream: Callable[[int], list[dict]],
-                 sampling: Callable[[int], SamplingParams], steps_per_round: int, max_staleness: int,
-                 dynamic: Callable[[RolloutBatch, list[dict]], RolloutBatch] | None = None,
-                 trainer_state: Callable[[], object] = lambda: None):
+    def __init__(
+        self,
+        collector: RolloutCollector,
+        stream: Callable[[int], list[dict]],
+        sampling: Callable[[int], SamplingParams],
+        steps_per_round: int,
+        max_staleness: int,
+        dynamic: Callable[[RolloutBatch, list[dict]], RolloutBatch] | None = None,
+        trainer_state: Callable[[], object] = lambda: None,
+    ):
         self.collector = collector
-        self.stream = stream                   # round index -> this process's rows
-        self.sampling = sampling               # round index -> its sampling parameters (scheduled temperature)
+        self.stream = stream  # round index -> this process's rows
+        self.sampling = sampling  # round index -> its sampling parameters (scheduled temperature)
         self.steps_per_round = steps_per_round
         self.max_staleness = max_staleness
-        self.dynamic = dynamic                 # (scored batch, rows) -> batch with only informative groups
-        self.trainer_state = trainer_state    # () -> the trainer's current TrainerState, for reward functions
+        self.dynamic = dynamic  # (scored batch, rows) -> batch with only informative groups
+        self.trainer_state = trainer_state  # () -> the trainer's current TrainerState, for reward functions
         # The engine: one generate call or one weight push at a time. Re-entrant: the collector takes it too, so
         # that dynamic-sampling refills from the scorer thread are serialised with the generator thread's calls.
         self.lock = threading.RLock()
@@ -84,8 +90,8 @@ class RolloutPipeline:
         self._ready: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._generated: set[int] = set()      # rounds generated or being scored, not yet handed to the trainer
-        self._generated_lock = threading.Lock()   # the trainer's thread reads the set while the generator adds to it
+        self._generated: set[int] = set()  # rounds generated or being scored, not yet handed to the trainer
+        self._generated_lock = threading.Lock()  # the trainer's thread reads the set while the generator adds to it
         self.next_round = 0
         collector.engine_lock = self.lock
 
@@ -95,9 +101,10 @@ class RolloutPipeline:
 
     def start(self, first_round: int) -> None:
         self.next_round = first_round
-        self._threads = [threading.Thread(target=self._generate_loop, args=(first_round,), daemon=True,
-                                          name="hf_grpo-generate"),
-                         threading.Thread(target=self._score_loop, daemon=True, name="hf_grpo-score")]
+        self._threads = [
+            threading.Thread(target=self._generate_loop, args=(first_round,), daemon=True, name="hf_grpo-generate"),
+            threading.Thread(target=self._score_loop, daemon=True, name="hf_grpo-score"),
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -111,8 +118,9 @@ class RolloutPipeline:
         """Round ``index``, waiting for it. Rounds come in order; the trainer asks for them in order."""
         item = self._ready.get()
         if item.index != index:
-            raise RuntimeError(f"pipeline out of step: the trainer expects round {index}, the producer made round "
-                               f"{item.index}")
+            raise RuntimeError(
+                f"pipeline out of step: the trainer expects round {index}, the producer made round {item.index}"
+            )
         with self._generated_lock:
             self._generated.discard(index)
         self.next_round = index + 1
@@ -136,7 +144,7 @@ class RolloutPipeline:
         while not self._stop.is_set():
             need = k * self.steps_per_round - self.max_staleness
             with self._published:
-                self._published.wait_for(lambda: self._stop.is_set() or self._version >= need)
+                self._published.wait_for(lambda need=need: self._stop.is_set() or self._version >= need)
             if self._stop.is_set():
                 return
             rows, sampling = self.stream(k), self.sampling(k)
@@ -146,7 +154,7 @@ class RolloutPipeline:
                 with self.lock:
                     version = self.collector.generator.weight_version
                     generated = self.collector.generate(rows, sampling, round_key=k)
-            except BaseException as error:          # reported to the trainer when it asks for round k
+            except BaseException as error:  # reported to the trainer when it asks for round k
                 self._to_score.put(Round(k, -1, sampling.temperature, rows, None, error))
                 return
             self._to_score.put((Round(k, version, sampling.temperature, rows, None), generated))
@@ -157,14 +165,14 @@ class RolloutPipeline:
             item = self._to_score.get()
             if item is None:
                 return
-            if isinstance(item, Round):             # a generation error: pass it on
+            if isinstance(item, Round):  # a generation error: pass it on
                 self._ready.put(item)
                 return
             round_, generated = item
             try:
                 batch = self.collector.score(round_.rows, *generated, trainer_state=self.trainer_state())
                 round_.batch = self.dynamic(batch, round_.rows) if self.dynamic is not None else batch
-            except BaseException as error:          # a reward function's crash reaches the trainer's thread
+            except BaseException as error:  # a reward function's crash reaches the trainer's thread
                 round_.error = error
             self._ready.put(round_)
             if round_.error is not None:
@@ -174,16 +182,24 @@ class RolloutPipeline:
         """Generate and score a round again with the engine's current weights, on the caller's thread."""
         with self.lock:
             version = self.collector.generator.weight_version
-            batch = self.collector.score(round_.rows, *self.collector.generate(round_.rows, self.sampling(
-                round_.index), round_key=round_.index), trainer_state=self.trainer_state())
+            batch = self.collector.score(
+                round_.rows,
+                *self.collector.generate(round_.rows, self.sampling(round_.index), round_key=round_.index),
+                trainer_state=self.trainer_state(),
+            )
         if self.dynamic is not None:
             batch = self.dynamic(batch, round_.rows)
         return Round(round_.index, version, round_.temperature, round_.rows, batch)
 
 
-def build_pipeline(args, collector: RolloutCollector, stream: Callable[[int], list[dict]],
-                   temperature: Callable[[int], float], refill: Callable[[int], list[dict]],
-                   trainer_state: Callable[[], object]) -> RolloutPipeline:
+def build_pipeline(
+    args,
+    collector: RolloutCollector,
+    stream: Callable[[int], list[dict]],
+    temperature: Callable[[int], float],
+    refill: Callable[[int], list[dict]],
+    trainer_state: Callable[[], object],
+) -> RolloutPipeline:
     """The trainer's pipeline. ``stream``: round index -> this process's rows, in the trainer's own sampler order;
     ``temperature``: optimizer step -> the scheduled sampling temperature; ``refill``: n -> extra prompts for dynamic
     sampling; ``trainer_state``: () -> the trainer's current ``TrainerState`` (reward functions receive it)."""
@@ -201,29 +217,42 @@ def build_pipeline(args, collector: RolloutCollector, stream: Callable[[int], li
     return RolloutPipeline(collector, stream, sampling, steps_per_round, args.max_staleness, dynamic, trainer_state)
 
 
-def pipelined_round(pipeline: RolloutPipeline, k: int, rows: list[dict], global_step: int,
-                    push_weights: Callable[[], None], metrics: MetricsBuffer) -> Round:
+def pipelined_round(
+    pipeline: RolloutPipeline,
+    k: int,
+    rows: list[dict],
+    global_step: int,
+    push_weights: Callable[[], None],
+    metrics: MetricsBuffer,
+) -> Round:
     """The trainer's side of the boundary of round ``k`` (on its own thread): push the new weights (``push_weights``
     pushes them when the engine holds an older version), pop the round, check it against the ``rows`` the dataloader
     serves, and record the ``async/*`` metrics."""
     start = time.perf_counter()
-    with pipeline.lock:               # waits for a generate call in progress: the engine never mixes versions
+    with pipeline.lock:  # waits for a generate call in progress: the engine never mixes versions
         push_wait = time.perf_counter() - start
         push_weights()
     pipeline.publish(pipeline.collector.generator.weight_version)
-    if not pipeline.running:          # first round, or first after a restart (in-flight rounds are generated again)
+    if not pipeline.running:  # first round, or first after a restart (in-flight rounds are generated again)
         pipeline.start(k)
     start = time.perf_counter()
     round_ = pipeline.pop(k)
     waited = time.perf_counter() - start
     if [r["prompt"] for r in round_.rows] != [r["prompt"] for r in rows]:
-        raise RuntimeError(f"pipeline round {k}: its prompts differ from those the dataloader serves for this step "
-                           f"(the prompt stream and the sampler disagree)")
+        raise RuntimeError(
+            f"pipeline round {k}: its prompts differ from those the dataloader serves for this step "
+            f"(the prompt stream and the sampler disagree)"
+        )
     staleness = global_step - round_.version
     regenerated = 0
     if round_.error is None and staleness > pipeline.max_staleness:
-        logger.warning("round %d was sampled by weights %d, %d steps behind (max_staleness=%d): generated again",
-                       k, round_.version, staleness, pipeline.max_staleness)
+        logger.warning(
+            "round %d was sampled by weights %d, %d steps behind (max_staleness=%d): generated again",
+            k,
+            round_.version,
+            staleness,
+            pipeline.max_staleness,
+        )
         round_, regenerated = pipeline.regenerate(round_), 1
         staleness = global_step - round_.version
     metrics.add("async/staleness", float(staleness))

@@ -18,24 +18,34 @@ from torch.utils.data import Sampler
 
 
 class RepeatPromptSampler(Sampler[int]):
-    def __init__(self, num_rows: int, prompts_per_process: int, num_processes: int, repeats: int, seed: int = 0,
-                 shuffle: bool = True):
+    def __init__(
+        self,
+        num_rows: int,
+        prompts_per_process: int,
+        num_processes: int,
+        repeats: int,
+        seed: int = 0,
+        shuffle: bool = True,
+    ):
         self.num_rows = num_rows
-        self.chunk = prompts_per_process * num_processes     # distinct prompts per generation round, all processes
+        self.chunk = prompts_per_process * num_processes  # distinct prompts per generation round, all processes
         self.num_processes = num_processes
         self.repeats = repeats
         self.seed = seed
         self.shuffle = shuffle
         self.epoch = 0
         if num_rows < self.chunk:
-            raise ValueError(f"the training set has {num_rows} prompts but one generation round needs "
-                             f"{self.chunk} ({prompts_per_process} per process x {num_processes} processes)")
+            raise ValueError(
+                f"the training set has {num_rows} prompts but one generation round needs "
+                f"{self.chunk} ({prompts_per_process} per process x {num_processes} processes)"
+            )
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def order(self, epoch: int) -> list[int]:
-        """The row order of ``epoch`` (also read by `hf_grpo.rollout.pipeline.PromptStream`, which must see the same)."""
+        """The row order of ``epoch`` (the async pipeline's prompt stream reads it too, through `round_rows`: both
+        must see the same)."""
         if self.shuffle:
             generator = torch.Generator().manual_seed(self.seed + epoch)
             return torch.randperm(self.num_rows, generator=generator).tolist()
@@ -48,12 +58,12 @@ class RepeatPromptSampler(Sampler[int]):
         epoch, r = divmod(round_index, per_epoch)
         per_process = self.chunk // self.num_processes
         start = r * self.chunk + process_index * per_process
-        return self.order(epoch)[start:start + per_process]
+        return self.order(epoch)[start : start + per_process]
 
     def __iter__(self) -> Iterator[int]:
         order = self.order(self.epoch)
         for start in range(0, len(order) - self.chunk + 1, self.chunk):
-            block = order[start:start + self.chunk]
+            block = order[start : start + self.chunk]
             for _ in range(self.repeats):
                 yield from block
 

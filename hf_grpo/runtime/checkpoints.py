@@ -43,12 +43,12 @@ def publish(accelerator, staging: str, final: str) -> None:
     """Move a fully written staging folder to its final name once every rank is done writing."""
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        if os.path.isdir(final):              # the same step saved twice (e.g. a time-budget save on a save step)
+        if os.path.isdir(final):  # the same step saved twice (e.g. a time-budget save on a save step)
             shutil.rmtree(final)
         os.rename(staging, final)
         fd = os.open(os.path.dirname(final), os.O_RDONLY)
         try:
-            os.fsync(fd)                      # the rename itself reaches the disk before we report success
+            os.fsync(fd)  # the rename itself reaches the disk before we report success
         finally:
             os.close(fd)
     accelerator.wait_for_everyone()
@@ -60,11 +60,13 @@ def resolve_resume(value, output_dir: str) -> str | None:
     if value not in ("latest", "true", "True", True):
         return value
     from transformers.trainer_utils import get_last_checkpoint
+
     return get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
 
 
 def checkpoint_step(folder: str) -> int:
     from transformers import TrainerState
+
     return TrainerState.load_from_json(os.path.join(folder, "trainer_state.json")).global_step
 
 
@@ -75,17 +77,28 @@ def save_rank_state(folder: str, rank: int, state: dict) -> None:
 def load_rank_state(folder: str, rank: int) -> dict | None:
     path = os.path.join(folder, f"hf_grpo_state_{rank}.pt")
     if not os.path.isfile(path):
-        logger.warning("%s has no hf_grpo state for process %d (saved by another version or process count): the "
-                       "resumed run regenerates its current round and restarts the dynamic-sampling stream", folder,
-                       rank)
+        logger.warning(
+            "%s has no hf_grpo state for process %d (saved by another version or process count): the "
+            "resumed run regenerates its current round and restarts the dynamic-sampling stream",
+            folder,
+            rank,
+        )
         return None
     return torch.load(path, weights_only=True)
 
 
 # Settings that fix which prompts a step draws (the epoch's seeded permutation, the prompts per round, the rounds per
 # step) or what a step is: resuming with another value would skip or repeat data while the step counter goes on.
-RESUME_SETTINGS = ("seed", "shuffle_dataset", "num_generations", "per_device_train_batch_size", "steps_per_generation",
-                   "gradient_accumulation_steps", "num_iterations", "max_staleness")
+RESUME_SETTINGS = (
+    "seed",
+    "shuffle_dataset",
+    "num_generations",
+    "per_device_train_batch_size",
+    "steps_per_generation",
+    "gradient_accumulation_steps",
+    "num_iterations",
+    "max_staleness",
+)
 RUN_FILE = "hf_grpo_run.json"
 
 
@@ -95,7 +108,7 @@ class ResumeError(InputError):
 
 def dataset_signature(dataset) -> dict:
     """Rows and a digest of the prompts in order: another dataset, or the same one reordered, changes the epoch."""
-    if not hasattr(dataset, "__len__"):      # a stream (hf_grpo.data.streaming): replayed on resume, not hashed
+    if not hasattr(dataset, "__len__"):  # a stream (hf_grpo.data.streaming): replayed on resume, not hashed
         return {"rows": "stream"}
     digest = hashlib.sha256()
     for prompt in dataset["prompt"]:
@@ -123,22 +136,35 @@ def check_resume(folder: str, settings: dict, allowed: list[str] | None) -> None
     verify_checkpoint(folder)
     path = os.path.join(folder, RUN_FILE)
     if not os.path.isfile(path):
-        logger.warning("%s has no %s (written by an older hf_grpo): the resumed run's settings cannot be compared with "
-                       "the checkpoint's", folder, RUN_FILE)
+        logger.warning(
+            "%s has no %s (written by an older hf_grpo): the resumed run's settings cannot be compared with "
+            "the checkpoint's",
+            folder,
+            RUN_FILE,
+        )
         return
     with open(path) as f:
         saved = json.load(f)
-    changed = [(k, saved[k], settings.get(k)) for k in saved
-               if saved[k] != settings.get(k) and k not in (allowed or ())]
+    changed = [
+        (k, saved[k], settings.get(k)) for k in saved if saved[k] != settings.get(k) and k not in (allowed or ())
+    ]
     if changed:
         listed = "; ".join(f"{k}: {old!r} in the checkpoint, {new!r} now" for k, old, new in changed)
-        raise ResumeError(f"cannot resume from {folder}: {listed}. These fix which prompts each step draws, so the "
-                          f"resumed run would skip or repeat data. Resume with the checkpoint's values, or accept the "
-                          f"change with resume_allow_changes: [{', '.join(k for k, _, _ in changed)}]")
+        raise ResumeError(
+            f"cannot resume from {folder}: {listed}. These fix which prompts each step draws, so the "
+            f"resumed run would skip or repeat data. Resume with the checkpoint's values, or accept the "
+            f"change with resume_allow_changes: [{', '.join(k for k, _, _ in changed)}]"
+        )
     for key in allowed or ():
         if saved.get(key) != settings.get(key):
-            logger.warning("resuming from %s with %s changed (%r -> %r), as resume_allow_changes allows: the data "
-                           "position after the resume is approximate", folder, key, saved.get(key), settings.get(key))
+            logger.warning(
+                "resuming from %s with %s changed (%r -> %r), as resume_allow_changes allows: the data "
+                "position after the resume is approximate",
+                folder,
+                key,
+                saved.get(key),
+                settings.get(key),
+            )
 
 
 def verify_checkpoint(folder: str) -> None:
@@ -152,20 +178,33 @@ def verify_checkpoint(folder: str) -> None:
     except (OSError, ValueError) as e:
         raise ResumeError(f"{state}: the checkpoint's trainer state cannot be read ({e}); {_earlier(folder)}") from None
     from safetensors import safe_open
+
     for name in sorted(os.listdir(folder)):
         if name.endswith(".safetensors"):
             try:
                 with safe_open(os.path.join(folder, name), framework="pt"):
                     pass
-            except Exception as e:     # safetensors raises its own SafetensorError, and OSError
-                raise ResumeError(f"{os.path.join(folder, name)}: corrupt or truncated safetensors file ({e}); "
-                                  f"{_earlier(folder)}") from None
+            except Exception as e:  # safetensors raises its own SafetensorError, and OSError
+                raise ResumeError(
+                    f"{os.path.join(folder, name)}: corrupt or truncated safetensors file ({e}); {_earlier(folder)}"
+                ) from None
 
 
 def _earlier(folder: str) -> str:
     """Advice naming the newest other checkpoint beside ``folder``."""
     parent = os.path.dirname(os.path.abspath(folder))
-    others = sorted((d for d in os.listdir(parent) if d.startswith("checkpoint-") and d.split("-")[-1].isdigit()
-                     and os.path.join(parent, d) != os.path.abspath(folder)), key=lambda d: int(d.split("-")[-1]))
-    return (f"resume from an earlier one, e.g. --resume_from_checkpoint {os.path.join(parent, others[-1])}"
-            if others else "there is no other checkpoint to resume from")
+    others = sorted(
+        (
+            d
+            for d in os.listdir(parent)
+            if d.startswith("checkpoint-")
+            and d.split("-")[-1].isdigit()
+            and os.path.join(parent, d) != os.path.abspath(folder)
+        ),
+        key=lambda d: int(d.split("-")[-1]),
+    )
+    return (
+        f"resume from an earlier one, e.g. --resume_from_checkpoint {os.path.join(parent, others[-1])}"
+        if others
+        else "there is no other checkpoint to resume from"
+    )

@@ -29,6 +29,7 @@ def is_zero3(accelerator) -> bool:
 
 def is_fsdp(accelerator) -> bool:
     from accelerate.utils import DistributedType
+
     return accelerator.distributed_type == DistributedType.FSDP
 
 
@@ -36,6 +37,7 @@ def forward_is_collective(accelerator, model: torch.nn.Module) -> bool:
     """True when a forward pass of ``model`` (unwrapped) gathers parameters from the other ranks (ZeRO-3, FSDP2):
     every rank must then run the same number of forward passes, whatever its own data."""
     from torch.distributed.fsdp import FSDPModule
+
     return accelerator.num_processes > 1 and (is_zero3(accelerator) or isinstance(model, FSDPModule))
 
 
@@ -51,10 +53,14 @@ def warn_if_fsdp_falls_back(accelerator) -> None:
     """accelerate applies an FSDP config only on GPU-type devices: launched on CPU it trains data-parallel (DDP).
     Say so once, instead of letting a user believe the model is sharded."""
     import os
+
     requested = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
     if requested and not is_fsdp(accelerator) and accelerator.is_main_process:
-        logger.warning("the accelerate config asks for FSDP, but accelerate runs FSDP only on GPUs: this %s run is "
-                       "data-parallel (DDP, every process holds the whole model)", accelerator.device.type)
+        logger.warning(
+            "the accelerate config asks for FSDP, but accelerate runs FSDP only on GPUs: this %s run is "
+            "data-parallel (DDP, every process holds the whole model)",
+            accelerator.device.type,
+        )
 
 
 def max_over_ranks(accelerator, value: int) -> int:
@@ -73,8 +79,12 @@ def zero3_init_disabled(args):
     help here. The config accelerate keeps alive (``deepspeed_plugin.dschf``) is unregistered for the block and
     registered again after it.
     """
-    from transformers.integrations.deepspeed import (is_deepspeed_zero3_enabled, set_hf_deepspeed_config,
-                                                     unset_hf_deepspeed_config)
+    from transformers.integrations.deepspeed import (
+        is_deepspeed_zero3_enabled,
+        set_hf_deepspeed_config,
+        unset_hf_deepspeed_config,
+    )
+
     plugin = args.deepspeed_plugin
     if plugin is None or plugin.dschf is None or not is_deepspeed_zero3_enabled():
         yield

@@ -33,8 +33,10 @@ from pathlib import Path
 
 import torch
 
-ADVICE = ("lower per_device_train_batch_size (raise gradient_accumulation_steps to keep the batch), "
-          "max_completion_length or vllm_kv_cache_gib, and keep gradient_checkpointing on")
+ADVICE = (
+    "lower per_device_train_batch_size (raise gradient_accumulation_steps to keep the batch), "
+    "max_completion_length or vllm_kv_cache_gib, and keep gradient_checkpointing on"
+)
 
 
 def _status_kib(pid: int, key: str) -> int | None:
@@ -68,6 +70,7 @@ def _available_gib() -> float:
 @dataclass
 class PeerWatch:
     """The peers of this rank on this host: ``{rank: pid}``, their last resident memory, and the marks directory."""
+
     rank: int
     peers: dict[int, int]
     marks: Path
@@ -83,20 +86,25 @@ class PeerWatch:
         self.available_gib = _available_gib()
 
     def mark_exit(self) -> None:
-        with contextlib.suppress(OSError):       # the directory is rank 0's; at interpreter exit, never raise
+        with contextlib.suppress(OSError):  # the directory is rank 0's; at interpreter exit, never raise
             (self.marks / f"rank{self.rank}.exited").touch()
 
     def killed_peers(self) -> list[int]:
         """Peers that ended without exiting through Python."""
-        return [r for r, pid in sorted(self.peers.items())
-                if _is_gone(pid) and not (self.marks / f"rank{r}.exited").exists()]
+        return [
+            r
+            for r, pid in sorted(self.peers.items())
+            if _is_gone(pid) and not (self.marks / f"rank{r}.exited").exists()
+        ]
 
     def message(self, rank: int) -> str:
         rss = self.last_rss_gib.get(rank)
         where = f"at {rss:.1f} GiB resident" if rss is not None else "before its memory was sampled"
-        return (f"hf_grpo: rank {rank} (pid {self.peers[rank]}) was killed by a signal, not by an error: {where}, "
-                f"{self.available_gib:.1f} GiB left on the machine at the last sample; probable cause: out of memory "
-                f"(the OS's OOM killer sends SIGKILL); to fit, {ADVICE}")
+        return (
+            f"hf_grpo: rank {rank} (pid {self.peers[rank]}) was killed by a signal, not by an error: {where}, "
+            f"{self.available_gib:.1f} GiB left on the machine at the last sample; probable cause: out of memory "
+            f"(the OS's OOM killer sends SIGKILL); to fit, {ADVICE}"
+        )
 
     def report(self) -> bool:
         """Print the one line for each killed peer (once); True if there was one."""
@@ -123,8 +131,12 @@ def watch_peers(verbose: bool = False):
     """Around a multi-process run: report a peer killed by a signal in one line, on SIGTERM (the elastic agent
     stopping this rank because a peer died) or on an exception (a collective that lost its peer). Without a process
     group of several ranks, or outside the main thread, it does nothing."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()
-            and torch.distributed.get_world_size() > 1 and threading.current_thread() is threading.main_thread()):
+    if not (
+        torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+        and torch.distributed.get_world_size() > 1
+        and threading.current_thread() is threading.main_thread()
+    ):
         yield
         return
     watch = _start(torch.distributed.get_rank(), torch.distributed.get_world_size())

@@ -21,7 +21,7 @@ class TimeBudgetCallback(TrainerCallback):
         self.budget_s = budget_s
         self.save_every_s = save_every_s
         self.start = 0.0
-        self.excluded = 0.0      # seconds spent evaluating
+        self.excluded = 0.0  # seconds spent evaluating
         self.last_step_end = 0.0
         self.next_save = save_every_s
         self.marks: list[tuple[int, float]] = []
@@ -39,7 +39,7 @@ class TimeBudgetCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.last_step_end = self.clock()
-        if self.budget_s is None and self.save_every_s is None:     # only a clock: no collective on the hot path
+        if self.budget_s is None and self.save_every_s is None:  # only a clock: no collective on the hot path
             self.marks.append((state.global_step, self.elapsed()))
             return
         elapsed = self._main_process_value(self.elapsed())
@@ -57,12 +57,14 @@ class TimeBudgetCallback(TrainerCallback):
         """Every process must stop and save at the same step, or the others hang in the next collective: they all
         act on the main process's clock."""
         import torch.distributed as dist
+
         if not (dist.is_available() and dist.is_initialized()):
             return seconds
         from accelerate.utils import broadcast_object_list
+
         return broadcast_object_list([seconds], from_process=0)[0]
 
     def on_evaluate(self, args, state, control, **kwargs):
-        if self.last_step_end:      # evaluation run from a step end; a standalone evaluate() costs nothing here
+        if self.last_step_end:  # evaluation run from a step end; a standalone evaluate() costs nothing here
             self.excluded += self.clock() - self.last_step_end
             self.last_step_end = self.clock()

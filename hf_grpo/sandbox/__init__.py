@@ -15,5 +15,14 @@ Importing starts nothing: sandboxes start on the first run. What is and is not c
 from .executor import CodeExecutorError, LocalExecutor, RemoteExecutor
 from .sandbox import Job, Limits, RunResult, Sandbox, SandboxError, make_nonce
 
-__all__ = ["CodeExecutorError", "Job", "Limits", "LocalExecutor", "RemoteExecutor", "RunResult", "Sandbox",
-           "SandboxError", "make_nonce"]
+__all__ = [
+    "CodeExecutorError",
+    "Job",
+    "Limits",
+    "LocalExecutor",
+    "RemoteExecutor",
+    "RunResult",
+    "Sandbox",
+    "SandboxError",
+    "make_nonce",
+]

@@ -38,8 +38,14 @@ _CAP_LAST = 63  # PR_CAPBSET_DROP of an unknown capability fails with EINVAL, wh
 
 # Directories bound read-only into the new root when they exist (merged-/usr symlinks are recreated as symlinks).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
-                "/etc/group")
+SYSTEM_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+)
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 PACKAGES_DIR = "/opt/hf-grpo-packages"  # in the private root: the allowed third-party packages, on programs' sys.path
 
@@ -58,8 +64,10 @@ def unshare(flags: int) -> None:
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    _call(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
-          f"mount({source!r} -> {target!r}, {fstype})")
+    _call(
+        _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+        f"mount({source!r} -> {target!r}, {fstype})",
+    )
 
 
 def prctl(option: int, arg: int) -> None:
@@ -127,8 +135,7 @@ def _build_root(new_root: str, python_dirs: list[str], packages: dict[str, str])
     os.chdir("/")
 
 
-def enter_zygote_namespaces(new_root: str, python_dirs: list[str], sandbox_uid: int,
-                            packages: dict[str, str]) -> None:
+def enter_zygote_namespaces(new_root: str, python_dirs: list[str], sandbox_uid: int, packages: dict[str, str]) -> None:
     """Move the calling (single-threaded) process into its own namespaces and private read-only root.
 
     ``new_root`` is an empty directory to mount the root on. ``sandbox_uid`` is the unprivileged uid (and gid) a
@@ -213,8 +220,13 @@ def drop_capabilities() -> None:
 
 
 def set_limits(cpu_s: int, memory_mb: int, max_processes: int | None, file_mb: int, open_files: int) -> None:
-    limits = [(resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_AS, memory_mb << 20),
-              (resource.RLIMIT_FSIZE, file_mb << 20), (resource.RLIMIT_NOFILE, open_files), (resource.RLIMIT_CORE, 0)]
+    limits = [
+        (resource.RLIMIT_CPU, cpu_s),
+        (resource.RLIMIT_AS, memory_mb << 20),
+        (resource.RLIMIT_FSIZE, file_mb << 20),
+        (resource.RLIMIT_NOFILE, open_files),
+        (resource.RLIMIT_CORE, 0),
+    ]
     if max_processes is not None:
         limits.append((resource.RLIMIT_NPROC, max_processes))
     for which, value in limits:
@@ -225,29 +237,86 @@ def set_limits(cpu_s: int, memory_mb: int, max_processes: int | None, file_mb: i
 # Denied with EPERM: kernel attack surface a test program never needs (namespaces, mounts, ptrace, BPF, keys,
 # modules, clock changes) and, outside AF_UNIX, sockets. clone3 answers ENOSYS so libc falls back to clone, whose
 # namespace flags can be checked (clone3 passes them in memory, out of a filter's reach); this is what Docker does.
-DENIED_SYSCALLS = ("ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "chroot",
-                   "unshare", "setns", "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
-                   "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
-                   "swapon", "swapoff", "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-                   "io_uring_setup", "open_by_handle_at", "name_to_handle_at", "fanotify_init", "quotactl",
-                   "syslog", "vhangup", "lookup_dcookie", "mbind", "move_pages", "personality",
-                   # Another process's descriptors or their identity: pidfd_getfd would copy a pipe or socket end out
-                   # of a same-uid process (rlimits mode), kcmp compares open files across processes.
-                   "pidfd_getfd", "kcmp")
+DENIED_SYSCALLS = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "io_uring_setup",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "fanotify_init",
+    "quotactl",
+    "syslog",
+    "vhangup",
+    "lookup_dcookie",
+    "mbind",
+    "move_pages",
+    "personality",
+    # Another process's descriptors or their identity: pidfd_getfd would copy a pipe or socket end out
+    # of a same-uid process (rlimits mode), kcmp compares open files across processes.
+    "pidfd_getfd",
+    "kcmp",
+)
 # Denied too where a run has no IPC namespace of its own (rlimits mode): SysV shared memory, semaphores and message
 # queues and POSIX message queues outlive the process that created them, so they would carry state from one run to
 # the next (and, created by a killed run, outlive the trainer). With namespaces each run gets a fresh IPC namespace.
-IPC_SYSCALLS = ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd",
-                "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify",
-                "mq_getsetattr")
+IPC_SYSCALLS = (
+    "shmget",
+    "shmat",
+    "shmctl",
+    "shmdt",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
+)
 _SCMP_ACT_ALLOW, _SCMP_ACT_ERRNO = 0x7FFF0000, 0x00050000
 _SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 1, 7
 _AF_UNIX = 1
 
 
 class _ArgCmp(ctypes.Structure):
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
-                ("datum_b", ctypes.c_uint64)]
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
 
 
 def _load_libseccomp():
@@ -258,8 +327,13 @@ def _load_libseccomp():
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                           ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_ArgCmp),
+    ]
     lib.seccomp_load.argtypes = [ctypes.c_void_p]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
     return lib
@@ -277,6 +351,7 @@ def install_seccomp(allow_unix_sockets: bool, deny_ipc: bool = False) -> None:
     if not ctx:
         raise OSError(0, "seccomp_init failed")
     try:
+
         def rule(name: str, errno_value: int, *cmps: _ArgCmp) -> None:
             number = _seccomp.seccomp_syscall_resolve_name(name.encode())
             if number < 0:
@@ -326,13 +401,17 @@ class _PathBeneath(ctypes.Structure):
 
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, 0 when Landlock is unavailable."""
-    version = _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0),
-                            ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    version = _libc.syscall(
+        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
+        None,
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
+    )
     return max(0, version)
 
 
 def _fs_rights(abi: int) -> int:
-    rights = (1 << 13) - 1                      # ABI 1: execute .. make_sym
+    rights = (1 << 13) - 1  # ABI 1: execute .. make_sym
     for version, bit in ((2, 13), (3, 14), (5, 15)):  # refer, truncate, ioctl_dev
         if abi >= version:
             rights |= 1 << bit
@@ -346,11 +425,15 @@ def landlock_confine(read_only: list[str], read_write: list[str]) -> None:
     if abi < 1:
         raise OSError(0, "Landlock is not available")
     handled = _fs_rights(abi)
-    attr = (ctypes.c_uint64 * 3)(handled, _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0,
-                                 _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0)
+    attr = (ctypes.c_uint64 * 3)(
+        handled,
+        _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0,
+        _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL if abi >= 6 else 0,
+    )
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
-    ruleset = _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), attr, ctypes.c_size_t(size),
-                            ctypes.c_uint32(0))
+    ruleset = _libc.syscall(
+        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), attr, ctypes.c_size_t(size), ctypes.c_uint32(0)
+    )
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
     try:
@@ -366,12 +449,21 @@ def landlock_confine(read_only: list[str], read_write: list[str]) -> None:
                 if not os.path.isdir(path):
                     allowed &= _FS_FILE_RIGHTS
                 rule = _PathBeneath(allowed & handled, fd)
-                _call(_libc.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset),
-                                    ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)),
-                      f"landlock_add_rule({path})")
+                _call(
+                    _libc.syscall(
+                        ctypes.c_long(_SYS_LANDLOCK_ADD_RULE),
+                        ctypes.c_int(ruleset),
+                        ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
+                        ctypes.byref(rule),
+                        ctypes.c_uint32(0),
+                    ),
+                    f"landlock_add_rule({path})",
+                )
             finally:
                 os.close(fd)
-        _call(_libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
-              "landlock_restrict_self")
+        _call(
+            _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
+            "landlock_restrict_self",
+        )
     finally:
         os.close(ruleset)

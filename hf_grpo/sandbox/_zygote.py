@@ -30,14 +30,14 @@ host's ``preload`` modules (for the ``code`` reward: its assert-style test harne
 ``_hf_grpo_harness``).
 """
 
+import importlib.util
 import os
 import sys
 
-import importlib.util
-
 if __name__ == "__main__":
     _spec = importlib.util.spec_from_file_location(
-        "_confine", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_confine.py"))
+        "_confine", os.path.join(os.path.dirname(os.path.abspath(__file__)), "_confine.py")
+    )
     _confine = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_confine)
 
@@ -57,12 +57,44 @@ import types  # noqa: E402
 # Imported once here so programs get them for free (copy-on-write after fork). ``random`` reseeds itself after fork.
 # Also what tests commonly import (``cmath``, ``unittest``, ``json``): under the rlimits fallback as root the zygote
 # runs as an unprivileged uid that may not be able to read the Python install afterwards (here it lives under /root).
-PRELOAD = ("array", "bisect", "cmath", "collections", "contextvars", "copy", "dataclasses", "datetime", "decimal",
-           "enum", "fractions", "functools", "hashlib", "heapq", "itertools", "json", "math", "numbers", "operator",
-           "random", "re", "statistics", "string", "textwrap", "typing", "unicodedata", "unittest")
+PRELOAD = (
+    "array",
+    "bisect",
+    "cmath",
+    "collections",
+    "contextvars",
+    "copy",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "enum",
+    "fractions",
+    "functools",
+    "hashlib",
+    "heapq",
+    "itertools",
+    "json",
+    "math",
+    "numbers",
+    "operator",
+    "random",
+    "re",
+    "statistics",
+    "string",
+    "textwrap",
+    "typing",
+    "unicodedata",
+    "unittest",
+)
 # One BLAS/OpenMP thread: a program that imports numpy must not start a thread per host core (the process limit).
-CLEAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-             "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+CLEAN_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 # rlimits mode with Landlock: what a program may read (set by main()); empty: no Landlock.
 LANDLOCK_READ: list[str] = []
 
@@ -109,12 +141,18 @@ def _run_source(source: str, nonce: str | None) -> int:
     sys.modules["__main__"] = module
     sys.argv = ["main.py"]
     sys.path.insert(0, os.getcwd())
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8",
-                                 errors="replace")
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8",
-                                  errors="backslashreplace")
-    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True)
+    sys.stdin = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace"
+    )
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
     try:
         exec(compile(source, "main.py", "exec"), module.__dict__)
         if nonce:  # assert-style tests pass only if the whole program ran to its end, not on an early exit(0)
@@ -133,8 +171,7 @@ def _run_source(source: str, nonce: str | None) -> int:
     return code
 
 
-def program(request: dict, isolation: str, workdir: str | None, seccomp: bool, status_fd: int,
-            alive_fd: int) -> None:
+def program(request: dict, isolation: str, workdir: str | None, seccomp: bool, status_fd: int, alive_fd: int) -> None:
     """Pid 1 of the run's namespaces (or a plain child in fallback mode): confine, then run the source.
 
     ``alive_fd`` reads a pipe only the runner can write to: at EOF the runner died before our parent-death signal
@@ -166,8 +203,9 @@ def program(request: dict, isolation: str, workdir: str | None, seccomp: bool, s
         # Where a program can write, for trusted code in the run (the code reward's harness decides from it what it may
         # import); without namespaces or Landlock that is anything our uid can write, and the variable is absent.
         if isolation == "namespaces" or LANDLOCK_READ:
-            os.environ["HF_GRPO_SANDBOX_WRITABLE"] = os.pathsep.join(["/sandbox", "/tmp"] if isolation == "namespaces"
-                                                                     else [workdir])
+            os.environ["HF_GRPO_SANDBOX_WRITABLE"] = os.pathsep.join(
+                ["/sandbox", "/tmp"] if isolation == "namespaces" else [workdir]
+            )
         os.write(status_fd, b"C")
         os.closerange(4 if request.get("report") else 3, 1 << 16)  # fd 3: the report channel, when asked for
     except BaseException:  # noqa: BLE001
@@ -176,8 +214,16 @@ def program(request: dict, isolation: str, workdir: str | None, seccomp: bool, s
     os._exit(_run_source(request["source"], request.get("nonce")))
 
 
-def runner(request: dict, fds: list[int], sock: socket.socket, isolation: str, seccomp: bool, base: str,
-           status_fd: int, zygote_pid: int) -> None:
+def runner(
+    request: dict,
+    fds: list[int],
+    sock: socket.socket,
+    isolation: str,
+    seccomp: bool,
+    base: str,
+    status_fd: int,
+    zygote_pid: int,
+) -> None:
     """Child of the zygote: becomes a new session, forks the program, exits with its status."""
     code = 125
     try:
@@ -291,8 +337,14 @@ def _namespaces_work(config: dict) -> None:
 
 
 def _landlock_read(config: dict) -> list[str]:
-    return [*_confine.SYSTEM_DIRS, *_confine.SYSTEM_FILES, *_confine.DEVICES, *config["python_dirs"],
-            *config["packages"].values(), config["packages_link_dir"]]
+    return [
+        *_confine.SYSTEM_DIRS,
+        *_confine.SYSTEM_FILES,
+        *_confine.DEVICES,
+        *config["python_dirs"],
+        *config["packages"].values(),
+        config["packages_link_dir"],
+    ]
 
 
 def _landlock_works(config: dict) -> None:
@@ -329,6 +381,7 @@ def main() -> None:
         __import__(name)
     # `exit()` and `quit()` come from `site`, which `-S` skips; programs (competitive ones above all) call them.
     import site
+
     site.setquit()
     # Everything loaded so far is shared copy-on-write with every fork; a collection in a child would write to each
     # object's header and copy the pages. Frozen objects are never collected (nor copied for it).
@@ -371,14 +424,14 @@ def main() -> None:
         if landlock_error is None:
             LANDLOCK_READ.extend(_landlock_read(config))
         else:
-            warnings.append(f"no Landlock ({landlock_error}): programs reach every file, /proc entry and process of "
-                            f"their uid")
+            warnings.append(
+                f"no Landlock ({landlock_error}): programs reach every file, /proc entry and process of their uid"
+            )
     seccomp_error = _in_child(_seccomp_works)
     seccomp = seccomp_error is None
     if not seccomp:
         warnings.append(f"no seccomp filter ({seccomp_error})")
-    send(sock, {"ready": True, "isolation": isolation, "seccomp": seccomp, "warnings": warnings,
-                "pid": os.getpid()})
+    send(sock, {"ready": True, "isolation": isolation, "seccomp": seccomp, "warnings": warnings, "pid": os.getpid()})
     serve(sock, isolation, seccomp, config["base"])
 
 

@@ -38,6 +38,8 @@ from .sandbox import Job, Limits, RunResult, Sandbox, SandboxError
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_LIMITS = Limits()  # frozen: one shared default is safe
+
 
 class CodeExecutorError(RuntimeError):
     """Programs could not be run at all (sandbox cannot start, remote executor unreachable)."""
@@ -52,8 +54,14 @@ class LocalExecutor:
     zygote loads before it confines itself; ``packages``: third-party packages programs may import (see
     :class:`~.sandbox.Sandbox`)."""
 
-    def __init__(self, limits: Limits = Limits(), workers: int | None = None, namespaces: bool = True,
-                 preload: Mapping[str, str] | None = None, packages: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        limits: Limits = DEFAULT_LIMITS,
+        workers: int | None = None,
+        namespaces: bool = True,
+        preload: Mapping[str, str] | None = None,
+        packages: tuple[str, ...] = (),
+    ):
         self.limits = limits
         self.preload = dict(preload or {})
         self.packages = tuple(packages)
@@ -101,8 +109,9 @@ class LocalExecutor:
         except queue.Empty:
             pass
         # Fewer idle sandboxes than threads only before each thread's first job: start one for it.
-        sandbox = Sandbox(self.limits, self.namespaces, processes_per_uid=self.workers, preload=self.preload,
-                          packages=self.packages)
+        sandbox = Sandbox(
+            self.limits, self.namespaces, processes_per_uid=self.workers, preload=self.preload, packages=self.packages
+        )
         try:
             sandbox.start()
         except SandboxError as e:
@@ -113,9 +122,13 @@ class LocalExecutor:
                 self.isolation = sandbox.isolation
             if sandbox.warnings and not self._warned:
                 self._warned = True
-                logger.warning("code sandbox: weaker isolation than requested (%s); isolation=%s, seccomp=%s. "
-                               "See docs/sandbox.md for what is then not contained.", "; ".join(sandbox.warnings),
-                               sandbox.isolation, sandbox.seccomp)
+                logger.warning(
+                    "code sandbox: weaker isolation than requested (%s); isolation=%s, seccomp=%s. "
+                    "See docs/sandbox.md for what is then not contained.",
+                    "; ".join(sandbox.warnings),
+                    sandbox.isolation,
+                    sandbox.seccomp,
+                )
         return sandbox
 
     def _run_one(self, job: Job, idle: queue.SimpleQueue, sandboxes: list[Sandbox]) -> RunResult:
@@ -150,8 +163,15 @@ class RemoteExecutor:
     """Runs jobs on an HTTP sandbox service (see :mod:`hf_grpo.rewards.code.server`), with a per-request timeout and
     retries."""
 
-    def __init__(self, url: str, limits: Limits = Limits(), request_timeout_s: float = 120.0, retries: int = 2,
-                 backoff_s: float = 0.5, batch_size: int = 256):
+    def __init__(
+        self,
+        url: str,
+        limits: Limits = DEFAULT_LIMITS,
+        request_timeout_s: float = 120.0,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+        batch_size: int = 256,
+    ):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"code executor URL must start with http:// or https://, got {url!r}")
         self.url = url
@@ -164,7 +184,7 @@ class RemoteExecutor:
     def run(self, jobs: list[Job]) -> list[RunResult]:
         results: list[RunResult] = []
         for i in range(0, len(jobs), self.batch_size):
-            results.extend(self._post(jobs[i:i + self.batch_size]))
+            results.extend(self._post(jobs[i : i + self.batch_size]))
         return results
 
     def _post(self, jobs: list[Job]) -> list[RunResult]:
@@ -193,8 +213,10 @@ class RemoteExecutor:
                 return [RunResult(**r) for r in results]
             except TypeError:
                 last = f"malformed answer: expected {{'results': [{len(jobs)} results]}}, got {str(answer)[:200]}"
-        raise CodeExecutorError(f"remote code executor {self.url} failed after {attempt + 1} attempt(s) "
-                                f"(timeout {self.request_timeout_s}s each); last error: {last}")
+        raise CodeExecutorError(
+            f"remote code executor {self.url} failed after {attempt + 1} attempt(s) "
+            f"(timeout {self.request_timeout_s}s each); last error: {last}"
+        )
 
     def close(self) -> None:
         pass

@@ -56,10 +56,10 @@ class Limits:
     moment, and which one the host sees first would depend on scheduling)."""
 
     timeout_s: float = 5.0
-    memory_mb: int = 512        # address space of each process
-    max_processes: int = 32     # processes and threads of one run
+    memory_mb: int = 512  # address space of each process
+    max_processes: int = 32  # processes and threads of one run
     output_bytes: int = 1 << 20  # stdout and stderr, each
-    disk_mb: int = 32           # tmpfs /sandbox and /tmp, each; also the largest file
+    disk_mb: int = 32  # tmpfs /sandbox and /tmp, each; also the largest file
 
     def __post_init__(self):
         for name, value in asdict(self).items():
@@ -147,9 +147,15 @@ class Sandbox:
     ``warnings`` (why isolation is weaker than it could be), ``zygote_pid``.
     """
 
-    def __init__(self, limits: Limits = Limits(), namespaces: bool = True, processes_per_uid: int = 1,
-                 startup_timeout_s: float = 30.0, preload: Mapping[str, str] | None = None,
-                 packages: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        limits: Limits = Limits(),
+        namespaces: bool = True,
+        processes_per_uid: int = 1,
+        startup_timeout_s: float = 30.0,
+        preload: Mapping[str, str] | None = None,
+        packages: tuple[str, ...] = (),
+    ):
         self.limits = limits
         self.packages = tuple(packages)
         self.namespaces = namespaces
@@ -177,15 +183,27 @@ class Sandbox:
             os.symlink(where, os.path.join(self._dir, "packages", name))
         host_end, zygote_end = socket.socketpair()
         self._inbox.clear()
-        config = {"control_fd": zygote_end.fileno(), "namespaces": self.namespaces, "uid": SANDBOX_UID,
-                  "root": os.path.join(self._dir, "root"), "base": os.path.join(self._dir, "runs"),
-                  "python_dirs": python_dirs(), "preload": self.preload, "packages": packages,
-                  "packages_link_dir": os.path.join(self._dir, "packages")}
+        config = {
+            "control_fd": zygote_end.fileno(),
+            "namespaces": self.namespaces,
+            "uid": SANDBOX_UID,
+            "root": os.path.join(self._dir, "root"),
+            "base": os.path.join(self._dir, "runs"),
+            "python_dirs": python_dirs(),
+            "preload": self.preload,
+            "packages": packages,
+            "packages_link_dir": os.path.join(self._dir, "packages"),
+        }
         try:
             self._proc = subprocess.Popen(
                 [os.path.realpath(sys.executable), "-I", "-S", str(_ZYGOTE), json.dumps(config)],
-                pass_fds=(zygote_end.fileno(),), env=_CLEAN_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                cwd="/", start_new_session=True)
+                pass_fds=(zygote_end.fileno(),),
+                env=_CLEAN_ENV,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                cwd="/",
+                start_new_session=True,
+            )
         finally:
             zygote_end.close()
         self._sock = host_end
@@ -193,8 +211,10 @@ class Sandbox:
         if ready is None or not ready.get("ready"):
             code = self._proc.poll()
             self.close()
-            raise SandboxError(f"the sandbox zygote ({_ZYGOTE}) did not start (exit code {code}; its traceback, if "
-                               f"any, is on stderr above)")
+            raise SandboxError(
+                f"the sandbox zygote ({_ZYGOTE}) did not start (exit code {code}; its traceback, if "
+                f"any, is on stderr above)"
+            )
         self.isolation, self.seccomp, self.warnings = ready["isolation"], ready["seccomp"], ready["warnings"]
         self.zygote_pid = ready["pid"]
 
@@ -231,9 +251,15 @@ class Sandbox:
         nproc = self.limits.max_processes + 2  # + zygote and runner, which share the program's (namespace, uid)
         if self.isolation == "rlimits":
             nproc = nproc * self.processes_per_uid if os.geteuid() == 0 else None
-        request = {"source": job.source, "nonce": job.nonce, "cpu_s": int(-(-self.limits.timeout_s // 1)) + 1,
-                   "memory_mb": self.limits.memory_mb, "nproc": nproc, "disk_mb": self.limits.disk_mb,
-                   "report": job.report}
+        request = {
+            "source": job.source,
+            "nonce": job.nonce,
+            "cpu_s": int(-(-self.limits.timeout_s // 1)) + 1,
+            "memory_mb": self.limits.memory_mb,
+            "nproc": nproc,
+            "disk_mb": self.limits.disk_mb,
+            "report": job.report,
+        }
         try:
             body = json.dumps(request).encode()
             self._sock.settimeout(None)  # blocking again: _receive leaves its last (maybe zero) timeout behind
@@ -270,12 +296,18 @@ class Sandbox:
                 raise SandboxError(f"confinement failed in the sandbox: {stderr.decode(errors='replace')[-2000:]}")
             status = "ok" if code == 0 else "failed"
         report = outputs[2].decode("utf-8", errors="replace") if job.report else ""
-        return RunResult(status=status, exit_code=code, stdout=stdout.decode("utf-8", errors="replace"),
-                         stderr=stderr[-4096:].decode("utf-8", errors="replace"), seconds=time.monotonic() - start,
-                         report=report)
+        return RunResult(
+            status=status,
+            exit_code=code,
+            stdout=stdout.decode("utf-8", errors="replace"),
+            stderr=stderr[-4096:].decode("utf-8", errors="replace"),
+            seconds=time.monotonic() - start,
+            report=report,
+        )
 
-    def _pump(self, pid: int, in_w: int, readers: list[int], data: bytes,
-              deadline: float) -> tuple[list[bytes], str | None]:
+    def _pump(
+        self, pid: int, in_w: int, readers: list[int], data: bytes, deadline: float
+    ) -> tuple[list[bytes], str | None]:
         """Feed stdin and collect the outputs (stdout, stderr, report) until all close, the deadline passes or one
         overflows."""
         buffers = {fd: bytearray() for fd in readers}
@@ -299,7 +331,7 @@ class Sandbox:
                     fd = key.fd
                     if fd == in_w:
                         try:
-                            written = os.write(in_w, data[:1 << 16])
+                            written = os.write(in_w, data[: 1 << 16])
                         except BlockingIOError:
                             written = 0
                         except ConnectionError:  # the program exited or closed stdin without reading it all
@@ -329,7 +361,7 @@ class Sandbox:
             if fd >= 0:
                 os.close(fd)
         out = [bytes(buffers[fd]) for fd in readers]
-        out[0] = out[0][:self.limits.output_bytes]
+        out[0] = out[0][: self.limits.output_bytes]
         return out, status
 
     @staticmethod
@@ -353,14 +385,14 @@ class Sandbox:
             if len(self._inbox) >= 4:
                 size = struct.unpack(">I", self._inbox[:4])[0]
                 if len(self._inbox) >= 4 + size:
-                    body = bytes(self._inbox[4:4 + size])
-                    del self._inbox[:4 + size]
+                    body = bytes(self._inbox[4 : 4 + size])
+                    del self._inbox[: 4 + size]
                     return json.loads(body)
             # Past the deadline, still one non-blocking look: a message already here is taken, never left behind.
             self._sock.settimeout(max(0.0, deadline - time.monotonic()))
             try:
                 chunk = self._sock.recv(1 << 16)
-            except (socket.timeout, OSError):  # BlockingIOError (nothing here at the deadline) is an OSError
+            except (TimeoutError, OSError):  # BlockingIOError (nothing here at the deadline) is an OSError
                 return None
             if not chunk:
                 return None

@@ -26,15 +26,25 @@ def test_server_multi_turn_rows_are_what_the_server_sampled(smol_path, tokenizer
     server.start()
     try:
         server.wait()
-        args = GRPOConfig(output_dir=str(tmp_path / "out"), generation_backend="vllm", vllm_mode="server",
-                          vllm_server_urls=[server.url], vllm_server_timeout=30, use_cpu=True, report_to="none",
-                          num_generations=4, per_device_train_batch_size=8, max_completion_length=96,
-                          max_tool_calling_iterations=2)
+        args = GRPOConfig(
+            output_dir=str(tmp_path / "out"),
+            generation_backend="vllm",
+            vllm_mode="server",
+            vllm_server_urls=[server.url],
+            vllm_server_timeout=30,
+            use_cpu=True,
+            report_to="none",
+            num_generations=4,
+            per_device_train_batch_size=8,
+            max_completion_length=96,
+            max_tool_calling_iterations=2,
+        )
         generator = VLLMServerGenerator(args, Accelerator(cpu=True))
         agent = AgentRollouts(tokenizer, args, [calculator])
         rows = load_prompt_dataset("multiplication:6").to_list()
-        result = agent.generate(generator, rows, 4, SamplingParams(max_tokens=96, temperature=1.0), round_key=0,
-                                process=0)
+        result = agent.generate(
+            generator, rows, 4, SamplingParams(max_tokens=96, temperature=1.0), round_key=0, process=0
+        )
         agent.close()
         generator.close()
         multi = [i for i, m in enumerate(result.completion_mask) if 0 in m]
@@ -42,8 +52,8 @@ def test_server_multi_turn_rows_are_what_the_server_sampled(smol_path, tokenizer
         assert result.metrics["tools/calculator/calls"] > 0
         for i in multi[:4]:
             prompt, ids, mask = result.prompt_ids[i], result.completion_ids[i], result.completion_mask[i]
-            scored = server.completion_logprobs(prompt, ids)                              # [C] in one pass
-            sampled = torch.tensor(result.logprobs[i])                                   # [C], 0.0 on observations
+            scored = server.completion_logprobs(prompt, ids)  # [C] in one pass
+            sampled = torch.tensor(result.logprobs[i])  # [C], 0.0 on observations
             policy = torch.tensor(mask, dtype=torch.bool)
             torch.testing.assert_close(sampled[policy], scored[policy], atol=1e-3, rtol=0)
             assert (sampled[~policy] == 0).all() and (scored[~policy] - sampled[~policy]).abs().max() > 1e-2

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hf_grpo.agents import resolve_tool
-from hf_grpo.agents.environments import Environments, EnvironmentResetError
+from hf_grpo.agents.environments import EnvironmentResetError, Environments
 
 
 class Dice:
@@ -32,13 +32,13 @@ def test_a_group_faces_one_task_and_groups_differ():
     state = random.getstate()
     rows = [{"prompt": "a"}, {"prompt": "b"}]
     instances, observations, tools, inconsistent = envs.start(rows, 4, step=3, process=0)
-    assert random.getstate() == state                                  # the trainer's generator is left alone
+    assert random.getstate() == state  # the trainer's generator is left alone
     assert len(set(observations[:4])) == 1 and len(set(observations[4:])) == 1 and observations[0] != observations[4]
     assert inconsistent == 0 and len({id(e) for e in instances}) == 8  # a fresh instance per rollout
     assert set(tools[0]) == {"roll"}
-    again = envs.start(rows, 4, step=3, process=0)[1]                  # a resumed run replays the same tasks
+    again = envs.start(rows, 4, step=3, process=0)[1]  # a resumed run replays the same tasks
     assert again == observations
-    assert envs.start(rows, 4, step=4, process=0)[1] != observations   # the next round draws new ones
+    assert envs.start(rows, 4, step=4, process=0)[1] != observations  # the next round draws new ones
 
 
 def test_resets_that_ignore_the_seed_are_counted(caplog):

@@ -11,8 +11,14 @@ from tests.helpers.scripted_agent import ScriptedToolUse
 
 
 def make_args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, max_completion_length=256,
-                generation_backend="hf", report_to=[])
+    base = dict(
+        output_dir=str(tmp_path),
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_completion_length=256,
+        generation_backend="hf",
+        report_to=[],
+    )
     return GRPOConfig(**{**base, **kw})
 
 
@@ -20,8 +26,15 @@ def run(tokenizer, args, prompts, tools=(calculator,), env=None, generator=None)
     agent = AgentRollouts(tokenizer, args, list(tools), env)
     rows = [{"prompt": [{"role": "user", "content": p}]} for p in prompts]
     from hf_grpo.generation import SamplingParams
-    result = agent.generate(generator or ScriptedToolUse(tokenizer), rows, args.num_generations,
-                            SamplingParams(max_tokens=args.max_completion_length), round_key=0, process=0)
+
+    result = agent.generate(
+        generator or ScriptedToolUse(tokenizer),
+        rows,
+        args.num_generations,
+        SamplingParams(max_tokens=args.max_completion_length),
+        round_key=0,
+        process=0,
+    )
     agent.close()
     return result
 
@@ -33,19 +46,24 @@ def test_ledger_is_sampled_tokens_plus_template_observations(tmp_path, tokenizer
     call = tokenizer(ScriptedToolUse(tokenizer).turn_text("calls=1"), add_special_tokens=False)["input_ids"]
     answer = tokenizer("The answer is 42.", add_special_tokens=False)["input_ids"]
     eos = tokenizer.eos_token_id
-    obs = tokenizer("\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
-                    add_special_tokens=False)["input_ids"]
+    obs = tokenizer(
+        "\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+        add_special_tokens=False,
+    )["input_ids"]
     # Sampled turns verbatim, observations rendered by ChatML (separator after <|im_end|> included), in order.
     assert ids == call + [eos] + obs + call + [eos] + obs + answer + [eos]
     assert mask == [1] * (len(call) + 1) + [0] * len(obs) + [1] * (len(call) + 1) + [0] * len(obs) + [1] * (
-        len(answer) + 1)
+        len(answer) + 1
+    )
     assert result.finished == [True, True]
     assert result.metrics["rollout/termination/eos"] == 1.0
     assert result.metrics["tools/call_frequency"] == 2.0 and result.metrics["tools/failure_frequency"] == 0.0
     roles = [m["role"] for m in result.completions[0]]
     assert roles == ["assistant", "tool", "assistant", "tool", "assistant"]
-    assert result.completions[0][0]["tool_calls"][0]["function"] == {"name": "calculator",
-                                                                     "arguments": {"expression": "6 * 7"}}
+    assert result.completions[0][0]["tool_calls"][0]["function"] == {
+        "name": "calculator",
+        "arguments": {"expression": "6 * 7"},
+    }
     assert result.completions[0][1] == {"role": "tool", "name": "calculator", "content": "42"}
     # The whole row decodes as the chat template renders the conversation: nothing drifted.
     rendered = tokenizer.decode(result.prompt_ids[0] + ids)
@@ -61,11 +79,12 @@ def test_each_turn_gets_the_remaining_budget_and_truncation_is_reported(tmp_path
             seen.append(sampling.max_tokens)
             return super().generate(prompt_ids, n, sampling)
 
-    result = run(tokenizer, make_args(tmp_path, max_completion_length=80), ["q calls=5"],
-                 generator=Recording(tokenizer))
-    assert seen[0] == 80 and all(b < a for a, b in zip(seen, seen[1:]))     # each turn: what is left
+    result = run(
+        tokenizer, make_args(tmp_path, max_completion_length=80), ["q calls=5"], generator=Recording(tokenizer)
+    )
+    assert seen[0] == 80 and all(b < a for a, b in zip(seen, seen[1:]))  # each turn: what is left
     assert all(len(ids) <= 80 for ids in result.completion_ids)
-    assert result.finished == [False, False]                                 # ran out of budget: truncated
+    assert result.finished == [False, False]  # ran out of budget: truncated
     reasons = {k: v for k, v in result.metrics.items() if k.startswith("rollout/termination/") and v}
     assert set(reasons) <= {"rollout/termination/length", "rollout/termination/tool_output_overflow"}
 
@@ -80,14 +99,22 @@ def test_overlong_tool_output_is_capped_with_a_marker(tmp_path, tokenizer):
         return "word " * n
 
     call = 'call=<tool_call>{"name": "dump", "arguments": {"n": 500}}</tool_call>'
-    result = run(tokenizer, make_args(tmp_path, max_tool_output_tokens=20, max_completion_length=200),
-                 [f"q calls=1\n{call}"], tools=[dump])
+    result = run(
+        tokenizer,
+        make_args(tmp_path, max_tool_output_tokens=20, max_completion_length=200),
+        [f"q calls=1\n{call}"],
+        tools=[dump],
+    )
     tool_message = result.completions[0][1]["content"]
     assert "[tool output truncated:" in tool_message and tool_message.count("word") == 20
     assert result.finished[0]
     # Without a cap, the same output does not fit: the rollout ends, truncated, and the observation is not kept.
-    result = run(tokenizer, make_args(tmp_path, max_tool_output_tokens=None, max_completion_length=200),
-                 [f"q calls=1\n{call}"], tools=[dump])
+    result = run(
+        tokenizer,
+        make_args(tmp_path, max_tool_output_tokens=None, max_completion_length=200),
+        [f"q calls=1\n{call}"],
+        tools=[dump],
+    )
     assert result.metrics["rollout/termination/tool_output_overflow"] == 1.0
     assert result.finished == [False, False] and sum(result.completion_mask[0]) == len(result.completion_ids[0])
 
@@ -99,22 +126,34 @@ def test_max_tool_calling_iterations_ends_the_rollout(tmp_path, tokenizer):
     assert result.completions[0][-1]["role"] == "assistant" and "tool_calls" in result.completions[0][-1]
 
 
-@pytest.mark.parametrize("call, kind, says", [
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>', "parse_error", "invalid JSON"),
-    ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "unknown_tool", "unknown tool `search`"),
-    ('<tool_call>{"name": "calculator", "arguments": {"expr": "1"}}</tool_call>', "invalid_arguments",
-     "missing required argument(s) expression"),
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": 7}}</tool_call>', "invalid_arguments",
-     "must be of type string"),
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": "1/0"}}</tool_call>', "exception",
-     "division by zero"),
-])
+@pytest.mark.parametrize(
+    "call, kind, says",
+    [
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>', "parse_error", "invalid JSON"),
+        ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "unknown_tool", "unknown tool `search`"),
+        (
+            '<tool_call>{"name": "calculator", "arguments": {"expr": "1"}}</tool_call>',
+            "invalid_arguments",
+            "missing required argument(s) expression",
+        ),
+        (
+            '<tool_call>{"name": "calculator", "arguments": {"expression": 7}}</tool_call>',
+            "invalid_arguments",
+            "must be of type string",
+        ),
+        (
+            '<tool_call>{"name": "calculator", "arguments": {"expression": "1/0"}}</tool_call>',
+            "exception",
+            "division by zero",
+        ),
+    ],
+)
 def test_malformed_calls_go_back_to_the_model_and_are_counted(tmp_path, tokenizer, call, kind, says):
     result = run(tokenizer, make_args(tmp_path), [f"q calls=1\ncall={call}"])
-    assert result.metrics[f"tools/errors/{kind}"] == 2.0          # both rollouts of the group
+    assert result.metrics[f"tools/errors/{kind}"] == 2.0  # both rollouts of the group
     assert result.metrics["tools/failure_frequency"] == 1.0
     assert says in result.completions[0][1]["content"]
-    assert result.completions[0][-1]["content"] == "The answer is 42."      # the episode went on
+    assert result.completions[0][-1]["content"] == "The answer is 42."  # the episode went on
 
 
 def test_hanging_and_async_tools(tmp_path, tokenizer):
@@ -137,15 +176,21 @@ def test_hanging_and_async_tools(tmp_path, tokenizer):
         return {"a": "alpha"}[key]
 
     start = time.perf_counter()
-    result = run(tokenizer, make_args(tmp_path, tool_timeout=0.5, num_generations=4, per_device_train_batch_size=4),
-                 ['q calls=1\ncall=<tool_call>{"name": "slow", "arguments": {"seconds": 30}}</tool_call>'],
-                 tools=[slow, lookup])
+    result = run(
+        tokenizer,
+        make_args(tmp_path, tool_timeout=0.5, num_generations=4, per_device_train_batch_size=4),
+        ['q calls=1\ncall=<tool_call>{"name": "slow", "arguments": {"seconds": 30}}</tool_call>'],
+        tools=[slow, lookup],
+    )
     assert time.perf_counter() - start < 10
     assert result.metrics["tools/errors/timeout"] == 4.0
     assert "did not return within 0.5 s" in result.completions[0][1]["content"]
-    result = run(tokenizer, make_args(tmp_path),
-                 ['q calls=2\ncall=<tool_call>{"name": "lookup", "arguments": {"key": "a"}}</tool_call>'],
-                 tools=[slow, lookup])
+    result = run(
+        tokenizer,
+        make_args(tmp_path),
+        ['q calls=2\ncall=<tool_call>{"name": "lookup", "arguments": {"key": "a"}}</tool_call>'],
+        tools=[slow, lookup],
+    )
     assert result.completions[0][1]["content"] == "alpha" and result.metrics["tools/lookup/calls"] == 4.0
 
 
@@ -163,6 +208,7 @@ def test_tools_run_again_after_the_executor_is_closed(tmp_path, tokenizer):
     agent = AgentRollouts(tokenizer, args, [calculator])
     rows = [{"prompt": [{"role": "user", "content": "q calls=1"}]}]
     from hf_grpo.generation import SamplingParams
+
     for _ in range(2):
         result = agent.generate(ScriptedToolUse(tokenizer), rows, 2, SamplingParams(max_tokens=200), 0, 0)
         assert result.completions[0][1]["content"] == "42"
@@ -170,6 +216,7 @@ def test_tools_run_again_after_the_executor_is_closed(tmp_path, tokenizer):
 
 
 def test_a_prompt_over_max_prompt_length_with_its_tool_schemas_is_named(tmp_path, tokenizer):
-    with pytest.raises(ValueError, match="prompt 0 of this round is .* tokens with its tool descriptions, over "
-                                         "max_prompt_length=64"):
+    with pytest.raises(
+        ValueError, match="prompt 0 of this round is .* tokens with its tool descriptions, over max_prompt_length=64"
+    ):
         run(tokenizer, make_args(tmp_path, max_prompt_length=64), ["q calls=1"])

@@ -94,9 +94,11 @@ def test_writing_outside_the_sandbox_leaves_the_host_untouched(tool, tmp_path):
 
 
 def test_concurrent_calls_each_get_their_own_output(tool):
-    programs = [f"import sys, time\ntime.sleep(0.2)\nprint('call {i}')\n" +
-                (f"raise RuntimeError('failure {i}')" if i % 2 else f"print('stderr {i}', file=sys.stderr)")
-                for i in range(4)]
+    programs = [
+        f"import sys, time\ntime.sleep(0.2)\nprint('call {i}')\n"
+        + (f"raise RuntimeError('failure {i}')" if i % 2 else f"print('stderr {i}', file=sys.stderr)")
+        for i in range(4)
+    ]
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(tool, programs))
     for i, answer in enumerate(answers):
@@ -136,5 +138,4 @@ def test_import_starts_nothing_and_changes_no_environment():
                           "sandboxes": len(python_tool.python.executor.sandboxes)}))
     """)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
-    assert json.loads(out.stdout) == {"env_same": True, "children": [], "threads": 1, "name": "python",
-                                      "sandboxes": 0}
+    assert json.loads(out.stdout) == {"env_same": True, "children": [], "threads": 1, "name": "python", "sandboxes": 0}

@@ -12,7 +12,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from hf_grpo import DistributedGRPOTrainer as GRPOTrainer     # was: from trl import GRPOTrainer
+from hf_grpo import DistributedGRPOTrainer as GRPOTrainer  # was: from trl import GRPOTrainer
 from hf_grpo import GRPOConfig
 from hf_grpo.agents import calculator
 from hf_grpo.learner.batching import build_samples
@@ -21,22 +21,36 @@ from tests.helpers.scripted_agent import ScriptedToolUse
 
 
 def config(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2,
-                max_completion_length=200, learning_rate=1e-3, max_steps=2, logging_steps=1, save_strategy="no",
-                report_to="none", seed=0, disable_tqdm=True, plot_metrics=False, use_cpu=True,
-                generation_backend="hf")
+    base = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=200,
+        learning_rate=1e-3,
+        max_steps=2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        disable_tqdm=True,
+        plot_metrics=False,
+        use_cpu=True,
+        generation_backend="hf",
+    )
     return GRPOConfig(**{**base, **kw})
 
 
 def questions(n=8, calls=1):
-    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"q{i} calls={calls}"}], "answer": i}
-                              for i in range(n)])
+    return Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"q{i} calls={calls}"}], "answer": i} for i in range(n)]
+    )
 
 
 def scripted(trainer, **kw):
     """The scripted policy over the trainer's own backend (which still receives every weight sync)."""
-    trainer.generator = trainer.collector.generator = ScriptedToolUse(trainer.processing_class, vary=True,
-                                                                      inner=trainer.generator, **kw)
+    trainer.generator = trainer.collector.generator = ScriptedToolUse(
+        trainer.processing_class, vary=True, inner=trainer.generator, **kw
+    )
     return trainer
 
 
@@ -75,14 +89,21 @@ def test_tools_train_with_messages_reaching_the_reward(tiny_llama_path, tmp_path
 
     def reward(completions, answer, **kwargs):
         seen.extend(completions)
-        return [float(len(c[-1]["content"])) for c in completions]     # answers vary in a group
+        return [float(len(c[-1]["content"])) for c in completions]  # answers vary in a group
 
-    trainer = scripted(GRPOTrainer(model=tiny_llama_path, reward_funcs=[reward], args=config(tmp_path, plot_metrics=True),
-                                   train_dataset=questions(calls=2), tools=[calculator]))
-    assert trainer.tools == [calculator] and trainer.reward_funcs == [reward]      # TRL's attributes
+    trainer = scripted(
+        GRPOTrainer(
+            model=tiny_llama_path,
+            reward_funcs=[reward],
+            args=config(tmp_path, plot_metrics=True),
+            train_dataset=questions(calls=2),
+            tools=[calculator],
+        )
+    )
+    assert trainer.tools == [calculator] and trainer.reward_funcs == [reward]  # TRL's attributes
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
-    assert (tmp_path / "out" / "training_curves.png").stat().st_size > 1000    # with tool calls per rollout
+    assert (tmp_path / "out" / "training_curves.png").stat().st_size > 1000  # with tool calls per rollout
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
     assert [m["role"] for m in seen[0]] == ["assistant", "tool", "assistant", "tool", "assistant"]
     assert seen[0][1] == {"role": "tool", "name": "calculator", "content": "42"}
@@ -91,30 +112,55 @@ def test_tools_train_with_messages_reaching_the_reward(tiny_llama_path, tmp_path
         # Lengths count the policy's tokens only (TRL); the observation tokens are counted apart.
         assert r["completions/mean_total_length"] > r["completions/mean_length"]
         assert r["rollout/observation_tokens_mean"] == pytest.approx(
-            r["completions/mean_total_length"] - r["completions/mean_length"])
+            r["completions/mean_total_length"] - r["completions/mean_length"]
+        )
 
 
 def test_observation_tokens_are_out_of_the_loss_mask(tiny_llama_path, tmp_path):
-    trainer = scripted(GRPOTrainer(model=tiny_llama_path, reward_funcs=[even_token_reward], args=config(tmp_path),
-                                   train_dataset=questions(calls=1), tools=[calculator]))
+    trainer = scripted(
+        GRPOTrainer(
+            model=tiny_llama_path,
+            reward_funcs=[even_token_reward],
+            args=config(tmp_path),
+            train_dataset=questions(calls=1),
+            tools=[calculator],
+        )
+    )
     batch = trainer.collector.collect([trainer.train_dataset[i] for i in range(2)])
-    samples = build_samples(batch.prompt_ids, batch.completion_ids, batch.finished, torch.ones(4), 2, False,
-                            None, batch.completion_mask, batch.completion_prompt_ids)
+    samples = build_samples(
+        batch.prompt_ids,
+        batch.completion_ids,
+        batch.finished,
+        torch.ones(4),
+        2,
+        False,
+        None,
+        batch.completion_mask,
+        batch.completion_prompt_ids,
+    )
     for sample, mask, ids in zip(samples, batch.completion_mask, batch.completion_ids):
         assert sample["completion_mask"].tolist() == [float(m) for m in mask]
         observation = [t for t, m in zip(ids, mask) if m == 0]
         assert trainer.processing_class.decode(observation) == (
-            "\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+            "\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+        )
 
 
 def test_single_environment_class(tiny_llama_path, tmp_path):
-    def reward(completions, environments, **kwargs):       # TRL passes the rollouts' environments to rewards
+    def reward(completions, environments, **kwargs):  # TRL passes the rollouts' environments to rewards
         assert all(isinstance(e, Counter) for e in environments)
         return [0.0] * len(completions)
 
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Count. calls=3\n{INCREMENT}"}]}] * 8)
-    trainer = scripted(GRPOTrainer(model=tiny_llama_path, reward_funcs=[reward], args=config(tmp_path),
-                                   train_dataset=dataset, environment_factory=Counter))
+    trainer = scripted(
+        GRPOTrainer(
+            model=tiny_llama_path,
+            reward_funcs=[reward],
+            args=config(tmp_path),
+            train_dataset=dataset,
+            environment_factory=Counter,
+        )
+    )
     assert trainer.reward_runner.names == ["reward", "Counter"]
     # TRL's public attributes: the environment's reward after the user's; its tools, not reset/get_reward.
     assert trainer.reward_funcs[0] is reward and trainer.reward_funcs[1].__name__ == "Counter"
@@ -122,8 +168,9 @@ def test_single_environment_class(tiny_llama_path, tmp_path):
     batch = trainer.collector.collect([dataset[0], dataset[1]])
     assert batch.completions[0][1]["content"] == "total=1" and batch.completions[0][5]["content"] == "total=3"
     assert trainer.processing_class.decode(batch.completion_prompt_ids[0]).endswith(
-        f"Count. calls=3\n{INCREMENT} Reach 3.<|im_end|>\n<|im_start|>assistant\n")   # reset's text appended
-    assert batch.rewards_per_func[:, 1].tolist() == [1.0] * 4                     # get_reward, weight 1
+        f"Count. calls=3\n{INCREMENT} Reach 3.<|im_end|>\n<|im_start|>assistant\n"
+    )  # reset's text appended
+    assert batch.rewards_per_func[:, 1].tolist() == [1.0] * 4  # get_reward, weight 1
     assert "increment" in trainer.agent.envs.tool_names and "_private" not in trainer.agent.envs.tool_names
     trainer.train()
 
@@ -140,18 +187,29 @@ class Doubler(Counter):
 
 def test_dict_of_environments_routes_by_the_environment_column(tiny_llama_path, tmp_path):
     double = 'call=<tool_call>{"name": "double", "arguments": {}}</tool_call>'
-    rows = [{"prompt": [{"role": "user", "content": f"calls=1\n{INCREMENT}"}], "environment": "counter"},
-            {"prompt": [{"role": "user", "content": f"calls=1\n{double}"}], "environment": "doubler"}] * 4
-    trainer = scripted(GRPOTrainer(model=tiny_llama_path, args=config(tmp_path), train_dataset=Dataset.from_list(rows),
-                                   environment_factory={"counter": Counter, "doubler": Doubler}))
+    rows = [
+        {"prompt": [{"role": "user", "content": f"calls=1\n{INCREMENT}"}], "environment": "counter"},
+        {"prompt": [{"role": "user", "content": f"calls=1\n{double}"}], "environment": "doubler"},
+    ] * 4
+    trainer = scripted(
+        GRPOTrainer(
+            model=tiny_llama_path,
+            args=config(tmp_path),
+            train_dataset=Dataset.from_list(rows),
+            environment_factory={"counter": Counter, "doubler": Doubler},
+        )
+    )
     batch = trainer.collector.collect(rows[:2])
     assert batch.completions[0][1]["content"] == "total=1" and batch.completions[2][1]["content"] == "total=2"
     # Each class's reward scores its own rollouts only (None elsewhere), as TRL's do.
     names = trainer.reward_runner.names
-    counter, doubler = batch.rewards_per_func[:, names.index("Counter")], batch.rewards_per_func[:, names.index("Doubler")]
+    counter, doubler = (
+        batch.rewards_per_func[:, names.index("Counter")],
+        batch.rewards_per_func[:, names.index("Doubler")],
+    )
     assert counter[:2].tolist() == [0.0, 0.0] and torch.isnan(counter[2:]).all()
     assert doubler[2:].tolist() == [1.0, 1.0] and torch.isnan(doubler[:2]).all()
-    assert [t.__name__ for t in trainer.tools] == ["increment", "double"]     # the union, each name once
+    assert [t.__name__ for t in trainer.tools] == ["increment", "double"]  # the union, each name once
     with pytest.raises(ValueError, match="environment='nope' is not among the environments of environment_fac"):
         trainer.collector.collect([{**rows[0], "environment": "nope"}])
 
@@ -183,16 +241,21 @@ def test_rows_with_only_an_environment_column_get_an_empty_prompt(tiny_llama_pat
             return f"calls=1\n{INCREMENT}"
 
     rows = Dataset.from_dict({"environment": ["counter", "scripted"] * 4})
-    trainer = scripted(GRPOTrainer(model=tiny_llama_path, args=config(tmp_path), train_dataset=rows,
-                                   environment_factory={"counter": Recording, "scripted": Scripted}))
+    trainer = scripted(
+        GRPOTrainer(
+            model=tiny_llama_path,
+            args=config(tmp_path),
+            train_dataset=rows,
+            environment_factory={"counter": Recording, "scripted": Scripted},
+        )
+    )
     assert trainer.train_dataset[0]["prompt"] == [{"role": "user", "content": ""}]
     batch = trainer.collector.collect([trainer.train_dataset[0], trainer.train_dataset[1]])
-    assert reset_arguments == [{}, {}]          # neither the placeholder prompt nor the routing column
+    assert reset_arguments == [{}, {}]  # neither the placeholder prompt nor the routing column
     assert batch.completions[0][1] == {"role": "tool", "name": "increment", "content": "total=1"}
     assert batch.completions[2][1] == {"role": "tool", "name": "increment", "content": "added 1"}
-    with pytest.raises(Exception, match="row matches no known format"):      # without an environment: still an error
-        GRPOTrainer(model=tiny_llama_path, reward_funcs=[even_token_reward], args=config(tmp_path),
-                    train_dataset=rows)
+    with pytest.raises(Exception, match="row matches no known format"):  # without an environment: still an error
+        GRPOTrainer(model=tiny_llama_path, reward_funcs=[even_token_reward], args=config(tmp_path), train_dataset=rows)
 
 
 class Guess:
@@ -217,14 +280,16 @@ class Guess:
 
 def test_environment_owns_data_and_reward_and_groups_share_a_task(tiny_llama_path, tmp_path):
     with pytest.raises(ValueError, match="max_steps"):
-        GRPOTrainer(model=tiny_llama_path, args=config(tmp_path, max_steps=-1, num_train_epochs=1),
-                    environment_factory=Guess)
-    trainer = scripted(GRPOTrainer(model=tiny_llama_path, args=config(tmp_path, num_generations=4),
-                                   environment_factory=Guess))
-    assert len(trainer.train_dataset) == 1          # one round of placeholder prompts, cycled
+        GRPOTrainer(
+            model=tiny_llama_path, args=config(tmp_path, max_steps=-1, num_train_epochs=1), environment_factory=Guess
+        )
+    trainer = scripted(
+        GRPOTrainer(model=tiny_llama_path, args=config(tmp_path, num_generations=4), environment_factory=Guess)
+    )
+    assert len(trainer.train_dataset) == 1  # one round of placeholder prompts, cycled
     batch = trainer.collector.collect([trainer.train_dataset[0]] * 2)
     secrets = [e.secret for e in trainer.agent.envs.start([trainer.train_dataset[0]] * 2, 4, 0, 0)[0]]
-    assert secrets[:4] == [secrets[0]] * 4 and secrets[4:] == [secrets[4]] * 4     # one task per group
+    assert secrets[:4] == [secrets[0]] * 4 and secrets[4:] == [secrets[4]] * 4  # one task per group
     assert batch.agent_metrics["env/inconsistent_groups"] == 0.0
     trainer.train()
     assert trainer.state.global_step == 2
@@ -252,34 +317,56 @@ def test_rollout_func_with_env_mask_and_extra_fields(tiny_llama_path, tmp_path):
         seen["notes"] = judge_notes
         return [float(n[-1]) for n in judge_notes]
 
-    trainer = GRPOTrainer(model=tiny_llama_path, reward_funcs=[reward], args=config(tmp_path),
-                          train_dataset=questions(), rollout_func=rollout_func)
+    trainer = GRPOTrainer(
+        model=tiny_llama_path,
+        reward_funcs=[reward],
+        args=config(tmp_path),
+        train_dataset=questions(),
+        rollout_func=rollout_func,
+    )
     batch = trainer.collector.collect([trainer.train_dataset[0], trainer.train_dataset[1]])
     assert seen["notes"] == ["note 0", "note 1"] * 2
-    assert all(m.count(0) == len(trainer.processing_class(" [env says ok]", add_special_tokens=False)["input_ids"])
-               for m in batch.completion_mask)
+    assert all(
+        m.count(0) == len(trainer.processing_class(" [env says ok]", add_special_tokens=False)["input_ids"])
+        for m in batch.completion_mask
+    )
     assert batch.finished == [True] * 4
     trainer.train()
     with pytest.raises(ValueError, match="must return keys \\['logprobs'\\]"):
-        GRPOTrainer(model=tiny_llama_path, reward_funcs=[reward], args=config(tmp_path / "b"), train_dataset=questions(),
-                    rollout_func=lambda prompts, trainer: {"prompt_ids": [], "completion_ids": []}).train()
+        GRPOTrainer(
+            model=tiny_llama_path,
+            reward_funcs=[reward],
+            args=config(tmp_path / "b"),
+            train_dataset=questions(),
+            rollout_func=lambda prompts, trainer: {"prompt_ids": [], "completion_ids": []},
+        ).train()
 
 
 VLLM = {"generation_backend": "vllm", "vllm_enforce_eager": True, "vllm_kv_cache_gib": 0.25, "max_prompt_length": 256}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [
-    {"max_staleness": 1, "max_steps": 3, **VLLM},                                # the asynchronous pipeline
-    {"max_tokens_per_microbatch": 1024},                                         # packing
-    {"dynamic_sampling": True, "dynamic_sampling_criterion": "reward_std"},      # DAPO's dynamic sampling
-    {"use_peft": True, "learning_rate": 1e-2},                                   # LoRA
-], ids=["async", "packing", "dynamic_sampling", "lora"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_staleness": 1, "max_steps": 3, **VLLM},  # the asynchronous pipeline
+        {"max_tokens_per_microbatch": 1024},  # packing
+        {"dynamic_sampling": True, "dynamic_sampling_criterion": "reward_std"},  # DAPO's dynamic sampling
+        {"use_peft": True, "learning_rate": 1e-2},  # LoRA
+    ],
+    ids=["async", "packing", "dynamic_sampling", "lora"],
+)
 def test_multi_turn_with_training_options(tiny_llama_path, vllm_tiny_path, tmp_path, options):
     model = vllm_tiny_path if "max_staleness" in options else tiny_llama_path
-    trainer = scripted(GRPOTrainer(model=model, reward_funcs=[even_token_reward],
-                                   args=config(tmp_path, **options), train_dataset=questions(calls=2),
-                                   tools=[calculator]))
+    trainer = scripted(
+        GRPOTrainer(
+            model=model,
+            reward_funcs=[even_token_reward],
+            args=config(tmp_path, **options),
+            train_dataset=questions(calls=2),
+            tools=[calculator],
+        )
+    )
     trainer.train()
     trainer.generator.close()
     steps = logs(trainer)
@@ -297,11 +384,23 @@ def test_multi_turn_sampling_logprobs_match_the_trainers(smol_path, tmp_path):
     from hf_grpo.data import load_prompt_dataset
     from hf_grpo.evaluation import final_number_reward
 
-    args = config(tmp_path, max_steps=1, per_device_train_batch_size=16, num_generations=4, max_completion_length=96,
-                  max_tool_calling_iterations=2, learning_rate=1e-6,
-                  **{**VLLM, "vllm_kv_cache_gib": 1.0, "max_prompt_length": 512})
-    trainer = GRPOTrainer(model=smol_path, reward_funcs=[final_number_reward], args=args,
-                          train_dataset=load_prompt_dataset("multiplication:32"), tools=[calculator])
+    args = config(
+        tmp_path,
+        max_steps=1,
+        per_device_train_batch_size=16,
+        num_generations=4,
+        max_completion_length=96,
+        max_tool_calling_iterations=2,
+        learning_rate=1e-6,
+        **{**VLLM, "vllm_kv_cache_gib": 1.0, "max_prompt_length": 512},
+    )
+    trainer = GRPOTrainer(
+        model=smol_path,
+        reward_funcs=[final_number_reward],
+        args=args,
+        train_dataset=load_prompt_dataset("multiplication:32"),
+        tools=[calculator],
+    )
     trainer.train()
     trainer.generator.close()
     (log,) = logs(trainer)

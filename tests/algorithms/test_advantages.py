@@ -1,8 +1,13 @@
 import pytest
 import torch
 
-from hf_grpo.algorithms import (batch_whitened_advantages, group_advantages, group_std, whitening_mean_std,
-                                whitening_sums)
+from hf_grpo.algorithms import (
+    batch_whitened_advantages,
+    group_advantages,
+    group_std,
+    whitening_mean_std,
+    whitening_sums,
+)
 
 
 def test_grpo_hand_computed():
@@ -12,7 +17,7 @@ def test_grpo_hand_computed():
 
 
 def test_grpo_groups_are_independent_and_zero_std_gives_zero():
-    rewards = torch.tensor([2.0, 2.0, 0.0, 3.0])           # group 0 constant, group 1 varies
+    rewards = torch.tensor([2.0, 2.0, 0.0, 3.0])  # group 0 constant, group 1 varies
     adv = group_advantages(rewards, 2, "grpo")
     assert torch.equal(adv[:2], torch.zeros(2))
     assert torch.allclose(adv[2:], torch.tensor([-1.5, 1.5]) / (2.1213203 + 1e-4), atol=1e-5)
@@ -57,12 +62,12 @@ def test_group_std():
 
 # ---- completions no reward function scored (all None) ---------------------------------------------------------------
 def test_an_unscored_row_is_left_out_of_its_groups_statistics_hand_computed():
-    rewards = torch.tensor([0.0, 1.0, 2.0, 3.0, 5.0, 5.0, 7.0, 9.0])   # row 0: unscored (its runner total is 0)
+    rewards = torch.tensor([0.0, 1.0, 2.0, 3.0, 5.0, 5.0, 7.0, 9.0])  # row 0: unscored (its runner total is 0)
     valid = torch.tensor([False, True, True, True, True, True, True, True])
     grpo = group_advantages(rewards, 4, "grpo", eps=0.0, valid=valid)
     # group 1 over {1, 2, 3}: mean 2, unbiased std 1
     assert torch.allclose(grpo[:4], torch.tensor([0.0, -1.0, 0.0, 1.0]))
-    assert torch.allclose(grpo[4:], group_advantages(rewards[4:], 4, "grpo", eps=0.0))   # untouched group
+    assert torch.allclose(grpo[4:], group_advantages(rewards[4:], 4, "grpo", eps=0.0))  # untouched group
     dr = group_advantages(rewards, 4, "dr_grpo", valid=valid)
     assert torch.allclose(dr[:4], torch.tensor([0.0, -1.0, 0.0, 1.0]))
     rloo = group_advantages(rewards, 4, "rloo", valid=valid)
@@ -76,10 +81,11 @@ def test_unscored_rows_match_trls_formula():
     """TRL 1.16 (grpo_trainer.py, sum_then_normalize, scale_rewards=group): rewards of unscored rows set to NaN,
     nanmean / TRL's nanstd per group, then NaN advantages -> 0. Same tensors, same numbers."""
     from trl.trainer.utils import nanstd
+
     g = torch.Generator().manual_seed(0)
     rewards = torch.rand(12, generator=g)
     valid = torch.ones(12, dtype=torch.bool)
-    valid[[0, 5, 6, 7]] = False                      # one, then three unscored rows in a group of 4 (one left)
+    valid[[0, 5, 6, 7]] = False  # one, then three unscored rows in a group of 4 (one left)
     nan_rewards = torch.where(valid, rewards, torch.nan).view(-1, 4)
     mean = torch.nanmean(nan_rewards, dim=1, keepdim=True)
     std = nanstd(nan_rewards, dim=1, keepdim=True)
@@ -105,7 +111,7 @@ def test_reinforce_pp_token_whitening_weights_completions_by_their_tokens():
     assert whitening_mean_std(whitening_sums(rewards, torch.ones(2))) == (0.5, 0.5)
     # per token: rewards repeated over tokens [1, 1, 1, 0]: mean 0.75, population std sqrt(0.1875)
     mean, std = whitening_mean_std(whitening_sums(rewards, lengths))
-    assert mean == pytest.approx(0.75) and std == pytest.approx(0.1875 ** 0.5)
+    assert mean == pytest.approx(0.75) and std == pytest.approx(0.1875**0.5)
     per_token = torch.tensor([1.0, 1.0, 1.0, 0.0])
     assert std == pytest.approx(float(per_token.std(unbiased=False)))
     # Sums from several processes add up: the global statistics are those of the concatenated batch.

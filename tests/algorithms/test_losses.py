@@ -53,7 +53,7 @@ def test_on_policy_loss_is_minus_advantage_and_gradient_is_policy_gradient():
 
 def test_clipping_hand_computed():
     old = torch.zeros(1, 4)
-    logp = torch.log(torch.tensor([[1.5, 0.5, 1.1, 0.7]]))    # ratios
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.1, 0.7]]))  # ratios
     mask = torch.ones(1, 4)
     pos = policy_loss(logp, old, torch.tensor([1.0]), mask, epsilon_low=0.2, epsilon_high=0.28, loss_type="bnpo")
     # A>0: min(r, clip(r, .8, 1.28)) = [1.28, 0.5, 1.1, 0.7]
@@ -68,10 +68,18 @@ def test_clipping_hand_computed():
 
 def test_gspo_sequence_ratio_is_geometric_mean():
     old = torch.zeros(1, 3)
-    logp = torch.log(torch.tensor([[2.0, 0.5, 1.0]]))          # geometric mean of ratios = 1
-    mask = torch.tensor([[1.0, 1.0, 0.0]])                       # last token masked out
-    out = policy_loss(logp, old, torch.tensor([1.0]), mask, importance_sampling_level="sequence", loss_type="grpo",
-                      epsilon_low=0.2, epsilon_high=0.2)
+    logp = torch.log(torch.tensor([[2.0, 0.5, 1.0]]))  # geometric mean of ratios = 1
+    mask = torch.tensor([[1.0, 1.0, 0.0]])  # last token masked out
+    out = policy_loss(
+        logp,
+        old,
+        torch.tensor([1.0]),
+        mask,
+        importance_sampling_level="sequence",
+        loss_type="grpo",
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+    )
     assert torch.allclose(out.ratio, torch.ones(1, 3))
     assert out.loss.item() == pytest.approx(-1.0)
 
@@ -110,9 +118,9 @@ def test_an_extreme_ratio_with_zero_advantage_stays_finite_and_is_counted():
 
 def test_k3_exponent_and_value_are_clamped_and_counted():
     logp = torch.tensor([[-100.0, -1.0, -2.0]])
-    ref = torch.tensor([[0.0, -1.0, -2.0 + 25.0]])       # d = ref - logp: 100 (exp overflows), 0, 25
+    ref = torch.tensor([[0.0, -1.0, -2.0 + 25.0]])  # d = ref - logp: 100 (exp overflows), 0, 25
     kl, clamped = kl_penalty(logp, ref, "k3")
-    assert kl.tolist() == [[10.0, 0.0, 10.0]]           # exp(20) - 21 > 10, clamped to 10
+    assert kl.tolist() == [[10.0, 0.0, 10.0]]  # exp(20) - 21 > 10, clamped to 10
     assert clamped.tolist() == [[True, False, True]]
     kl, clamped = kl_penalty(torch.tensor([[0.0]]), torch.tensor([[math.log(0.5)]]), "k3")
     assert not clamped.any() and kl.item() == pytest.approx(0.5 - math.log(0.5) - 1)
@@ -120,34 +128,43 @@ def test_k3_exponent_and_value_are_clamped_and_counted():
 
 def test_policy_loss_reports_kl_clamps():
     logp = torch.tensor([[-60.0, -1.0]])
-    out = policy_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 2), beta=0.1, ref_logp=torch.zeros(1, 2),
-                      loss_type="bnpo")
+    out = policy_loss(
+        logp, logp, torch.tensor([1.0]), torch.ones(1, 2), beta=0.1, ref_logp=torch.zeros(1, 2), loss_type="bnpo"
+    )
     assert out.kl_clamped.tolist() == [[True, False]]
     assert torch.isfinite(out.loss)
-    assert not policy_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 2)).kl_clamped.any()   # beta 0: no KL
+    assert not policy_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 2)).kl_clamped.any()  # beta 0: no KL
 
 
 # ---- KL gradients: k3+ (verl) and the importance-weighted KL (TRL's use_bias_correction_kl) -------------------------
 def test_k3_plus_has_k3s_value_and_k2s_gradient():
-    d = math.log(0.5)                                    # ref_logp - logp
+    d = math.log(0.5)  # ref_logp - logp
     logp = torch.tensor([[0.0]], requires_grad=True)
     ref = torch.tensor([[d]])
     k3, _ = kl_penalty(logp, ref, "k3")
     k3.sum().backward()
-    assert logp.grad.item() == pytest.approx(1 - math.exp(d))       # d/dlogp (e^d - d - 1) = 1 - e^d = 0.5
+    assert logp.grad.item() == pytest.approx(1 - math.exp(d))  # d/dlogp (e^d - d - 1) = 1 - e^d = 0.5
     logp.grad = None
     k3p, _ = kl_penalty(logp, ref, "k3+")
-    assert k3p.item() == pytest.approx(math.exp(d) - d - 1)          # the value is k3's
+    assert k3p.item() == pytest.approx(math.exp(d) - d - 1)  # the value is k3's
     k3p.sum().backward()
-    assert logp.grad.item() == pytest.approx(-d)                     # d/dlogp (logp - ref)^2 / 2 = -d = 0.693
+    assert logp.grad.item() == pytest.approx(-d)  # d/dlogp (logp - ref)^2 / 2 = -d = 0.693
 
 
 def test_bias_corrected_kl_hand_computed():
     # ratio r = 0.6 / 0.5 = 1.2; d = log(0.3 / 0.6); loss = beta * r * k3 (advantage 0, one token).
     logp = torch.tensor([[math.log(0.6)]], requires_grad=True)
     old, ref = torch.tensor([[math.log(0.5)]]), torch.tensor([[math.log(0.3)]])
-    out = policy_loss(logp, old, torch.tensor([0.0]), torch.ones(1, 1), beta=1.0, ref_logp=ref, loss_type="bnpo",
-                      use_bias_correction_kl=True)
+    out = policy_loss(
+        logp,
+        old,
+        torch.tensor([0.0]),
+        torch.ones(1, 1),
+        beta=1.0,
+        ref_logp=ref,
+        loss_type="bnpo",
+        use_bias_correction_kl=True,
+    )
     r, d = 1.2, math.log(0.5)
     k3 = math.exp(d) - d - 1
     assert out.loss.item() == pytest.approx(r * k3, rel=1e-5)
@@ -162,17 +179,32 @@ def test_bias_corrected_k3_gradient_is_the_kl_gradient_on_policy():
     theta = torch.tensor([1.5, -0.5, 0.0], requires_grad=True)
     q = torch.tensor([0.2, 0.4, 0.4])
     p = theta.softmax(-1)
-    true_grad, = torch.autograd.grad((p * (p / q).log()).sum(), theta)
+    (true_grad,) = torch.autograd.grad((p * (p / q).log()).sum(), theta)
     x = torch.multinomial(p.detach(), 200_000, replacement=True)
-    logp = theta.log_softmax(-1)[x].unsqueeze(0)                     # [1, N]
-    out = policy_loss(logp, logp.detach(), torch.zeros(1), torch.ones_like(logp), beta=1.0, loss_type="bnpo",
-                      ref_logp=q.log()[x].unsqueeze(0), use_bias_correction_kl=True)
-    grad, = torch.autograd.grad(out.loss, theta, retain_graph=True)
+    logp = theta.log_softmax(-1)[x].unsqueeze(0)  # [1, N]
+    out = policy_loss(
+        logp,
+        logp.detach(),
+        torch.zeros(1),
+        torch.ones_like(logp),
+        beta=1.0,
+        loss_type="bnpo",
+        ref_logp=q.log()[x].unsqueeze(0),
+        use_bias_correction_kl=True,
+    )
+    (grad,) = torch.autograd.grad(out.loss, theta, retain_graph=True)
     assert torch.allclose(grad, true_grad, atol=0.01)
-    plain = policy_loss(logp, logp.detach(), torch.zeros(1), torch.ones_like(logp), beta=1.0, loss_type="bnpo",
-                        ref_logp=q.log()[x].unsqueeze(0))
-    biased, = torch.autograd.grad(plain.loss, theta)
-    assert (biased - true_grad).abs().max() > 0.05                  # k3's own gradient is not the KL's
+    plain = policy_loss(
+        logp,
+        logp.detach(),
+        torch.zeros(1),
+        torch.ones_like(logp),
+        beta=1.0,
+        loss_type="bnpo",
+        ref_logp=q.log()[x].unsqueeze(0),
+    )
+    (biased,) = torch.autograd.grad(plain.loss, theta)
+    assert (biased - true_grad).abs().max() > 0.05  # k3's own gradient is not the KL's
 
 
 # ---- bnpo: the trainer's normaliser ---------------------------------------------------------------------------------
@@ -191,7 +223,7 @@ def test_bnpo_with_the_step_normaliser_is_the_local_token_mean_of_the_step():
 # ---- ratio skip threshold (ColossalChat's skip_threshold) -----------------------------------------------------------
 def test_completions_above_the_ratio_threshold_leave_the_loss_and_are_counted():
     old = torch.zeros(3, 2)
-    logp = torch.log(torch.tensor([[3.0, 3.0], [1.1, 0.9], [2.5, 1.0]])).requires_grad_(True)   # mean ratios 3, 1, 1.75
+    logp = torch.log(torch.tensor([[3.0, 3.0], [1.1, 0.9], [2.5, 1.0]])).requires_grad_(True)  # mean ratios 3, 1, 1.75
     adv = torch.tensor([-1.0, 1.0, -1.0])
     mask = torch.ones(3, 2)
     out = policy_loss(logp, old, adv, mask, loss_type="grpo", ratio_skip_threshold=2.0)

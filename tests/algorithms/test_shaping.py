@@ -17,7 +17,7 @@ def test_truncated_mask():
 
 
 def test_dynamic_sampling_keeps_mixed_groups_only():
-    rewards = torch.tensor([1.0, 1.0, 1.0, 1.0,   0.0, 0.0, 0.0, 0.0,   1.0, 0.0, 0.0, 0.0])
+    rewards = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0])
     assert torch.allclose(group_success_rate(rewards, 4, 1.0), torch.tensor([1.0, 0.0, 0.25]))
     assert dynamic_sampling_keep(rewards, 4, (0.01, 0.99)).tolist() == [False, False, True]
     # a format bonus below the threshold is not a success

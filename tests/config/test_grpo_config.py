@@ -24,7 +24,7 @@ def test_bf16_follows_the_launchers_mixed_precision(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
     args = config(tmp_path)
     assert args.bf16 is True
-    assert args.engine_dtype == "bfloat16"          # vLLM computes in the policy's compute dtype
+    assert args.engine_dtype == "bfloat16"  # vLLM computes in the policy's compute dtype
     assert config(tmp_path, vllm_dtype="float32").engine_dtype == "float32"
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
     assert config(tmp_path).bf16 is False
@@ -33,8 +33,11 @@ def test_bf16_follows_the_launchers_mixed_precision(tmp_path, monkeypatch):
 def test_a_recipe_contradicting_deepspeeds_mixed_precision_fails_naming_both(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
-    with pytest.raises(ValueError, match=r"bf16=False but the accelerate config runs DeepSpeed with "
-                                         r"mixed_precision='bf16'"):
+    with pytest.raises(
+        ValueError,
+        match=r"bf16=False but the accelerate config runs DeepSpeed with "
+        r"mixed_precision='bf16'",
+    ):
         config(tmp_path, bf16=False)
 
 
@@ -43,15 +46,17 @@ def test_gradient_checkpointing_defaults_to_non_reentrant_when_on(tmp_path):
     assert args.gradient_checkpointing_kwargs == {"use_reentrant": False}
 
 
-@pytest.mark.parametrize("field,value", [("logprob_path", "fused"), ("dtype", "float8"), ("kl_estimator", "k4"),
-                                         ("reinforce_pp_whitening", "prompt")])
+@pytest.mark.parametrize(
+    "field,value",
+    [("logprob_path", "fused"), ("dtype", "float8"), ("kl_estimator", "k4"), ("reinforce_pp_whitening", "prompt")],
+)
 def test_unknown_choices_are_named(tmp_path, field, value):
     with pytest.raises(ValueError, match=f"{field}={value!r} is not one of"):
         config(tmp_path, **{field: value})
 
 
 def test_bias_corrected_kl_follows_trl_for_k1_k3_and_is_refused_where_it_biases(tmp_path):
-    assert config(tmp_path).use_bias_correction_kl is True                          # k3, TRL's default
+    assert config(tmp_path).use_bias_correction_kl is True  # k3, TRL's default
     assert config(tmp_path, kl_estimator="k2").use_bias_correction_kl is False
     assert config(tmp_path, kl_estimator="k3+").use_bias_correction_kl is False
     assert config(tmp_path, use_bias_correction_kl=False).use_bias_correction_kl is False

@@ -18,13 +18,15 @@ def test_required_recipes_exist():
 def test_every_recipe_parses_into_a_valid_config(path, tmp_path):
     values = read_recipe(path)
     if values.get("old_logprobs_from_sampler") and importlib.util.find_spec("vllm") is None:
-        pytest.skip("the recipe takes the sampler's log-probs, which only vLLM returns (`make test-latest` has no vLLM)")
+        pytest.skip(
+            "the recipe takes the sampler's log-probs, which only vLLM returns (`make test-latest` has no vLLM)"
+        )
     config = parse_config(["--recipe", str(path), "--output_dir", str(tmp_path)])
     for key, value in values.items():
         actual = getattr(config, key)
-        if key == "report_to":          # TrainingArguments normalises "none" to []
+        if key == "report_to":  # TrainingArguments normalises "none" to []
             assert actual == ([] if value == "none" else [value] if isinstance(value, str) else value)
-        elif key != "output_dir":       # enums (eval_strategy, lr_scheduler_type) compare by value
+        elif key != "output_dir":  # enums (eval_strategy, lr_scheduler_type) compare by value
             assert actual == value or getattr(actual, "value", None) == value, key
     assert config.recipe == str(path)
 
@@ -33,7 +35,7 @@ def test_cli_overrides_recipe(tmp_path):
     path = Path(__file__).resolve().parents[2] / "recipes" / "dapo.yaml"
     config = parse_config(["--config", str(path), "--learning_rate", "3e-6", "--output_dir", str(tmp_path)])
     assert config.learning_rate == 3e-6
-    assert config.epsilon_high == 0.28          # from the recipe
+    assert config.epsilon_high == 0.28  # from the recipe
     assert config.dynamic_sampling is True
 
 
@@ -50,18 +52,24 @@ def test_unknown_cli_flag_suggests(tmp_path):
 
 
 def test_batch_arithmetic_rule_is_stated(tmp_path):
-    with pytest.raises(ValueError, match=r"per_device_train_batch_size \(6\) x steps_per_generation \(1\) = 6 "
-                                         r"completions must be a multiple of num_generations \(4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"per_device_train_batch_size \(6\) x steps_per_generation \(1\) = 6 "
+        r"completions must be a multiple of num_generations \(4\)",
+    ):
         GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=6, num_generations=4)
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("loss_type", "ppo", "loss_type='ppo' is not one of"),
-    ("advantage_estimator", "gae", "advantage_estimator='gae' is not one of"),
-    ("num_generations", 1, "num_generations must be >= 2"),
-    ("overlong_buffer_length", 999, "overlong_buffer_length"),
-    ("dynamic_sampling_filter_range", [0.9, 0.1], "dynamic_sampling_filter_range"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("loss_type", "ppo", "loss_type='ppo' is not one of"),
+        ("advantage_estimator", "gae", "advantage_estimator='gae' is not one of"),
+        ("num_generations", 1, "num_generations must be >= 2"),
+        ("overlong_buffer_length", 999, "overlong_buffer_length"),
+        ("dynamic_sampling_filter_range", [0.9, 0.1], "dynamic_sampling_filter_range"),
+    ],
+)
 def test_invalid_values_fail_early(tmp_path, field, value, message):
     kwargs = {"output_dir": str(tmp_path), "per_device_train_batch_size": 8, "num_generations": 4, field: value}
     if field == "num_generations":
@@ -72,8 +80,10 @@ def test_invalid_values_fail_early(tmp_path, field, value, message):
 
 def test_every_field_has_help():
     import dataclasses
-    ours = {f.name for f in dataclasses.fields(GRPOConfig)} - {f.name for f in dataclasses.fields(
-        __import__("transformers").TrainingArguments)}
+
+    ours = {f.name for f in dataclasses.fields(GRPOConfig)} - {
+        f.name for f in dataclasses.fields(__import__("transformers").TrainingArguments)
+    }
     for f in dataclasses.fields(GRPOConfig):
         if f.name in ours:
             assert f.metadata.get("help"), f"{f.name} has no help"

@@ -75,55 +75,98 @@ def test_unknown_field_is_a_did_you_mean_error_not_a_bare_type_error(tmp_path):
         GRPOConfig(output_dir=str(tmp_path), scale_reward="batch")
 
 
-@pytest.mark.parametrize("value,estimator", [("group", "grpo"), ("batch", "grpo_batch_std"), ("none", "dr_grpo"),
-                                             (True, "grpo"), (False, "dr_grpo"), ("false", "dr_grpo")])
+@pytest.mark.parametrize(
+    "value,estimator",
+    [
+        ("group", "grpo"),
+        ("batch", "grpo_batch_std"),
+        ("none", "dr_grpo"),
+        (True, "grpo"),
+        (False, "dr_grpo"),
+        ("false", "dr_grpo"),
+    ],
+)
 def test_scale_rewards_maps_onto_advantage_estimator(tmp_path, value, estimator):
     assert GRPOConfig(output_dir=str(tmp_path), **BASE, scale_rewards=value).advantage_estimator == estimator
 
 
 def test_mapping_conflicts_name_both_fields(tmp_path):
-    with pytest.raises(ValueError, match="scale_rewards='none' means advantage_estimator='dr_grpo', but "
-                                         "advantage_estimator='rloo' is also set"):
+    with pytest.raises(
+        ValueError,
+        match="scale_rewards='none' means advantage_estimator='dr_grpo', but advantage_estimator='rloo' is also set",
+    ):
         GRPOConfig(output_dir=str(tmp_path), **BASE, scale_rewards="none", advantage_estimator="rloo")
     with pytest.raises(ValueError, match="use_vllm=False means generation_backend='hf'"):
         GRPOConfig(output_dir=str(tmp_path), **BASE, use_vllm=False, generation_backend="vllm")
     with pytest.raises(ValueError, match="vllm_importance_sampling_level"):
-        GRPOConfig(output_dir=str(tmp_path), **BASE, vllm_importance_sampling_mode="token_mask",
-                   vllm_importance_sampling_level="sequence")
+        GRPOConfig(
+            output_dir=str(tmp_path),
+            **BASE,
+            vllm_importance_sampling_mode="token_mask",
+            vllm_importance_sampling_level="sequence",
+        )
 
 
 def test_vllm_fields_map(tmp_path):
-    c = GRPOConfig(output_dir=str(tmp_path), **BASE, use_vllm=True, vllm_mode="server",
-                   vllm_server_base_url="http://10.0.0.5:8001/", vllm_max_model_length=777)
+    c = GRPOConfig(
+        output_dir=str(tmp_path),
+        **BASE,
+        use_vllm=True,
+        vllm_mode="server",
+        vllm_server_base_url="http://10.0.0.5:8001/",
+        vllm_max_model_length=777,
+    )
     assert c.vllm_server_urls == ["http://10.0.0.5:8001"] and c.vllm_max_model_len == 777
     c = GRPOConfig(output_dir=str(tmp_path), **BASE, use_vllm=True, vllm_mode="server", vllm_server_port=9001)
     assert c.vllm_server_urls == ["http://127.0.0.1:9001"]
-    c = GRPOConfig(output_dir=str(tmp_path), **BASE, use_vllm=True, vllm_mode="server")     # TRL's default server
+    c = GRPOConfig(output_dir=str(tmp_path), **BASE, use_vllm=True, vllm_mode="server")  # TRL's default server
     assert c.vllm_server_urls == ["http://127.0.0.1:8000"]
-    c = GRPOConfig(output_dir=str(tmp_path), **BASE, vllm_importance_sampling_mode="token_mask",
-                   vllm_importance_sampling_clip_max=4.0, vllm_importance_sampling_clip_min=0.5)
+    c = GRPOConfig(
+        output_dir=str(tmp_path),
+        **BASE,
+        vllm_importance_sampling_mode="token_mask",
+        vllm_importance_sampling_clip_max=4.0,
+        vllm_importance_sampling_clip_min=0.5,
+    )
     assert (c.vllm_importance_sampling_level, c.vllm_importance_sampling_cap) == ("token", 4.0)
     with pytest.raises(ValueError, match="vllm_importance_sampling_mode='token_clip' is not one of"):
         GRPOConfig(output_dir=str(tmp_path), **BASE, vllm_importance_sampling_mode="token_clip")
 
 
 def test_generation_fields(tmp_path):
-    c = GRPOConfig(output_dir=str(tmp_path), **BASE, per_device_train_batch_size=4, num_generations=4,
-                   generation_batch_size=12, generation_kwargs={"top_k": 7, "max_tokens": 40})
+    c = GRPOConfig(
+        output_dir=str(tmp_path),
+        **BASE,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        generation_batch_size=12,
+        generation_kwargs={"top_k": 7, "max_tokens": 40},
+    )
     assert c.steps_per_generation == 3 and c.top_k == 7 and c.max_completion_length == 40
     with pytest.raises(ValueError, match="generation_kwargs key 'num_beams' has no equivalent"):
         GRPOConfig(output_dir=str(tmp_path), **BASE, generation_kwargs={"num_beams": 2})
     with pytest.raises(ValueError, match="generation_batch_size or steps_per_generation, not both"):
-        GRPOConfig(output_dir=str(tmp_path), **BASE, per_device_train_batch_size=4, num_generations=4,
-                   generation_batch_size=12, steps_per_generation=2)
+        GRPOConfig(
+            output_dir=str(tmp_path),
+            **BASE,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            generation_batch_size=12,
+            steps_per_generation=2,
+        )
     with pytest.raises(ValueError, match="generation_batch_size \\(10\\) must be a multiple"):
-        GRPOConfig(output_dir=str(tmp_path), **BASE, per_device_train_batch_size=4, num_generations=4,
-                   generation_batch_size=10)
+        GRPOConfig(
+            output_dir=str(tmp_path), **BASE, per_device_train_batch_size=4, num_generations=4, generation_batch_size=10
+        )
 
 
 def test_model_init_kwargs(tmp_path):
-    c = GRPOConfig(output_dir=str(tmp_path), **BASE, trust_remote_code=True,
-                   model_init_kwargs='{"dtype": "bfloat16", "revision": "main", "attn_implementation": "eager"}')
+    c = GRPOConfig(
+        output_dir=str(tmp_path),
+        **BASE,
+        trust_remote_code=True,
+        model_init_kwargs='{"dtype": "bfloat16", "revision": "main", "attn_implementation": "eager"}',
+    )
     assert c.model_init_kwargs == {"revision": "main", "trust_remote_code": True}
     assert (c.dtype, c.attn_implementation) == ("bfloat16", "eager")
     with pytest.raises(ValueError, match="model_init_kwargs must be a dict or a JSON object string"):
@@ -139,12 +182,27 @@ def test_algorithm_bounds(tmp_path):
 
 def test_trl_fields_in_recipes_and_flags(tmp_path):
     recipe = tmp_path / "trl.yaml"
-    recipe.write_text("use_vllm: false\nscale_rewards: batch\ndelta: 1.5\nlog_completions: true\n"
-                      "report_to: none\nuse_cpu: true\n")
-    c = parse_config(["--recipe", str(recipe), "--output_dir", str(tmp_path), "--top_entropy_quantile", "0.2",
-                      "--chat_template_kwargs", '{"enable_thinking": false}'])
-    assert (c.generation_backend, c.advantage_estimator, c.delta, c.top_entropy_quantile) == \
-        ("hf", "grpo_batch_std", 1.5, 0.2)
+    recipe.write_text(
+        "use_vllm: false\nscale_rewards: batch\ndelta: 1.5\nlog_completions: true\nreport_to: none\nuse_cpu: true\n"
+    )
+    c = parse_config(
+        [
+            "--recipe",
+            str(recipe),
+            "--output_dir",
+            str(tmp_path),
+            "--top_entropy_quantile",
+            "0.2",
+            "--chat_template_kwargs",
+            '{"enable_thinking": false}',
+        ]
+    )
+    assert (c.generation_backend, c.advantage_estimator, c.delta, c.top_entropy_quantile) == (
+        "hf",
+        "grpo_batch_std",
+        1.5,
+        0.2,
+    )
     assert c.log_completions and c.chat_template_kwargs == {"enable_thinking": False}
     recipe.write_text("scale_reward: batch\n")
     with pytest.raises(RecipeError, match="did you mean `scale_rewards`"):

@@ -36,7 +36,7 @@ def test_deterministic_per_seed_and_prefix_stable():
 
 def _expected(question):
     nums = [int(x) for x in re.findall(r"\d+", question)]
-    assert len(nums) == 2, question     # one-step problems only (see the module docstring)
+    assert len(nums) == 2, question  # one-step problems only (see the module docstring)
     if "in each" in question or "each of" in question:
         return nums[0] * nums[1]
     if "takes" in question or "gives" in question:

@@ -32,10 +32,13 @@ def load_error(path, **kwargs):
 
 
 def test_colossalchat_math_dict_and_list_messages(tmp_path):
-    path = write_jsonl(tmp_path, [
-        {"messages": user("What is 2+3?"), "gt_answer": 5},
-        {"messages": [{"role": "system", "content": "Be brief."}, user("What is 1+1?")], "gt_answer": "2"},
-    ])
+    path = write_jsonl(
+        tmp_path,
+        [
+            {"messages": user("What is 2+3?"), "gt_answer": 5},
+            {"messages": [{"role": "system", "content": "Be brief."}, user("What is 1+1?")], "gt_answer": "2"},
+        ],
+    )
     ds = load_prompt_dataset(path)
     assert ds.column_names == ["prompt", "gt_answer"]
     assert ds.to_list() == [
@@ -54,10 +57,13 @@ def test_colossalchat_code_rows_keep_test_cases_and_extra_columns(tmp_path):
 
 
 def test_raw_gsm8k_rows(tmp_path):
-    path = write_jsonl(tmp_path, [
-        {"question": "How many?", "answer": "2 + 2 = 4\n#### 4"},
-        {"question": "How much?", "answer": "Some #### in text\n1000+234=1234\n#### 1,234"},
-    ])
+    path = write_jsonl(
+        tmp_path,
+        [
+            {"question": "How many?", "answer": "2 + 2 = 4\n#### 4"},
+            {"question": "How much?", "answer": "Some #### in text\n1000+234=1234\n#### 1,234"},
+        ],
+    )
     rows = load_prompt_dataset(path).to_list()
     assert rows[0] == {"prompt": [user("How many?")], "gt_answer": "4", "answer": "2 + 2 = 4\n#### 4"}
     assert rows[1]["gt_answer"] == "1234"  # final '####', commas stripped
@@ -101,13 +107,15 @@ def test_malformed_json_reports_file_and_line(tmp_path):
 
 
 def test_a_non_utf8_byte_is_reported_at_its_line_and_byte(tmp_path):
-    first, bad = b'{"prompt": "a"}\r\n', b'{"prompt": "caf\xe9"}\r\n'   # Latin-1 e-acute on line 3
-    data = b"\xef\xbb\xbf" + first + b"\r\n" + bad                           # BOM, CRLF ends, a blank line 2
+    first, bad = b'{"prompt": "a"}\r\n', b'{"prompt": "caf\xe9"}\r\n'  # Latin-1 e-acute on line 3
+    data = b"\xef\xbb\xbf" + first + b"\r\n" + bad  # BOM, CRLF ends, a blank line 2
     path = tmp_path / "latin1.jsonl"
     path.write_bytes(data)
     in_line, in_file = bad.index(b"\xe9") + 1, data.index(b"\xe9") + 1
-    assert load_error(path) == (f"{path}:3: not UTF-8: byte 0xe9 at byte {in_line} of the line (byte {in_file} of "
-                                f"the file); save the file as UTF-8")
+    assert load_error(path) == (
+        f"{path}:3: not UTF-8: byte 0xe9 at byte {in_line} of the line (byte {in_file} of "
+        f"the file); save the file as UTF-8"
+    )
 
 
 def test_bom_and_every_line_end_are_read_as_in_text_mode(tmp_path):
@@ -133,23 +141,33 @@ def test_missing_keys_lists_keys_and_formats(tmp_path):
     assert "GSM8K" in msg and "prompt_column='prompt'" in msg
 
 
-@pytest.mark.parametrize("row, key, detail", [
-    ({"messages": 5, "gt_answer": "1"}, "'messages'", "got int"),
-    ({"messages": [], "gt_answer": "1"}, "'messages'", "empty list"),
-    ({"messages": [user("a"), {"role": "bot", "content": "b"}], "gt_answer": "1"}, "'messages[1].role'", "'bot'"),
-    ({"messages": [{"role": "user", "content": ["a"]}], "gt_answer": "1"}, "'messages[0].content'", "got list"),
-    ({"messages": [{"role": "user"}], "gt_answer": "1"}, "'messages[0].content'", "['role']"),
-    ({"messages": user("a"), "gt_answer": [1]}, "'gt_answer'", "got list"),
-    ({"messages": user("a"), "test_cases": {"inputs": ["1"], "outputs": ["1", "2"]}}, "'test_cases'",
-     "1 inputs and 2 outputs"),
-    ({"messages": user("a"), "test_cases": {"inputs": ["1"], "outputs": [1]}}, "'test_cases.outputs[0]'", "got int"),
-    ({"messages": user("a"), "test_cases": {"inputs": ["1"]}}, "'test_cases.outputs'", "got null"),
-    ({"messages": user("a"), "test_cases": ["1"]}, "'test_cases'", "got list"),
-    ({"question": "q", "answer": "no marker"}, "'answer'", "####"),
-    ({"question": "q", "answer": "#### many"}, "'answer'", "'many'"),
-    ({"question": 3, "answer": "#### 1"}, "'question'", "got int"),
-    ({"prompt": 7}, "'prompt'", "got int"),
-])
+@pytest.mark.parametrize(
+    "row, key, detail",
+    [
+        ({"messages": 5, "gt_answer": "1"}, "'messages'", "got int"),
+        ({"messages": [], "gt_answer": "1"}, "'messages'", "empty list"),
+        ({"messages": [user("a"), {"role": "bot", "content": "b"}], "gt_answer": "1"}, "'messages[1].role'", "'bot'"),
+        ({"messages": [{"role": "user", "content": ["a"]}], "gt_answer": "1"}, "'messages[0].content'", "got list"),
+        ({"messages": [{"role": "user"}], "gt_answer": "1"}, "'messages[0].content'", "['role']"),
+        ({"messages": user("a"), "gt_answer": [1]}, "'gt_answer'", "got list"),
+        (
+            {"messages": user("a"), "test_cases": {"inputs": ["1"], "outputs": ["1", "2"]}},
+            "'test_cases'",
+            "1 inputs and 2 outputs",
+        ),
+        (
+            {"messages": user("a"), "test_cases": {"inputs": ["1"], "outputs": [1]}},
+            "'test_cases.outputs[0]'",
+            "got int",
+        ),
+        ({"messages": user("a"), "test_cases": {"inputs": ["1"]}}, "'test_cases.outputs'", "got null"),
+        ({"messages": user("a"), "test_cases": ["1"]}, "'test_cases'", "got list"),
+        ({"question": "q", "answer": "no marker"}, "'answer'", "####"),
+        ({"question": "q", "answer": "#### many"}, "'answer'", "'many'"),
+        ({"question": 3, "answer": "#### 1"}, "'question'", "got int"),
+        ({"prompt": 7}, "'prompt'", "got int"),
+    ],
+)
 def test_wrong_types_report_line_and_key(tmp_path, row, key, detail):
     msg = load_error(write_jsonl(tmp_path, ["", row]))  # the row is on line 2
     assert "data.jsonl:2: key " + key in msg
@@ -166,11 +184,14 @@ def test_empty_and_blank_only_files_name_the_file(tmp_path):
 
 
 def test_mixed_formats_fail_at_first_deviating_line(tmp_path):
-    path = write_jsonl(tmp_path, [
-        {"messages": user("a"), "gt_answer": "1"},
-        {"messages": user("b"), "gt_answer": "2"},
-        {"question": "c", "answer": "#### 3"},
-    ])
+    path = write_jsonl(
+        tmp_path,
+        [
+            {"messages": user("a"), "gt_answer": "1"},
+            {"messages": user("b"), "gt_answer": "2"},
+            {"question": "c", "answer": "#### 3"},
+        ],
+    )
     msg = load_error(path)
     assert "data.jsonl:3" in msg and "'gsm8k'" in msg and "'math'" in msg
 

@@ -72,7 +72,8 @@ def test_save_to_disk_json_and_parquet_files(tmp_path):
     json_path = tmp_path / "rows.json"
     json_path.write_text(json.dumps([{"question": "q?", "answer": "so\n#### 7"}]))
     assert load_prompt_dataset(str(json_path)).to_list() == [
-        {"prompt": [user("q?")], "gt_answer": "7", "answer": "so\n#### 7"}]
+        {"prompt": [user("q?")], "gt_answer": "7", "answer": "so\n#### 7"}
+    ]
 
     parquet_path = tmp_path / "rows.parquet"
     Dataset.from_dict({"text": ["hello"], "gt_answer": ["1"]}).to_parquet(str(parquet_path))

@@ -66,8 +66,13 @@ def test_encode_rejects_non_prompts(tokenizer):
 
 
 def test_encode_prompts_batches_match_single_encodes(tokenizer):
-    chats = [[user("one")], [user("two three four")], [{"role": "system", "content": "five"}, user("one")],
-             [user("")], [user("nine two")]]
+    chats = [
+        [user("one")],
+        [user("two three four")],
+        [{"role": "system", "content": "five"}, user("one")],
+        [user("")],
+        [user("nine two")],
+    ]
     expected = [encode_prompt(tokenizer, p) for p in chats]
     assert encode_prompts(tokenizer, chats, chunk_size=2) == expected
     assert expected[0] == [3, 5, 4]
@@ -93,12 +98,15 @@ class _StubTokenizer:
         return self.output
 
 
-@pytest.mark.parametrize("output", [
-    [3, 5, 4],  # transformers 4
-    BatchEncoding({"input_ids": [3, 5, 4], "attention_mask": [1, 1, 1]}),  # transformers 5
-    {"input_ids": [[3, 5, 4]]},
-    torch.tensor([3, 5, 4]),
-])
+@pytest.mark.parametrize(
+    "output",
+    [
+        [3, 5, 4],  # transformers 4
+        BatchEncoding({"input_ids": [3, 5, 4], "attention_mask": [1, 1, 1]}),  # transformers 5
+        {"input_ids": [[3, 5, 4]]},
+        torch.tensor([3, 5, 4]),
+    ],
+)
 def test_encode_normalises_chat_template_outputs(output):
     ids = encode_prompt(_StubTokenizer(output), [user("x")])
     assert ids == [3, 5, 4] and all(type(t) is int for t in ids)
@@ -106,12 +114,14 @@ def test_encode_normalises_chat_template_outputs(output):
 
 def test_filter_long_prompts_drops_exactly_the_long_rows(tokenizer, caplog):
     # Encoded lengths: 2 + words (<|user|> ... <|assistant|>); with max 5: keep <= 3 words.
-    ds = Dataset.from_list([
-        {"prompt": [user("one")], "id": 0},                          # 3 tokens
-        {"prompt": [user("one two three four")], "id": 1},           # 6 tokens -> dropped
-        {"prompt": [user("one two three")], "id": 2},                # 5 tokens (boundary, kept)
-        {"prompt": [user("one two three four five one")], "id": 3},  # 8 tokens -> dropped
-    ])
+    ds = Dataset.from_list(
+        [
+            {"prompt": [user("one")], "id": 0},  # 3 tokens
+            {"prompt": [user("one two three four")], "id": 1},  # 6 tokens -> dropped
+            {"prompt": [user("one two three")], "id": 2},  # 5 tokens (boundary, kept)
+            {"prompt": [user("one two three four five one")], "id": 3},  # 8 tokens -> dropped
+        ]
+    )
     with caplog.at_level(logging.WARNING, logger="hf_grpo.data"):
         kept, dropped = filter_long_prompts(ds, tokenizer, 5)
     assert dropped == 2
@@ -119,8 +129,12 @@ def test_filter_long_prompts_drops_exactly_the_long_rows(tokenizer, caplog):
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     message = warnings[0].getMessage()
-    assert "dropped 2 of 4" in message and "longer than 5 tokens" in message and "dataset[1], 6 tokens" in message \
+    assert (
+        "dropped 2 of 4" in message
+        and "longer than 5 tokens" in message
+        and "dataset[1], 6 tokens" in message
         and "one two three four" in message
+    )
 
 
 def test_filter_long_string_prompts(tokenizer):

@@ -13,8 +13,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 @pytest.mark.parametrize("backend,peft", [("ddp", False), ("zero3", False)])
 def test_uneven_tool_use_across_ranks_does_not_hang(backend, peft, tiny_llama_path, tmp_path):
-    config = {"max_tool_calling_iterations": 4, "max_completion_length": 256, "max_steps": 2, "use_peft": peft,
-              "beta": 0.0 if peft else 0.04}
+    config = {
+        "max_tool_calling_iterations": 4,
+        "max_completion_length": 256,
+        "max_steps": 2,
+        "use_peft": peft,
+        "beta": 0.0 if peft else 0.04,
+    }
     launch(backend, tiny_llama_path, tmp_path, {"config": config, "scripted_tool_calls": [0, 50]}, timeout=420)
     r0, r1 = results(tmp_path)
     if not peft:

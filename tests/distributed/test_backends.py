@@ -22,12 +22,20 @@ from tests.helpers.models import save_tiny_classifier
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
-COLOCATE = {"generation_backend": "vllm", "vllm_mode": "colocate", "vllm_enforce_eager": True,
-            "vllm_kv_cache_gib": 0.25, "max_prompt_length": 256}
+COLOCATE = {
+    "generation_backend": "vllm",
+    "vllm_mode": "colocate",
+    "vllm_enforce_eager": True,
+    "vllm_kv_cache_gib": 0.25,
+    "max_prompt_length": 256,
+}
 
 
-@pytest.mark.parametrize("backend,peft", [(b, False) for b in BACKENDS] + [("ddp", True), ("zero3", True)],
-                         ids=list(BACKENDS) + ["ddp-lora", "zero3-lora"])
+@pytest.mark.parametrize(
+    "backend,peft",
+    [(b, False) for b in BACKENDS] + [("ddp", True), ("zero3", True)],
+    ids=list(BACKENDS) + ["ddp-lora", "zero3-lora"],
+)
 def test_backend_trains_with_colocated_vllm_and_a_reference_model(backend, peft, vllm_tiny_path, tmp_path):
     # The configs' own mixed precision: fp32 for ddp.yaml, bf16 for the DeepSpeed and FSDP configs. With LoRA the
     # reference is the policy with its adapter disabled, and vLLM receives the merged weights.
@@ -42,8 +50,9 @@ def test_backend_trains_with_colocated_vllm_and_a_reference_model(backend, peft,
     assert 0 < logs[1]["kl"] < 1.0
     low_precision = backend != "ddp"
     assert all(r["sampling/logp_difference/mean"] < (0.02 if low_precision else 1e-3) for r in logs)
-    assert r0["ref_model"] == ("NoneType" if peft else "DeepSpeedEngine" if backend.startswith("zero")
-                               else "LlamaForCausalLM")
+    assert r0["ref_model"] == (
+        "NoneType" if peft else "DeepSpeedEngine" if backend.startswith("zero") else "LlamaForCausalLM"
+    )
     if backend == "fsdp2":
         assert "accelerate runs FSDP only on GPUs" in proc.stderr
 
@@ -54,9 +63,16 @@ def test_zero3_ranks_with_different_shapes_and_generation_rounds_stay_in_step(ti
     rounds. With 4-token log-prob chunks the ranks would also run different numbers of head passes. Before the fix
     this hung; a reward model (loaded while ZeRO-3 partitions every from_pretrained) scores alongside."""
     rm_path = save_tiny_classifier(tmp_path / "rm", tokenizer)
-    spec = {"reward": ["rank1_constant_reward", f"model:{rm_path}"], "config": {
-        "reward_weights": [1.0, 0.0], "logprob_chunk_size": 4, "dynamic_sampling": True,
-        "dynamic_sampling_success_threshold": 0.3, "dynamic_sampling_max_rounds": 1}}
+    spec = {
+        "reward": ["rank1_constant_reward", f"model:{rm_path}"],
+        "config": {
+            "reward_weights": [1.0, 0.0],
+            "logprob_chunk_size": 4,
+            "dynamic_sampling": True,
+            "dynamic_sampling_success_threshold": 0.3,
+            "dynamic_sampling_max_rounds": 1,
+        },
+    }
     launch("zero3", tiny_llama_path, tmp_path / "run", spec, timeout=240)
     r0, r1 = results(tmp_path / "run")
     assert_ranks_agree_and_trained(r0, r1, tiny_llama_path)
@@ -64,8 +80,11 @@ def test_zero3_ranks_with_different_shapes_and_generation_rounds_stay_in_step(ti
     assert all(r["skipped_zero_advantage_frac"] > 0 for r in logs)
     assert logs[-1]["dynamic_sampling/rounds"] > 0
     # The reward model scored with its whole weights: its logged values are what the same model loaded here gives.
-    records = [json.loads(line) for line in (tmp_path / "run" / "run0" / "rollouts" / "step_000001.jsonl")
-               .read_text().splitlines()]
-    expected = RewardModel(rm_path)(prompts=[r["prompt"] for r in records],
-                                    completions=[r["completion"] for r in records])
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "run0" / "rollouts" / "step_000001.jsonl").read_text().splitlines()
+    ]
+    expected = RewardModel(rm_path)(
+        prompts=[r["prompt"] for r in records], completions=[r["completion"] for r in records]
+    )
     assert [r["rewards"]["rm"] for r in records] == pytest.approx(expected, abs=1e-4)

@@ -41,8 +41,12 @@ def test_two_process_ddp_ranks_end_identical(tiny_llama_path, tmp_path):
 @pytest.mark.multiprocess
 def test_reward_crash_on_one_rank_still_saves_a_checkpoint(tiny_llama_path, tmp_path):
     """Rank 1's reward raises at step 2 while rank 0's is fine: both stop, and checkpoint-1 is saved first."""
-    proc = launch("ddp", tiny_llama_path, tmp_path, {"mode": "reward-crash", "reward": ["rank1_fails_after_first_step"],
-                                                     "config": {"max_steps": 3}})
+    proc = launch(
+        "ddp",
+        tiny_llama_path,
+        tmp_path,
+        {"mode": "reward-crash", "reward": ["rank1_fails_after_first_step"], "config": {"max_steps": 3}},
+    )
     assert "rank 1 stopped: " in proc.stdout and "rank 0 stopped: a reward function failed on another" in proc.stdout
     assert (tmp_path / "run0" / "checkpoint-1" / "model.safetensors").is_file()
     assert (tmp_path / "run0" / "checkpoint-1" / "trainer_state.json").is_file()
@@ -63,15 +67,26 @@ def test_launched_cpu_processes_join_one_group_without_use_cpu(tmp_path):
     # The documented `accelerate launch --config_file accelerate_configs/ddp.yaml train.py --recipe ...` on a machine
     # without CUDA: a recipe that does not say use_cpu must still give one world of 2, not 2 worlds of 1.
     script = tmp_path / "world.py"
-    script.write_text("import json, os, sys\n"
-                      "from hf_grpo.config import GRPOConfig\n"
-                      "args = GRPOConfig(output_dir=sys.argv[1], report_to='none')\n"
-                      "rank = os.environ['RANK']\n"
-                      "open(os.path.join(sys.argv[1], f'rank{rank}.json'), 'w').write(json.dumps(\n"
-                      "    {'world_size': args.world_size, 'process_index': args.process_index}))\n")
+    script.write_text(
+        "import json, os, sys\n"
+        "from hf_grpo.config import GRPOConfig\n"
+        "args = GRPOConfig(output_dir=sys.argv[1], report_to='none')\n"
+        "rank = os.environ['RANK']\n"
+        "open(os.path.join(sys.argv[1], f'rank{rank}.json'), 'w').write(json.dumps(\n"
+        "    {'world_size': args.world_size, 'process_index': args.process_index}))\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / "accelerate_configs/ddp.yaml"), "--num_processes", "2", str(script), str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "accelerate_configs/ddp.yaml"),
+        "--num_processes",
+        "2",
+        str(script),
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -21,8 +21,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 def ranks(smol_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("fsdp2")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           str(ROOT / "tests/scripts/fsdp2_components.py"), smol_path, str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "tests/scripts/fsdp2_components.py"),
+        smol_path,
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
@@ -37,8 +45,9 @@ def test_full_weights_are_gathered_from_shards_on_every_rank(ranks):
 
 def test_metadata_announces_the_gathered_shapes_without_gathering(ranks):
     r = ranks[0]
-    assert [(name, tuple(t.shape), t.dtype) for name, t in r["weights"].items()] == \
-        [(name, shape, dtype) for name, dtype, shape in r["meta"]]
+    assert [(name, tuple(t.shape), t.dtype) for name, t in r["weights"].items()] == [
+        (name, shape, dtype) for name, dtype, shape in r["meta"]
+    ]
 
 
 def test_lora_weights_are_merged_from_sharded_adapters(ranks):
@@ -46,8 +55,9 @@ def test_lora_weights_are_merged_from_sharded_adapters(ranks):
         assert r["lora_weights"].keys() == r["lora_expected"].keys()
         for name, tensor in r["lora_weights"].items():
             torch.testing.assert_close(tensor, r["lora_expected"][name], atol=1e-6, rtol=0, msg=name)
-        assert any(not torch.equal(r["lora_weights"][n], r["expected"][n]) for n in r["expected"]), \
+        assert any(not torch.equal(r["lora_weights"][n], r["expected"][n]) for n in r["expected"]), (
             "the adapter update is missing"
+        )
 
 
 def test_generation_with_uneven_prompts_completes_on_both_ranks(ranks):

@@ -27,24 +27,48 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 LOSSES = ("grpo", "dapo", "dr_grpo", "bnpo")
 PTX = {"ptx_dataset": str(Path(__file__).parents[2] / "recipes" / "data" / "ptx_sample.txt"), "ptx_coef": 0.5}
-RUNS = ([{"loss_type": loss} for loss in LOSSES] + [{"loss_type": loss, "spg_factor": 2} for loss in LOSSES]
-        + [{"loss_type": "dapo", **PTX}])
+RUNS = (
+    [{"loss_type": loss} for loss in LOSSES]
+    + [{"loss_type": loss, "spg_factor": 2} for loss in LOSSES]
+    + [{"loss_type": "dapo", **PTX}]
+)
 LAYOUTS = {  # name: (accelerate config, processes, gradient_accumulation_steps)
-    "1proc_ga2": ("ddp", 1, 2), "ddp": ("ddp", 2, 1), "zero2": ("zero2", 2, 1), "zero3": ("zero3", 2, 1)}
+    "1proc_ga2": ("ddp", 1, 2),
+    "ddp": ("ddp", 2, 1),
+    "zero2": ("zero2", 2, 1),
+    "zero3": ("zero3", 2, 1),
+}
 
 
 def spec(ga: int) -> dict:
-    runs = [{**{k: v for k, v in r.items() if k != "spg_factor"}, "gradient_accumulation_steps": ga,
-             "steps_per_generation": ga * r.get("spg_factor", 1)} for r in RUNS]
-    return {"fixed_completions": True, "runs": runs, "config": {
-        "optim": "sgd", "learning_rate": 0.5, "lr_scheduler_type": "constant", "max_grad_norm": 0.0,
-        "per_device_train_batch_size": 8, "max_completion_length": 10, "log_completions_steps": 0}}
+    runs = [
+        {
+            **{k: v for k, v in r.items() if k != "spg_factor"},
+            "gradient_accumulation_steps": ga,
+            "steps_per_generation": ga * r.get("spg_factor", 1),
+        }
+        for r in RUNS
+    ]
+    return {
+        "fixed_completions": True,
+        "runs": runs,
+        "config": {
+            "optim": "sgd",
+            "learning_rate": 0.5,
+            "lr_scheduler_type": "constant",
+            "max_grad_norm": 0.0,
+            "per_device_train_batch_size": 8,
+            "max_completion_length": 10,
+            "log_completions_steps": 0,
+        },
+    }
 
 
 @pytest.fixture(scope="module")
 def updates(tiny_llama_path, tmp_path_factory):
     """{layout: [update per run]}, the update being the final weights minus the initial ones."""
     from hf_grpo.models import load_model
+
     initial = {n: p.detach() for n, p in load_model(tiny_llama_path).named_parameters()}
     out = {}
     for name, (backend, processes, ga) in LAYOUTS.items():
@@ -66,8 +90,11 @@ def assert_same_update(a: dict, b: dict, what: str) -> None:
     assert worst <= 1e-4 * scale + 1e-7, f"{what}: updates differ by {worst:.3g} (largest update {scale:.3g})"
 
 
-@pytest.mark.parametrize("k", range(len(RUNS)), ids=[f"{r['loss_type']}-spg{r.get('spg_factor', 1)}xGA"
-                                                     f"{'-ptx' if 'ptx_coef' in r else ''}" for r in RUNS])
+@pytest.mark.parametrize(
+    "k",
+    range(len(RUNS)),
+    ids=[f"{r['loss_type']}-spg{r.get('spg_factor', 1)}xGA{'-ptx' if 'ptx_coef' in r else ''}" for r in RUNS],
+)
 def test_update_does_not_depend_on_the_layout(updates, k):
     run = RUNS[k]
     layouts = ["ddp", "zero2", "zero3"]

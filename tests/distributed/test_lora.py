@@ -16,17 +16,39 @@ pytestmark = pytest.mark.slow
 
 
 def test_lora_sync_serves_the_merged_adapter_and_leaves_the_base_untouched(vllm_tiny_path, tmp_path):
-    args = GRPOConfig(output_dir=str(tmp_path), use_peft=True, lora_r=4, lora_alpha=8, lora_dropout=0.0,
-                      learning_rate=2e-2, max_steps=3, per_device_train_batch_size=8, num_generations=4,
-                      max_completion_length=8, generation_backend="vllm", vllm_enforce_eager=True,
-                      vllm_kv_cache_gib=0.25, max_prompt_length=128, save_strategy="steps", save_steps=3,
-                      report_to="none", disable_tqdm=True, plot_metrics=False, use_cpu=True, seed=0)
-    trainer = DistributedGRPOTrainer(model=vllm_tiny_path, reward_funcs=[even_token_reward], args=args,
-                                     train_dataset=load_prompt_dataset("arithmetic:64"))
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_peft=True,
+        lora_r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        learning_rate=2e-2,
+        max_steps=3,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        generation_backend="vllm",
+        vllm_enforce_eager=True,
+        vllm_kv_cache_gib=0.25,
+        max_prompt_length=128,
+        save_strategy="steps",
+        save_steps=3,
+        report_to="none",
+        disable_tqdm=True,
+        plot_metrics=False,
+        use_cpu=True,
+        seed=0,
+    )
+    trainer = DistributedGRPOTrainer(
+        model=vllm_tiny_path,
+        reward_funcs=[even_token_reward],
+        args=args,
+        train_dataset=load_prompt_dataset("arithmetic:64"),
+    )
     base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "base_layer" in n}
     assert base, "no LoRA-adapted layer"
     trainer.train()
-    trainer._sync_generator()                   # push the last step's adapter too (the run ended after it)
+    trainer._sync_generator()  # push the last step's adapter too (the run ended after it)
 
     for name, weight in trainer.model.named_parameters():
         if name in base:
@@ -35,10 +57,15 @@ def test_lora_sync_serves_the_merged_adapter_and_leaves_the_base_untouched(vllm_
     prompt, completion = [1, 300, 301, 302], [400, 401, 402, 403, 404]
     with trainer.model.disable_adapter():
         base_logprobs = trainer_logprobs(trainer.model.eval(), prompt, completion)
-    assert (trainer_logprobs(merged, prompt, completion) - base_logprobs).abs().max() > 1e-3, \
+    assert (trainer_logprobs(merged, prompt, completion) - base_logprobs).abs().max() > 1e-3, (
         "the adapter did not learn anything, so the comparison below proves nothing"
-    torch.testing.assert_close(vllm_logprobs(trainer.generator, prompt, completion),
-                               trainer_logprobs(merged, prompt, completion), atol=2e-3, rtol=0)
+    )
+    torch.testing.assert_close(
+        vllm_logprobs(trainer.generator, prompt, completion),
+        trainer_logprobs(merged, prompt, completion),
+        atol=2e-3,
+        rtol=0,
+    )
 
     checkpoint = tmp_path / "checkpoint-3"
     assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "adapter_config.json").is_file()

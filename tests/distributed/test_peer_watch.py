@@ -28,18 +28,48 @@ def _ranks(proc: subprocess.Popen) -> dict[int, psutil.Process]:
 
 
 def test_survivor_names_the_rank_killed_by_sigkill(tiny_llama_path, tmp_path):
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "accelerate_configs/ddp.yaml"),
-           "--num_processes", "2", "train.py", "--recipe", "recipes/quickstart.yaml",
-           "--model_name_or_path", tiny_llama_path, "--generation_backend", "hf", "--dataset_name", "arithmetic:64",
-           "--output_dir", str(tmp_path / "out"), "--max_steps", "1000", "--per_device_train_batch_size", "4",
-           "--num_generations", "4", "--max_completion_length", "8", "--save_strategy", "no",
-           "--heldout_eval_samples", "0", "--plot_metrics", "false", "--beta", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "accelerate_configs/ddp.yaml"),
+        "--num_processes",
+        "2",
+        "train.py",
+        "--recipe",
+        "recipes/quickstart.yaml",
+        "--model_name_or_path",
+        tiny_llama_path,
+        "--generation_backend",
+        "hf",
+        "--dataset_name",
+        "arithmetic:64",
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--max_steps",
+        "1000",
+        "--per_device_train_batch_size",
+        "4",
+        "--num_generations",
+        "4",
+        "--max_completion_length",
+        "8",
+        "--save_strategy",
+        "no",
+        "--heldout_eval_samples",
+        "0",
+        "--plot_metrics",
+        "false",
+        "--beta",
+        "0",
+    ]
     log = tmp_path / "log.txt"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: "step 3 |" in log.read_text(), proc, timeout=240)      # both ranks are training
+        wait_for(lambda: "step 3 |" in log.read_text(), proc, timeout=240)  # both ranks are training
         victim = _ranks(proc)[1]
         victim.send_signal(signal.SIGKILL)
         proc.wait(timeout=120)
@@ -47,8 +77,11 @@ def test_survivor_names_the_rank_killed_by_sigkill(tiny_llama_path, tmp_path):
         if proc.poll() is None:
             kill9(proc)
     text = log.read_text()
-    line = re.search(rf"hf_grpo: rank 1 \(pid {victim.pid}\) was killed by a signal, not by an error: at [0-9.]+ GiB "
-                     r"resident, .* probable cause: out of memory .* lower per_device_train_batch_size", text)
+    line = re.search(
+        rf"hf_grpo: rank 1 \(pid {victim.pid}\) was killed by a signal, not by an error: at [0-9.]+ GiB "
+        r"resident, .* probable cause: out of memory .* lower per_device_train_batch_size",
+        text,
+    )
     assert line, text[-4000:]
     assert text.count("was killed by a signal") == 1, text[-4000:]
     assert proc.returncode != 0

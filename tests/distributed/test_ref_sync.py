@@ -17,8 +17,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 def ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("ref_sync")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           str(ROOT / "tests/scripts/ref_sync_components.py"), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "tests/scripts/ref_sync_components.py"),
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in (0, 1)]

@@ -24,9 +24,18 @@ from tests.helpers.processes import kill9, wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 STEPS = 6
-SPEC = {"config": {"max_steps": STEPS, "save_strategy": "steps", "save_steps": 1, "steps_per_generation": 2,
-                   "per_device_train_batch_size": 4, "dynamic_sampling": True,
-                   "dynamic_sampling_success_threshold": 0.5, "dynamic_sampling_max_rounds": 1}}
+SPEC = {
+    "config": {
+        "max_steps": STEPS,
+        "save_strategy": "steps",
+        "save_steps": 1,
+        "steps_per_generation": 2,
+        "per_device_train_batch_size": 4,
+        "dynamic_sampling": True,
+        "dynamic_sampling_success_threshold": 0.5,
+        "dynamic_sampling_max_rounds": 1,
+    }
+}
 
 
 def free_port() -> int:
@@ -38,18 +47,34 @@ def free_port() -> int:
 def start(model_path: str, out, spec: dict) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     # A fresh rendezvous port per start: the killed run's port may not be free again yet.
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / "accelerate_configs/ddp.yaml"), "--num_processes", "2", "--main_process_port", str(free_port()),
-           str(ROOT / "tests/scripts/train_worker.py"), model_path, str(out), json.dumps(spec)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "accelerate_configs/ddp.yaml"),
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        str(free_port()),
+        str(ROOT / "tests/scripts/train_worker.py"),
+        model_path,
+        str(out),
+        json.dumps(spec),
+    ]
     log = open(out / "launch.log", "ab")
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def rollouts(out) -> dict[int, list]:
     folder = out / "run0" / "rollouts"
-    return {int(f.stem.split("_")[1]): sorted((r["process"], json.dumps(r["prompt"]), json.dumps(r["completion"]))
-                                              for r in map(json.loads, f.read_text().splitlines()))
-            for f in folder.glob("step_*.jsonl")}
+    return {
+        int(f.stem.split("_")[1]): sorted(
+            (r["process"], json.dumps(r["prompt"]), json.dumps(r["completion"]))
+            for r in map(json.loads, f.read_text().splitlines())
+        )
+        for f in folder.glob("step_*.jsonl")
+    }
 
 
 @pytest.mark.parametrize("agentic", [False, True], ids=["single-turn", "multi-turn"])
@@ -89,7 +114,7 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tiny_llama_path, tmp
         for name, weight in expected[rank]["weights"].items():
             assert torch.equal(got[rank]["weights"][name], weight), f"rank {rank}: {name} differs"
     a, b = rollouts(straight), rollouts(killed)
-    assert sorted(a) == sorted(b) == list(range(1, STEPS + 1, 2))      # one round per two steps
+    assert sorted(a) == sorted(b) == list(range(1, STEPS + 1, 2))  # one round per two steps
     for step in a:
         assert a[step] == b[step], f"step {step}: different prompts or completions after resuming"
     assert any(r.get("dynamic_sampling/rounds", 0) > 0 for r in expected[0]["log"]), "the refill stream was not used"

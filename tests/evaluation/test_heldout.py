@@ -17,15 +17,18 @@ from hf_grpo.evaluation.heldout import HeldoutAccuracy, heldout_dataset
 from hf_grpo.train import main
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("so she has 12 apples.", "12"),                       # no box: the last number
-    ("\\boxed{12}. Check: 12 - 3 = 9", "12"),              # a box holding a number wins over later text
-    ("The answer is \\boxed{12 apples}", "12"),            # the number inside the box
-    ("7 + 5 = 12, so \\boxed{}", "12"),                    # an empty box holds no answer: the last number
-    ("\\boxed{twelve}, I had 3", "3"),
-    ("\\boxed{", None),
-    ("no digits at all", None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("so she has 12 apples.", "12"),  # no box: the last number
+        ("\\boxed{12}. Check: 12 - 3 = 9", "12"),  # a box holding a number wins over later text
+        ("The answer is \\boxed{12 apples}", "12"),  # the number inside the box
+        ("7 + 5 = 12, so \\boxed{}", "12"),  # an empty box holds no answer: the last number
+        ("\\boxed{twelve}, I had 3", "3"),
+        ("\\boxed{", None),
+        ("no digits at all", None),
+    ],
+)
 def test_final_number(text, expected):
     assert final_number(text) == expected
 
@@ -50,14 +53,18 @@ def test_heldout_fold_is_disjoint_from_training_for_any_seed_and_size():
         assert not any(is_heldout(r["prompt"][0]["content"], r["gt_answer"]) for r in train)
         assert all(is_heldout(r["prompt"][0]["content"], r["gt_answer"]) for r in held)
         assert not {r["prompt"][0]["content"] for r in train} & {r["prompt"][0]["content"] for r in held}
-        assert held[:50] == heldout_arithmetic_rows(50, seed)          # prefix-stable like the training rows
+        assert held[:50] == heldout_arithmetic_rows(50, seed)  # prefix-stable like the training rows
 
 
 def test_heldout_dataset_rejects_other_sources_and_bad_sizes(tokenizer):
     class Args:
         dataset_name, heldout_eval_samples, seed, system_prompt, max_prompt_length = "data.jsonl", 10, 0, None, 512
-    with pytest.raises(ValueError, match=r"heldout_eval_samples needs dataset_name arithmetic\[:N\] or "
-                                         r"multiplication\[:N\]"):
+
+    with pytest.raises(
+        ValueError,
+        match=r"heldout_eval_samples needs dataset_name arithmetic\[:N\] or "
+        r"multiplication\[:N\]",
+    ):
         heldout_dataset(Args, [], tokenizer)
     Args.dataset_name, Args.heldout_eval_samples = "arithmetic:100", -1
     with pytest.raises(ValueError, match="heldout_eval_samples must be a positive int"):
@@ -65,7 +72,7 @@ def test_heldout_dataset_rejects_other_sources_and_bad_sizes(tokenizer):
     Args.heldout_eval_samples, Args.system_prompt = 5, "Be brief."
     held = heldout_dataset(Args, arithmetic_rows(100, 0), tokenizer)
     assert len(held) == 5 and held[0]["prompt"][0] == {"role": "system", "content": "Be brief."}
-    leaked = [dict(row) for row in held]                               # a training set that contains a held-out row
+    leaked = [dict(row) for row in held]  # a training set that contains a held-out row
     with pytest.raises(AssertionError, match="disjoint"):
         heldout_dataset(Args, leaked, tokenizer)
     # The agent task has its own fold: questions never in its training rows.
@@ -87,12 +94,42 @@ VLLM_INFO = re.compile(r"^(?:\x1b\[[0-9;]*m)*(?:\(\w+ pid=\d+\) )?INFO(?:\x1b\[[
 
 
 def _short_args(model, out, *extra) -> list[str]:
-    return ["--model_name_or_path", model, "--dataset_name", "arithmetic:32", "--output_dir", str(out),
-            "--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4",
-            "--max_completion_length", "8", "--reward_funcs", "hf_grpo.evaluation.final_number_reward",
-            "tests.helpers.rewards.even_token_reward", "--heldout_eval_samples", "6", "--save_strategy", "no",
-            "--report_to", "none", "--use_cpu", "true", "--generation_backend", "vllm",
-            "--vllm_enforce_eager", "true", "--vllm_kv_cache_gib", "0.25", "--max_prompt_length", "128", *extra]
+    return [
+        "--model_name_or_path",
+        model,
+        "--dataset_name",
+        "arithmetic:32",
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "8",
+        "--num_generations",
+        "4",
+        "--max_completion_length",
+        "8",
+        "--reward_funcs",
+        "hf_grpo.evaluation.final_number_reward",
+        "tests.helpers.rewards.even_token_reward",
+        "--heldout_eval_samples",
+        "6",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--use_cpu",
+        "true",
+        "--generation_backend",
+        "vllm",
+        "--vllm_enforce_eager",
+        "true",
+        "--vllm_kv_cache_gib",
+        "0.25",
+        "--max_prompt_length",
+        "128",
+        *extra,
+    ]
 
 
 def _short_run(model, out, *extra):
@@ -123,8 +160,13 @@ def test_verbose_brings_vllm_info_back(vllm_tiny_path, tmp_path):
     logging once per process, and engines built by earlier tests in this one (quiet by default) leave it behind."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     args = _short_args(vllm_tiny_path, tmp_path / "verbose", "--verbose", "true", "--heldout_eval_samples", "0")
-    run = subprocess.run([sys.executable, "-c", f"from hf_grpo.train import main; main({args!r})"], cwd=root,
-                         env={k: v for k, v in os.environ.items() if not k.startswith("VLLM_")} | {"PYTHONPATH": root},
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", f"from hf_grpo.train import main; main({args!r})"],
+        cwd=root,
+        env={k: v for k, v in os.environ.items() if not k.startswith("VLLM_")} | {"PYTHONPATH": root},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert VLLM_INFO.search(run.stdout + run.stderr)      # the pattern the default test checks is real
+    assert VLLM_INFO.search(run.stdout + run.stderr)  # the pattern the default test checks is real

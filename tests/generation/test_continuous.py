@@ -90,8 +90,12 @@ def test_cache_implementation_reaches_generate(tiny):
 def test_trl_flags_choose_the_backend(tmp_path):
     base = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True)
     assert GRPOConfig(**base, use_transformers_paged=True).generation_backend == "hf_continuous"
-    config = GRPOConfig(**base, use_vllm=False, use_transformers_continuous_batching=True,
-                        transformers_continuous_batching_config='{"page_size": 32}')
+    config = GRPOConfig(
+        **base,
+        use_vllm=False,
+        use_transformers_continuous_batching=True,
+        transformers_continuous_batching_config='{"page_size": 32}',
+    )
     assert config.generation_backend == "hf_continuous"
     assert config.transformers_continuous_batching_config == {"page_size": 32}
     with pytest.raises(ValueError, match="set only one"):
@@ -101,7 +105,9 @@ def test_trl_flags_choose_the_backend(tmp_path):
     with pytest.raises(InputError, match="repetition_penalty"):
         GRPOConfig(**base, use_transformers_continuous_batching=True, repetition_penalty=1.1)
     with pytest.raises(InputError, match="unknown keys \\['nope'\\]"):
-        GRPOConfig(**base, use_transformers_continuous_batching=True, transformers_continuous_batching_config={"nope": 1})
+        GRPOConfig(
+            **base, use_transformers_continuous_batching=True, transformers_continuous_batching_config={"nope": 1}
+        )
     with pytest.raises(InputError, match="transformers_continuous_batching_config=.*generation_backend='hf'"):
         GRPOConfig(**base, generation_backend="hf", transformers_continuous_batching_config={"page_size": 32})
     with pytest.raises(InputError, match="cache_implementation='static' applies to generation_backend='hf'"):
@@ -109,8 +115,14 @@ def test_trl_flags_choose_the_backend(tmp_path):
 
 
 def test_trains_one_step(tiny_llama_path, tmp_path):
-    trainer = make_trainer(tiny_llama_path, tmp_path, generation_backend="auto", use_transformers_paged=True,
-                           max_steps=1, transformers_continuous_batching_config={"page_size": 16})
+    trainer = make_trainer(
+        tiny_llama_path,
+        tmp_path,
+        generation_backend="auto",
+        use_transformers_paged=True,
+        max_steps=1,
+        transformers_continuous_batching_config={"page_size": 16},
+    )
     assert type(trainer.generator).__name__ == "ContinuousBatchingGenerator"
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()

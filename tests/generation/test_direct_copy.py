@@ -15,11 +15,18 @@ PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_pro
 def checkpoint(seed: int = 0) -> dict[str, torch.Tensor]:
     """One decoder layer in HF names, with grouped-query attention (k and v smaller than q)."""
     g = torch.Generator().manual_seed(seed)
-    shapes = {"model.embed_tokens.weight": (32, 8), "model.layers.0.self_attn.q_proj.weight": (8, 8),
-              "model.layers.0.self_attn.k_proj.weight": (4, 8), "model.layers.0.self_attn.v_proj.weight": (4, 8),
-              "model.layers.0.self_attn.o_proj.weight": (8, 8), "model.layers.0.mlp.gate_proj.weight": (16, 8),
-              "model.layers.0.mlp.up_proj.weight": (16, 8), "model.layers.0.mlp.down_proj.weight": (8, 16),
-              "model.layers.0.input_layernorm.weight": (8,), "model.norm.weight": (8,)}
+    shapes = {
+        "model.embed_tokens.weight": (32, 8),
+        "model.layers.0.self_attn.q_proj.weight": (8, 8),
+        "model.layers.0.self_attn.k_proj.weight": (4, 8),
+        "model.layers.0.self_attn.v_proj.weight": (4, 8),
+        "model.layers.0.self_attn.o_proj.weight": (8, 8),
+        "model.layers.0.mlp.gate_proj.weight": (16, 8),
+        "model.layers.0.mlp.up_proj.weight": (16, 8),
+        "model.layers.0.mlp.down_proj.weight": (8, 16),
+        "model.layers.0.input_layernorm.weight": (8,),
+        "model.norm.weight": (8,),
+    }
     return {name: torch.randn(shape, generator=g) for name, shape in shapes.items()}
 
 
@@ -35,7 +42,7 @@ class FusedEngine(torch.nn.Module):
                     name = name.replace(f".{shard}.", f".{big}.")
             fused.setdefault(name, []).append(tensor)
         self.names = {}
-        for name, parts in fused.items():        # dict order = checkpoint order = q, k, v / gate, up
+        for name, parts in fused.items():  # dict order = checkpoint order = q, k, v / gate, up
             self.names[name] = name.replace(".", "__")
             self.register_parameter(self.names[name], torch.nn.Parameter(torch.cat(parts).to(dtype)))
 
@@ -48,7 +55,7 @@ def shapes(weights):
     return [(name, tuple(t.shape)) for name, t in weights.items()]
 
 
-@pytest.mark.parametrize("batch_bytes", [0, 600, 1 << 30])      # per tensor, several fused batches, one batch
+@pytest.mark.parametrize("batch_bytes", [0, 600, 1 << 30])  # per tensor, several fused batches, one batch
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_plan_places_shards_and_copies_into_the_right_rows(dtype, batch_bytes):
     old, new = checkpoint(0), checkpoint(1)
@@ -56,10 +63,12 @@ def test_plan_places_shards_and_copies_into_the_right_rows(dtype, batch_bytes):
     plan = DirectCopyPlan.build(engine, shapes(old))
     assert plan.mismatch(old.items()) is None
     qkv = dict(engine.named_parameters())["model.layers.0.self_attn.qkv_proj.weight"]
-    assert plan.views["model.layers.0.self_attn.k_proj.weight"].data_ptr() == qkv.data_ptr() + 8 * 8 * qkv.element_size()
+    assert (
+        plan.views["model.layers.0.self_attn.k_proj.weight"].data_ptr() == qkv.data_ptr() + 8 * 8 * qkv.element_size()
+    )
     pointers = {name: p.data_ptr() for name, p in engine.named_parameters()}
     assert plan.copy(new.items(), batch_bytes) == len(new)
-    assert {name: p.data_ptr() for name, p in engine.named_parameters()} == pointers   # in place: graphs stay valid
+    assert {name: p.data_ptr() for name, p in engine.named_parameters()} == pointers  # in place: graphs stay valid
     expected = FusedEngine(new, dtype)
     for (name, got), (_, want) in zip(engine.named_parameters(), expected.named_parameters()):
         assert torch.equal(got, want), name
@@ -82,7 +91,7 @@ def test_plan_is_refused_when_parameters_are_not_covered_exactly():
     missing = [s for s in shapes(weights) if "k_proj" not in s[0]]
     with pytest.raises(ValueError, match="shard .*k_proj.* is missing"):
         DirectCopyPlan.build(engine, missing)
-    sharded = [(n, (s[0] * 2, *s[1:]) if "o_proj" in n else s) for n, s in shapes(weights)]   # tensor parallel
+    sharded = [(n, (s[0] * 2, *s[1:]) if "o_proj" in n else s) for n, s in shapes(weights)]  # tensor parallel
     with pytest.raises(ValueError, match="does not fit"):
         DirectCopyPlan.build(engine, sharded)
     with pytest.raises(ValueError, match="no engine parameter"):

@@ -24,8 +24,9 @@ def test_round_budget_for_the_quickstart_shape_is_a_tenth_of_the_old_fixed_gib()
     assert round_kv_bytes(args(), SMOL, max_model_len=560) == int(32 * 640 * 23040 * 1.1)
     assert round_kv_bytes(args(), SMOL, max_model_len=560) < 0.5 * 2**30
     # steps_per_generation micro-batches share one round; float32 engines take twice the bytes
-    assert round_kv_bytes(args(steps_per_generation=4, engine_dtype="float32"), SMOL, 560) == \
-        int(4 * 32 * 640 * 23040 * 2 * 1.1)
+    assert round_kv_bytes(args(steps_per_generation=4, engine_dtype="float32"), SMOL, 560) == int(
+        4 * 32 * 640 * 23040 * 2 * 1.1
+    )
 
 
 def test_an_explicit_size_wins(tiny_llama_path):

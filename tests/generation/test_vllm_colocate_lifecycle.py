@@ -18,13 +18,21 @@ def test_an_earlier_engine_is_shut_down_before_a_later_one_is_built(vllm_tiny_pa
     from vllm.distributed import parallel_state
 
     from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
-    args = GRPOConfig(output_dir=str(tmp_path), generation_backend="vllm", vllm_enforce_eager=True,
-                      vllm_kv_cache_gib=0.25, max_prompt_length=64, max_completion_length=4, use_cpu=True,
-                      report_to="none")
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        generation_backend="vllm",
+        vllm_enforce_eager=True,
+        vllm_kv_cache_gib=0.25,
+        max_prompt_length=64,
+        max_completion_length=4,
+        use_cpu=True,
+        report_to="none",
+    )
     prompts, sampling = [tokenizer("hello")["input_ids"]], SamplingParams(max_tokens=4)
     first = VLLMColocateGenerator(args, Accelerator(cpu=True), vllm_tiny_path)
-    late_collection = first.llm.llm_engine.engine_core._finalizer      # vLLM's: EngineCore.shutdown
-    second = VLLMColocateGenerator(args, Accelerator(cpu=True), vllm_tiny_path)     # the first is still held
+    late_collection = first.llm.llm_engine.engine_core._finalizer  # vLLM's: EngineCore.shutdown
+    second = VLLMColocateGenerator(args, Accelerator(cpu=True), vllm_tiny_path)  # the first is still held
     with pytest.raises(RuntimeError, match="a later trainer in this process built its own colocated engine"):
         first.generate(prompts, 2, sampling)
     late_collection()

@@ -19,9 +19,18 @@ REGEX = "[0-9]{3}"
 @pytest.fixture(scope="module")
 def engine(vllm_tiny_path, tmp_path_factory):
     from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
-    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("opts")), generation_backend="vllm",
-                      vllm_structured_outputs_regex=REGEX, vllm_enforce_eager=True, vllm_kv_cache_gib=0.25,
-                      max_prompt_length=64, max_completion_length=8, use_cpu=True, report_to="none")
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("opts")),
+        generation_backend="vllm",
+        vllm_structured_outputs_regex=REGEX,
+        vllm_enforce_eager=True,
+        vllm_kv_cache_gib=0.25,
+        max_prompt_length=64,
+        max_completion_length=8,
+        use_cpu=True,
+        report_to="none",
+    )
     generator = VLLMColocateGenerator(args, Accelerator(cpu=True), vllm_tiny_path)
     yield generator, args
     generator.close()
@@ -40,7 +49,7 @@ def test_regex_constrains_every_completion(engine, tokenizer):
     # The random tiny model, unconstrained, writes no 3-digit numbers: the constraint is what made them.
     free = generator.generate(prompts, 4, SamplingParams(max_tokens=8))
     assert not any(re.fullmatch(REGEX, tokenizer.decode(c, skip_special_tokens=True)) for c in free.completion_ids)
-    greedy = generator.generate(prompts, 2, SamplingParams.from_config(args, greedy=True))     # evaluation too
+    greedy = generator.generate(prompts, 2, SamplingParams.from_config(args, greedy=True))  # evaluation too
     assert all(re.fullmatch(REGEX, tokenizer.decode(c, skip_special_tokens=True)) for c in greedy.completion_ids)
 
 
@@ -52,7 +61,9 @@ def test_options_need_their_backend(tmp_path):
         GRPOConfig(**base, generation_backend="vllm", vllm_model_impl="transformers")
     with pytest.raises(InputError, match="ds3_gather_for_generation=False applies to generation_backend='hf'"):
         GRPOConfig(**base, generation_backend="vllm", ds3_gather_for_generation=False)
-    assert GRPOConfig(**base, generation_backend="hf", ds3_gather_for_generation=False).ds3_gather_for_generation is False
+    assert (
+        GRPOConfig(**base, generation_backend="hf", ds3_gather_for_generation=False).ds3_gather_for_generation is False
+    )
     with pytest.raises(InputError, match="vllm_group_port must be a port"):
         GRPOConfig(**base, vllm_group_port=70000)
 
@@ -67,7 +78,7 @@ def test_group_port_is_the_configured_one_or_a_free_one():
     assert group_port(51216) == 51216
     port = group_port(None)
     with socket.socket() as s:
-        s.bind(("", port))          # free: binds
+        s.bind(("", port))  # free: binds
 
 
 def test_engine_params_carry_the_regex_as_vllms_object():
@@ -75,8 +86,10 @@ def test_engine_params_carry_the_regex_as_vllms_object():
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
     from hf_grpo.generation.vllm_colocate import engine_sampling_params
-    params = engine_sampling_params(SamplingParams(max_tokens=4, regex=REGEX), 3,
-                                    output_kind=RequestOutputKind.FINAL_ONLY)
+
+    params = engine_sampling_params(
+        SamplingParams(max_tokens=4, regex=REGEX), 3, output_kind=RequestOutputKind.FINAL_ONLY
+    )
     assert params.structured_outputs == StructuredOutputsParams(regex=REGEX)
     assert (params.n, params.output_kind) == (3, RequestOutputKind.FINAL_ONLY)
     assert engine_sampling_params(SamplingParams(max_tokens=4), 1).structured_outputs is None
@@ -88,8 +101,14 @@ def test_generation_kwargs_reach_the_engine(engine, tokenizer, tmp_path):
     ``do_sample: false`` decodes greedily (each prompt's samples identical)."""
     generator, _ = engine
     allowed = list(range(100, 110))
-    args = GRPOConfig(output_dir=str(tmp_path), generation_backend="vllm", max_completion_length=6, use_cpu=True,
-                      report_to="none", generation_kwargs={"allowed_token_ids": allowed, "do_sample": False})
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        generation_backend="vllm",
+        max_completion_length=6,
+        use_cpu=True,
+        report_to="none",
+        generation_kwargs={"allowed_token_ids": allowed, "do_sample": False},
+    )
     sampling = SamplingParams.from_config(args)
     assert sampling.greedy and dict(sampling.extra) == {"allowed_token_ids": allowed}
     prompts = [tokenizer("Pick a number:")["input_ids"], tokenizer("hello")["input_ids"]]

@@ -39,9 +39,16 @@ def servers(vllm_tiny_path, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def setup(servers, vllm_tiny_path, tmp_path_factory):
-    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("server-mode")), generation_backend="vllm",
-                      vllm_mode="server", vllm_server_urls=[s.url for s in servers], vllm_server_timeout=5,
-                      vllm_request_timeout=60, use_cpu=True, report_to="none")
+    args = GRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("server-mode")),
+        generation_backend="vllm",
+        vllm_mode="server",
+        vllm_server_urls=[s.url for s in servers],
+        vllm_server_timeout=5,
+        vllm_request_timeout=60,
+        use_cpu=True,
+        report_to="none",
+    )
     generator = VLLMServerGenerator(args, Accelerator(cpu=True))
     model = load_model(vllm_tiny_path).eval()
     yield generator, model
@@ -58,13 +65,14 @@ def test_prompts_are_spread_over_both_servers_and_returned_in_order(servers, set
     served = [s.requests_served() for s in servers]
     greedy = SamplingParams(max_tokens=6, greedy=True)
     result = generator.generate(PROMPTS, 2, greedy)
-    assert len(result.completion_ids) == 10 and all(len(lp) == len(c) for lp, c in
-                                                    zip(result.logprobs, result.completion_ids))
+    assert len(result.completion_ids) == 10 and all(
+        len(lp) == len(c) for lp, c in zip(result.logprobs, result.completion_ids)
+    )
     assert all(s.requests_served() > before for s, before in zip(servers, served)), "a server got no prompts"
     # Order: each prompt's group equals what that prompt alone produces.
     for i, prompt in enumerate(PROMPTS):
         alone = generator.generate([prompt], 2, greedy).completion_ids
-        assert result.completion_ids[2 * i:2 * i + 2] == alone
+        assert result.completion_ids[2 * i : 2 * i + 2] == alone
 
 
 def test_regex_constrains_completions_from_both_servers(servers, setup, tokenizer):
@@ -101,21 +109,28 @@ def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(ser
     assert time.monotonic() - start < 60, "reporting a dead server took too long"
     victim.start()
     victim.wait()
-    assert victim.weight_version() != "4"                # a fresh server holds the checkpoint's weights
+    assert victim.weight_version() != "4"  # a fresh server holds the checkpoint's weights
     result = generator.generate(PROMPTS, 2, SamplingParams(max_tokens=4))
     assert len(result.completion_ids) == 10
     assert victim.weight_version() == "4"
     prompt, completion = PROMPTS[1], [510, 610, 710]
-    torch.testing.assert_close(victim.completion_logprobs(prompt, completion),
-                               trainer_logprobs(model, prompt, completion), atol=1e-3, rtol=0)
+    torch.testing.assert_close(
+        victim.completion_logprobs(prompt, completion), trainer_logprobs(model, prompt, completion), atol=1e-3, rtol=0
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_two_process_training_in_server_mode(backend, servers, vllm_tiny_path, tmp_path):
     """Every accelerate config (bf16 mixed precision for the DeepSpeed and FSDP ones) trains against the two servers:
     the weights they receive after each step are the trainer's (ZeRO-3 gathers them one tensor at a time)."""
-    spec = {"config": {"generation_backend": "vllm", "vllm_mode": "server", "max_prompt_length": 256,
-                       "vllm_server_urls": [s.url for s in servers]}}
+    spec = {
+        "config": {
+            "generation_backend": "vllm",
+            "vllm_mode": "server",
+            "max_prompt_length": 256,
+            "vllm_server_urls": [s.url for s in servers],
+        }
+    }
     launch(backend, vllm_tiny_path, tmp_path, spec)
     r0, r1 = results(tmp_path)
     assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
@@ -123,8 +138,8 @@ def test_two_process_training_in_server_mode(backend, servers, vllm_tiny_path, t
     assert any(not torch.equal(before[n], w) for n, w in r0["weights"].items())
     logs = step_logs(r0)
     assert [r["weight_version"] for r in logs] == [0.0, 1.0]
-    tolerance = 1e-3 if backend == "ddp" else 0.02          # bf16 compute in the trainer, bf16 weights sent
-    assert all(r["sampling/logp_difference/mean"] < tolerance for r in logs)    # servers held the trainer's weights
+    tolerance = 1e-3 if backend == "ddp" else 0.02  # bf16 compute in the trainer, bf16 weights sent
+    assert all(r["sampling/logp_difference/mean"] < tolerance for r in logs)  # servers held the trainer's weights
     assert all(s.weight_version() == "1" for s in servers)
 
 
@@ -132,8 +147,16 @@ def test_two_process_asynchronous_training_in_server_mode(servers, vllm_tiny_pat
     """max_staleness 1 against the servers, 2 processes: the producers' generate calls and the trainer's weight pushes
     (collective on the trainer's thread) interleave without a hang; rounds are at most one update old and the
     replicas stay identical."""
-    spec = {"config": {"generation_backend": "vllm", "vllm_mode": "server", "max_prompt_length": 256,
-                       "vllm_server_urls": [s.url for s in servers], "max_staleness": 1, "max_steps": 4}}
+    spec = {
+        "config": {
+            "generation_backend": "vllm",
+            "vllm_mode": "server",
+            "max_prompt_length": 256,
+            "vllm_server_urls": [s.url for s in servers],
+            "max_staleness": 1,
+            "max_steps": 4,
+        }
+    }
     launch("ddp", vllm_tiny_path, tmp_path, spec)
     r0, r1 = results(tmp_path)
     assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())

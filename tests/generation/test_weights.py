@@ -19,7 +19,7 @@ def test_plain_model_yields_its_checkpoint_names_without_copies(accelerator):
     pairs = list(iter_policy_weights(accelerator, model))
     params = dict(model.named_parameters())
     assert [n for n, _ in pairs] == list(params)
-    assert "lm_head.weight" not in dict(pairs)          # tied to embed_tokens: vLLM ties it itself
+    assert "lm_head.weight" not in dict(pairs)  # tied to embed_tokens: vLLM ties it itself
     assert all(t.data_ptr() == params[n].data_ptr() for n, t in pairs)
 
 
@@ -27,12 +27,13 @@ def test_lora_is_merged_under_base_names_and_unmerged_afterwards(accelerator):
     from peft import LoraConfig, get_peft_model
 
     base = make_tiny_llama(100)
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                            init_lora_weights=False))   # non-zero B: the merge changes weights
+    model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )  # non-zero B: the merge changes weights
     x = torch.randint(0, 100, (1, 6))
     before = model(x).logits.detach()
     pushed = {n: t.clone() for n, t in iter_policy_weights(accelerator, model)}
-    torch.testing.assert_close(model(x).logits, before)      # adapter unmerged again
+    torch.testing.assert_close(model(x).logits, before)  # adapter unmerged again
     merged = make_tiny_llama(100)
     merged.load_state_dict(pushed, strict=False)
     assert set(pushed) == {n for n, _ in merged.named_parameters()}
@@ -51,13 +52,26 @@ def test_lora_on_expert_parameters_is_merged_under_base_names(accelerator):
 
     def tiny_moe():
         torch.manual_seed(0)
-        return Qwen3MoeForCausalLM(Qwen3MoeConfig(vocab_size=100, hidden_size=32, intermediate_size=32,
-                                                  num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                                                  num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8))
+        return Qwen3MoeForCausalLM(
+            Qwen3MoeConfig(
+                vocab_size=100,
+                hidden_size=32,
+                intermediate_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=8,
+            )
+        )
 
-    model = get_peft_model(tiny_moe(), LoraConfig(r=2, target_parameters=["mlp.experts.down_proj",
-                                                                          "mlp.experts.gate_up_proj"],
-                                                  init_lora_weights=False))
+    model = get_peft_model(
+        tiny_moe(),
+        LoraConfig(
+            r=2, target_parameters=["mlp.experts.down_proj", "mlp.experts.gate_up_proj"], init_lora_weights=False
+        ),
+    )
     x = torch.randint(0, 100, (1, 6))
     before = model(x).logits.detach()
     pushed = {n: t.clone() for n, t in iter_policy_weights(accelerator, model)}
@@ -65,8 +79,9 @@ def test_lora_on_expert_parameters_is_merged_under_base_names(accelerator):
     assert set(pushed) == {n for n, _ in merged.named_parameters()}
     merged.load_state_dict(pushed, strict=False)
     torch.testing.assert_close(merged(x).logits, before, rtol=1e-4, atol=1e-5)
-    assert not torch.equal(pushed["model.layers.0.mlp.experts.gate_up_proj"],
-                           tiny_moe().model.layers[0].mlp.experts.gate_up_proj)
+    assert not torch.equal(
+        pushed["model.layers.0.mlp.experts.gate_up_proj"], tiny_moe().model.layers[0].mlp.experts.gate_up_proj
+    )
 
 
 def test_saved_file_round_trips_in_the_requested_dtype(accelerator, tmp_path):
@@ -77,4 +92,4 @@ def test_saved_file_round_trips_in_the_requested_dtype(accelerator, tmp_path):
     assert all(t.dtype == torch.bfloat16 for t in tensors.values())
     name = "model.layers.1.mlp.down_proj.weight"
     torch.testing.assert_close(tensors[name], model.get_parameter(name).detach().to(torch.bfloat16))
-    assert not list((tmp_path / "sync").glob(".*.tmp"))          # written atomically: no partial file left
+    assert not list((tmp_path / "sync").glob(".*.tmp"))  # written atomically: no partial file left

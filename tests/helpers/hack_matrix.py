@@ -1,4 +1,5 @@
-"""Every reward hack of reward_hacks.py on every row style, per sandbox mode; for tests/rewards/code/test_reward_hacking.py.
+"""Every reward hack of reward_hacks.py on every row style, per sandbox mode; for
+tests/rewards/code/test_reward_hacking.py.
 
     python -m tests.helpers.hack_matrix [--modes namespaces,rlimits]    # one JSON line: {mode: {style: [...]}}
 
@@ -45,7 +46,7 @@ def scored(namespaces: bool) -> dict:
 # defences stand against: within one run a pipe end can be reopened for reading through /proc (so a verdict on a
 # pipe could be read back by the candidate), and SysV shared memory works (so only a fresh IPC namespace per run, or
 # refusing it, keeps it from the next run). The report channel and stdout are sockets: reopening them fails.
-PROBE = r'''
+PROBE = r"""
 import ctypes, errno, os
 def reopen(fd):
     try:
@@ -57,7 +58,7 @@ r, w = os.pipe()
 libc = ctypes.CDLL(None, use_errno=True)
 shm = libc.shmget(0x48464753, 4096, 0o1000 | 0o600)
 print(reopen(w), reopen(1), "shm" if shm >= 0 else errno.errorcode[ctypes.get_errno()])
-'''
+"""
 
 
 def probe(namespaces: bool) -> str:

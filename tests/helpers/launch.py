@@ -14,13 +14,29 @@ ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ("ddp", "zero2", "zero3", "fsdp2")
 
 
-def launch(backend: str, model_path: str, out: Path, spec: dict, *, num_processes: int = 2,
-           mixed_precision: str | None = None, timeout: int = 600, check: bool = True) -> subprocess.CompletedProcess:
+def launch(
+    backend: str,
+    model_path: str,
+    out: Path,
+    spec: dict,
+    *,
+    num_processes: int = 2,
+    mixed_precision: str | None = None,
+    timeout: int = 600,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     """`accelerate launch --config_file accelerate_configs/<backend>.yaml --num_processes N train_worker.py ...`."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / f"accelerate_configs/{backend}.yaml"), "--num_processes", str(num_processes)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / f"accelerate_configs/{backend}.yaml"),
+        "--num_processes",
+        str(num_processes),
+    ]
     if mixed_precision is not None:
         cmd += ["--mixed_precision", mixed_precision]
     cmd += [str(ROOT / "tests/scripts/train_worker.py"), model_path, str(out), json.dumps(spec)]

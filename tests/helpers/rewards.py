@@ -13,8 +13,10 @@ def recording_reward(prompts, completions, **kwargs):
     """Appends the prompts it scores to $HF_GRPO_TEST_RECORD (one JSON line per call) and returns 0/1 by parity."""
     path = os.environ["HF_GRPO_TEST_RECORD"]
     with open(path, "a") as f:
-        f.write(json.dumps({"step": kwargs["trainer_state"].global_step,
-                            "prompts": [p[-1]["content"] for p in prompts]}) + "\n")
+        f.write(
+            json.dumps({"step": kwargs["trainer_state"].global_step, "prompts": [p[-1]["content"] for p in prompts]})
+            + "\n"
+        )
     return [float(i % 2) for i in range(len(completions))]
 
 
@@ -28,8 +30,10 @@ def failing_after_first_step(completion_ids, trainer_state=None, **kwargs):
 def half_constant_reward(prompts, completion_ids, **kwargs):
     """Constant 1.0 for the completions of the call's first prompt (a zero-std group, advantage 0), even-token
     fraction for the others, whatever the dataset holds (a call scores one process's round: several prompts)."""
-    return [1.0 if p == prompts[0] else sum(t % 2 == 0 for t in ids) / max(len(ids), 1)
-            for p, ids in zip(prompts, completion_ids)]
+    return [
+        1.0 if p == prompts[0] else sum(t % 2 == 0 for t in ids) / max(len(ids), 1)
+        for p, ids in zip(prompts, completion_ids)
+    ]
 
 
 def rank1_fails_after_first_step(completion_ids, trainer_state=None, **kwargs):
@@ -50,5 +54,6 @@ def rank1_constant_reward(completion_ids, **kwargs):
 
 def none_for_first_of_each_group(completion_ids, **kwargs):
     """None (does not apply) for the first completion of each group of 4, even-token fraction for the others."""
-    return [None if i % 4 == 0 else sum(t % 2 == 0 for t in ids) / max(len(ids), 1)
-            for i, ids in enumerate(completion_ids)]
+    return [
+        None if i % 4 == 0 else sum(t % 2 == 0 for t in ids) / max(len(ids), 1) for i, ids in enumerate(completion_ids)
+    ]

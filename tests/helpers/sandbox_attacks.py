@@ -16,9 +16,9 @@ import signal
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,9 +95,11 @@ def _killed_on_time(arena: Arena, stats: dict, seconds: float) -> str | None:
 
 
 def _fork_bomb(arena: Arena) -> str:
-    return ("import os, time\nn = 0\nfor _ in range(300):\n    try:\n        pid = os.fork()\n    except OSError:\n"
-            "        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\n"
-            "print('ESCAPED' if n >= 300 else n)\n")
+    return (
+        "import os, time\nn = 0\nfor _ in range(300):\n    try:\n        pid = os.fork()\n    except OSError:\n"
+        "        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\n"
+        "print('ESCAPED' if n >= 300 else n)\n"
+    )
 
 
 def _children_reaped(arena: Arena, stats: dict, seconds: float) -> str | None:
@@ -120,26 +122,37 @@ def _cut_short(arena: Arena, stats: dict, seconds: float) -> str | None:
 
 
 def _read_environment(arena: Arena) -> str:
-    return (f"import glob, os\nfound = [k for k, v in os.environ.items() if {arena.secret!r} in v]\n"
-            f"for path in glob.glob('/proc/*/environ') + ['/proc/{os.getpid()}/environ', '/proc/1/environ']:\n"
-            f"    try:\n        if {arena.secret!r}.encode() in open(path, 'rb').read():\n"
-            f"            found.append(path)\n"
-            f"    except OSError:\n        pass\nprint('ESCAPED' if found else 'no secret')\n")
+    return (
+        f"import glob, os\nfound = [k for k, v in os.environ.items() if {arena.secret!r} in v]\n"
+        f"for path in glob.glob('/proc/*/environ') + ['/proc/{os.getpid()}/environ', '/proc/1/environ']:\n"
+        f"    try:\n        if {arena.secret!r}.encode() in open(path, 'rb').read():\n"
+        f"            found.append(path)\n"
+        f"    except OSError:\n        pass\nprint('ESCAPED' if found else 'no secret')\n"
+    )
 
 
 def _read_files(arena: Arena) -> str:
-    paths = [str(arena.secret_file), str(REPO / "setup.py"), f"/proc/{os.getpid()}/root{arena.secret_file}",
-             f"/proc/{os.getpid()}/cwd/setup.py", "/proc/1/root" + str(REPO / "setup.py")]
-    return (f"found = []\nfor path in {paths!r}:\n    try:\n        text = open(path).read()\n    except OSError:\n"
-            f"        continue\n    if {arena.secret!r} in text or 'setup(' in text:\n        found.append(path)\n"
-            f"print('ESCAPED' if found else 'nothing')\n")
+    paths = [
+        str(arena.secret_file),
+        str(REPO / "setup.py"),
+        f"/proc/{os.getpid()}/root{arena.secret_file}",
+        f"/proc/{os.getpid()}/cwd/setup.py",
+        "/proc/1/root" + str(REPO / "setup.py"),
+    ]
+    return (
+        f"found = []\nfor path in {paths!r}:\n    try:\n        text = open(path).read()\n    except OSError:\n"
+        f"        continue\n    if {arena.secret!r} in text or 'setup(' in text:\n        found.append(path)\n"
+        f"print('ESCAPED' if found else 'nothing')\n"
+    )
 
 
 def _write_outside(arena: Arena) -> str:
     paths = [str(p) for p in arena.outside] + ["/usr/pwned", "/etc/pwned", "/pwned", "../pwned"]
-    return (f"wrote = []\nfor path in {paths!r}:\n    try:\n        with open(path, 'w') as f:\n"
-            f"            f.write('x')\n        wrote.append(path)\n    except OSError:\n        pass\n"
-            f"print('ESCAPED' if wrote else 'read-only')\n")
+    return (
+        f"wrote = []\nfor path in {paths!r}:\n    try:\n        with open(path, 'w') as f:\n"
+        f"            f.write('x')\n        wrote.append(path)\n    except OSError:\n        pass\n"
+        f"print('ESCAPED' if wrote else 'read-only')\n"
+    )
 
 
 def _files_written(arena: Arena, stats: dict, seconds: float) -> str | None:
@@ -148,10 +161,12 @@ def _files_written(arena: Arena, stats: dict, seconds: float) -> str | None:
 
 
 def _network(arena: Arena) -> str:
-    return (f"import socket\nok = []\ntry:\n    socket.create_connection(('127.0.0.1', {arena.port}), timeout=0.5)\n"
-            f"    ok.append('tcp')\nexcept OSError:\n    pass\ntry:\n    s = socket.socket(socket.AF_UNIX)\n"
-            f"    s.connect({arena.unix_path!r})\n    ok.append('unix')\nexcept OSError:\n    pass\n"
-            f"print('ESCAPED' if ok else 'offline')\n")
+    return (
+        f"import socket\nok = []\ntry:\n    socket.create_connection(('127.0.0.1', {arena.port}), timeout=0.5)\n"
+        f"    ok.append('tcp')\nexcept OSError:\n    pass\ntry:\n    s = socket.socket(socket.AF_UNIX)\n"
+        f"    s.connect({arena.unix_path!r})\n    ok.append('unix')\nexcept OSError:\n    pass\n"
+        f"print('ESCAPED' if ok else 'offline')\n"
+    )
 
 
 def _connected(arena: Arena, stats: dict, seconds: float) -> str | None:
@@ -161,11 +176,13 @@ def _connected(arena: Arena, stats: dict, seconds: float) -> str | None:
 
 def _background_process(arena: Arena) -> str:
     # Two escapees: a new-session child writing to our stdout after we exit, and a daemonised exec'd sleeper.
-    return (f"import os, subprocess, sys, time\n"
-            f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', {arena.marker!r}],\n"
-            f"                 start_new_session=True, stdout=subprocess.DEVNULL)\n"
-            f"if os.fork() == 0:\n    os.setsid()\n    time.sleep(0.5)\n    print('ESCAPED', flush=True)\n"
-            f"    time.sleep(30)\n    os._exit(0)\ntime.sleep(0.2)\n")
+    return (
+        f"import os, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', {arena.marker!r}],\n"
+        f"                 start_new_session=True, stdout=subprocess.DEVNULL)\n"
+        f"if os.fork() == 0:\n    os.setsid()\n    time.sleep(0.5)\n    print('ESCAPED', flush=True)\n"
+        f"    time.sleep(30)\n    os._exit(0)\ntime.sleep(0.2)\n"
+    )
 
 
 def _survived(arena: Arena, stats: dict, seconds: float) -> str | None:
@@ -176,12 +193,14 @@ def _survived(arena: Arena, stats: dict, seconds: float) -> str | None:
 
 
 def _kill_trainer(arena: Arena) -> str:
-    return (f"import os, signal\nhit = []\nfor pid in ({os.getpid()}, {arena.zygote_pid}, os.getppid()):\n"
-            f"    try:\n        os.kill(pid, signal.SIGUSR1 if pid == {os.getpid()} else signal.SIGKILL)\n"
-            f"        hit.append(pid)\n    except OSError:\n        pass\n"
-            f"try:\n    os.killpg(os.getpgid({arena.zygote_pid}), signal.SIGKILL)\n    hit.append('group')\n"
-            f"except OSError:\n    pass\nos.kill(-1, signal.SIGKILL)  # everything it may signal\n"
-            f"print('ESCAPED' if {os.getpid()} in hit or {arena.zygote_pid} in hit else hit)\n")
+    return (
+        f"import os, signal\nhit = []\nfor pid in ({os.getpid()}, {arena.zygote_pid}, os.getppid()):\n"
+        f"    try:\n        os.kill(pid, signal.SIGUSR1 if pid == {os.getpid()} else signal.SIGKILL)\n"
+        f"        hit.append(pid)\n    except OSError:\n        pass\n"
+        f"try:\n    os.killpg(os.getpgid({arena.zygote_pid}), signal.SIGKILL)\n    hit.append('group')\n"
+        f"except OSError:\n    pass\nos.kill(-1, signal.SIGKILL)  # everything it may signal\n"
+        f"print('ESCAPED' if {os.getpid()} in hit or {arena.zygote_pid} in hit else hit)\n"
+    )
 
 
 def _signalled(arena: Arena, stats: dict, seconds: float) -> str | None:
@@ -196,8 +215,10 @@ def _signalled(arena: Arena, stats: dict, seconds: float) -> str | None:
 
 
 def _recursion(arena: Arena) -> str:
-    return ("import json, sys\ndef f(n):\n    return f(n + 1)\ntry:\n    f(0)\nexcept RecursionError:\n    pass\n"
-            "sys.setrecursionlimit(10 ** 7)\njson.loads('[' * 10 ** 7)\nprint('ESCAPED')\n")
+    return (
+        "import json, sys\ndef f(n):\n    return f(n + 1)\ntry:\n    f(0)\nexcept RecursionError:\n    pass\n"
+        "sys.setrecursionlimit(10 ** 7)\njson.loads('[' * 10 ** 7)\nprint('ESCAPED')\n"
+    )
 
 
 ATTACKS = [

@@ -6,19 +6,31 @@ import torch
 from hf_grpo.learner.logprobs import SamplingFilters, completion_logprobs
 
 
-def trainer_logprobs(model, prompt: list[int], completion: list[int], temperature: float = 1.0,
-                     filters: SamplingFilters | None = None) -> torch.Tensor:
-    ids = torch.tensor([prompt + completion])                                        # [1, P+C]
+def trainer_logprobs(
+    model, prompt: list[int], completion: list[int], temperature: float = 1.0, filters: SamplingFilters | None = None
+) -> torch.Tensor:
+    ids = torch.tensor([prompt + completion])  # [1, P+C]
     with torch.no_grad():
-        logp, _ = completion_logprobs(model, model.get_output_embeddings(), ids, torch.ones_like(ids), len(completion),
-                                      temperature=temperature, filters=filters)
-    return logp[0]                                                                   # [C]
+        logp, _ = completion_logprobs(
+            model,
+            model.get_output_embeddings(),
+            ids,
+            torch.ones_like(ids),
+            len(completion),
+            temperature=temperature,
+            filters=filters,
+        )
+    return logp[0]  # [C]
 
 
 def vllm_logprobs(generator, prompt, completion):
     from vllm import SamplingParams as VSP
     from vllm.inputs import TokensPrompt
-    out = generator.llm.generate([TokensPrompt(prompt_token_ids=prompt + completion)],
-                                 VSP(max_tokens=1, prompt_logprobs=0, temperature=1.0), use_tqdm=False)[0]
+
+    out = generator.llm.generate(
+        [TokensPrompt(prompt_token_ids=prompt + completion)],
+        VSP(max_tokens=1, prompt_logprobs=0, temperature=1.0),
+        use_tqdm=False,
+    )[0]
     ids = prompt + completion
     return torch.tensor([out.prompt_logprobs[i][ids[i]].logprob for i in range(len(prompt), len(ids))])

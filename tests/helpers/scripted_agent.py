@@ -6,9 +6,10 @@ optionally, the exact call to write (a line ``call=<text>``). Each turn counts t
 context and either calls again or answers. Everything else (protocol, tool execution, observation tokens, masks,
 rewards, loss) is the real code.
 
-``vary`` makes successive answers differ, so that rewards vary within a group. ``calls`` overrides the prompt's count (the distributed tests give each rank its own). ``inner``, when given, is a
-real backend whose ``generate`` runs first with the same arguments and whose output is then replaced by the script:
-under ZeRO-3 that keeps the real lock-step forward passes (collectives) of HF generate in the loop.
+``vary`` makes successive answers differ, so that rewards vary within a group. ``calls`` overrides the prompt's count
+(the distributed tests give each rank its own). ``inner``, when given, is a real backend whose ``generate`` runs first
+with the same arguments and whose output is then replaced by the script: under ZeRO-3 that keeps the real lock-step
+forward passes (collectives) of HF generate in the loop.
 """
 
 import re
@@ -21,8 +22,14 @@ DEFAULT_CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6
 
 
 class ScriptedToolUse(Generator):
-    def __init__(self, tokenizer, answer: str = "The answer is 42.", calls: int | None = None,
-                 inner: Generator | None = None, vary: bool = False):
+    def __init__(
+        self,
+        tokenizer,
+        answer: str = "The answer is 42.",
+        calls: int | None = None,
+        inner: Generator | None = None,
+        vary: bool = False,
+    ):
         self.tokenizer = tokenizer
         self.answer = answer
         self.calls = calls
@@ -32,7 +39,7 @@ class ScriptedToolUse(Generator):
     def turn_text(self, context: str) -> str:
         wanted = self.calls if self.calls is not None else int(re.search(r"calls=(\d+)", context).group(1))
         call = re.search(r"^call=(.*)$", context, re.M)
-        done = context.count("<tool_response>\n")      # one per result (the system text has none with a newline)
+        done = context.count("<tool_response>\n")  # one per result (the system text has none with a newline)
         if done < wanted:
             return call.group(1) if call else DEFAULT_CALL
         return self.answer
@@ -58,6 +65,6 @@ class ScriptedToolUse(Generator):
                 extra = int(torch.randint(0, 4, ())) if self.vary and text == self.answer else 0
                 sample = text + "!" * extra
                 turn = self.tokenizer(sample, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-                ids.append(turn[:sampling.max_tokens])
+                ids.append(turn[: sampling.max_tokens])
                 finished.append(len(turn) <= sampling.max_tokens)
         return GenerationResult(completion_ids=ids, finished=finished)

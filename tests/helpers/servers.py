@@ -27,8 +27,21 @@ class Server:
 
     def start(self):
         log = open(self.log_dir / f"server-{self.port}.log", "ab")
-        cmd = [sys.executable, "-m", "hf_grpo.cli", "serve", "--model", self.model_path, "--port", str(self.port),
-               "--enforce-eager", "--kv-cache-gib", "0.25", "--max-model-len", "512"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "hf_grpo.cli",
+            "serve",
+            "--model",
+            self.model_path,
+            "--port",
+            str(self.port),
+            "--enforce-eager",
+            "--kv-cache-gib",
+            "0.25",
+            "--max-model-len",
+            "512",
+        ]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait(self, timeout=300):
@@ -58,5 +71,6 @@ class Server:
         ids = prompt + completion
         body = {"model": self.model_path, "prompt": [ids], "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
         choice = requests.post(self.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
-        return torch.tensor([choice["prompt_logprobs"][i][str(ids[i])]["logprob"]
-                             for i in range(len(prompt), len(ids))])
+        return torch.tensor(
+            [choice["prompt_logprobs"][i][str(ids[i])]["logprob"] for i in range(len(prompt), len(ids))]
+        )

@@ -19,7 +19,7 @@ class TRLLoss(GRPOTrainer):
         self.aux_loss_enabled, self._entropy_bonus_enabled = False, False
         self.current_gradient_accumulation_steps = 1
         self.args = SimpleNamespace(use_bias_correction_kl=bias_correction_kl, delta=None, steps_per_generation=1)
-        self.model = torch.nn.Linear(1, 1)          # only .training is read
+        self.model = torch.nn.Linear(1, 1)  # only .training is read
         self.accelerator = Accelerator(cpu=True)
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
 

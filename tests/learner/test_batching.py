@@ -44,12 +44,18 @@ def test_shuffle_is_seeded_and_a_bad_split_is_refused():
 
 
 def padded_sample(prompt: int, completion: int, i: int = 0) -> dict:
-    return {"prompt_ids": list(range(1, prompt + 1)), "completion_ids": list(range(10, 10 + completion)),
-            "completion_mask": torch.ones(completion), "advantage": 1.0, "index": i}
+    return {
+        "prompt_ids": list(range(1, prompt + 1)),
+        "completion_ids": list(range(10, 10 + completion)),
+        "completion_mask": torch.ones(completion),
+        "advantage": 1.0,
+        "index": i,
+    }
 
 
 def test_pad_to_multiple_of_pads_prompt_and_completion_lengths():
     from hf_grpo.learner.batching import collate
+
     samples = [padded_sample(3, 5), padded_sample(6, 2, 1)]
     plain = collate(samples, pad_id=0)
     padded = collate(samples, pad_id=0, multiple=4)
@@ -65,6 +71,7 @@ def test_pad_to_multiple_of_pads_prompt_and_completion_lengths():
 
 def test_pad_to_multiple_of_pads_packed_rows():
     from hf_grpo.learner.batching import collate_packed
+
     samples = [padded_sample(3, 5), padded_sample(6, 2, 1)]
     plain = collate_packed(samples, pad_id=0, max_tokens=32, one_row=False)
     padded = collate_packed(samples, pad_id=0, max_tokens=32, one_row=False, multiple=8)
@@ -73,18 +80,20 @@ def test_pad_to_multiple_of_pads_packed_rows():
     assert padded["input_ids"].shape == (1, 24)
     # Completion tokens are found at the same places (the tail is padding).
     flat = padded["input_ids"].view(-1)
-    assert flat[padded["completion_index"][0]].tolist() == [3, 10, 11, 12, 13]   # predicted from the previous token
+    assert flat[padded["completion_index"][0]].tolist() == [3, 10, 11, 12, 13]  # predicted from the previous token
 
 
 @pytest.mark.parametrize("value, expected", [("auto", None), (None, None), ("none", None), ("16", 16), (8, 8)])
 def test_pad_to_multiple_of_values(value, expected):
     from hf_grpo.config.trl_compat import resolve_pad_to_multiple_of
+
     assert resolve_pad_to_multiple_of(value) == expected
 
 
 @pytest.mark.parametrize("value", [0, -2, "x", 2.5, True])
 def test_pad_to_multiple_of_bad_values_name_the_field(value):
     from hf_grpo.config.trl_compat import resolve_pad_to_multiple_of
+
     with pytest.raises(ValueError, match="pad_to_multiple_of=.* must be an integer >= 1"):
         resolve_pad_to_multiple_of(value)
 
@@ -96,7 +105,7 @@ def test_rounds_ending_inside_a_step_share_the_rounds_normaliser():
         num_processes = 1
 
     assert [normalizer_group(spg, 2) for spg in (2, 4, 1, 3)] == [2, 2, 1, 3]
-    assert normalizer_group(4, 3) == 4                       # TRL's test_prepare_input_called_with_correct_data
+    assert normalizer_group(4, 3) == 4  # TRL's test_prepare_input_called_with_correct_data
     # spg 3, GA 2: the round's 3 micro-batches form one group; each is normalised by the round's tokens per
     # micro-batch times the 2 accumulation steps Trainer divides by, i.e. by (round tokens x 2 / 3) / 2.
     parts, step_tokens, _ = split_microbatches(SAMPLES, 3, normalizer_group(3, 2))

@@ -6,8 +6,8 @@ from tests.helpers.models import make_tiny_llama
 
 
 def reference(model, input_ids, attention_mask, C, temperature):
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, -C - 1:-1].float() / temperature
-    logp = torch.log_softmax(logits, -1)                                   # [B, C, V]
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, -C - 1 : -1].float() / temperature
+    logp = torch.log_softmax(logits, -1)  # [B, C, V]
     target = logp.gather(-1, input_ids[:, -C:].unsqueeze(-1)).squeeze(-1)  # [B, C]
     entropy = -(logp.exp() * logp).sum(-1)
     return target, entropy
@@ -18,13 +18,14 @@ def test_chunked_logprobs_match_full_logits_and_gradients(chunk_size):
     model = make_tiny_llama(97)
     input_ids = torch.randint(3, 97, (3, 11))
     attention_mask = torch.ones_like(input_ids)
-    attention_mask[0, :4] = 0                    # a left-padded prompt
+    attention_mask[0, :4] = 0  # a left-padded prompt
     ref_logp, ref_ent = reference(model, input_ids, attention_mask, 6, 0.7)
     ref_logp.sum().backward()
     ref_grad = model.model.layers[0].mlp.up_proj.weight.grad.clone()
     model.zero_grad()
-    logp, ent = completion_logprobs(model, model.get_output_embeddings(), input_ids, attention_mask, 6,
-                                    temperature=0.7, chunk_size=chunk_size)
+    logp, ent = completion_logprobs(
+        model, model.get_output_embeddings(), input_ids, attention_mask, 6, temperature=0.7, chunk_size=chunk_size
+    )
     assert torch.allclose(logp, ref_logp, atol=1e-5)
     assert torch.allclose(ent, ref_ent, atol=1e-4)
     logp.sum().backward()
@@ -44,8 +45,9 @@ def test_no_full_vocab_logits_are_kept_for_backward():
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logp, _ = completion_logprobs(model, model.get_output_embeddings(), input_ids, attention_mask, 48,
-                                      chunk_size=32)
+        logp, _ = completion_logprobs(
+            model, model.get_output_embeddings(), input_ids, attention_mask, 48, chunk_size=32
+        )
     full = 8 * 48 * V
     assert max(saved) < full / 4, f"largest saved tensor {max(saved)} vs full logits {full}"
 
@@ -53,8 +55,17 @@ def test_no_full_vocab_logits_are_kept_for_backward():
 def tiny_family_model(family: str):
     """A tiny random model of a family whose logits are not plain ``lm_head(hidden)``."""
     import transformers
-    common = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
+
+    common = dict(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+    )
     config_cls, model_cls, extra = {
         "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(final_logit_softcapping=0.1)),
         "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(final_logit_softcapping=0.1)),
@@ -68,6 +79,7 @@ def tiny_family_model(family: str):
 @pytest.mark.parametrize("family", ["gemma2", "gemma3", "cohere", "granite"])
 def test_logit_transforms_of_each_family_are_applied(family):
     from hf_grpo.learner.logprobs import LogitTransform, chunked_path_matches
+
     model = tiny_family_model(family)
     input_ids = torch.randint(3, 97, (2, 9))
     attention_mask = torch.ones_like(input_ids)
@@ -75,15 +87,16 @@ def test_logit_transforms_of_each_family_are_applied(family):
     transform = LogitTransform.from_config(model.config)
     plain, _ = completion_logprobs(model, model.get_output_embeddings(), input_ids, attention_mask, 5)
     assert (plain - expected).abs().max() > 1e-3, "this family's transform should matter on these inputs"
-    ours, _ = completion_logprobs(model, model.get_output_embeddings(), input_ids, attention_mask, 5,
-                                  transform=transform, chunk_size=3)
+    ours, _ = completion_logprobs(
+        model, model.get_output_embeddings(), input_ids, attention_mask, 5, transform=transform, chunk_size=3
+    )
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
-    own, _ = completion_logprobs(model, None, input_ids, attention_mask, 5, chunk_size=3)   # the model path
+    own, _ = completion_logprobs(model, None, input_ids, attention_mask, 5, chunk_size=3)  # the model path
     torch.testing.assert_close(own, expected, atol=1e-5, rtol=0)
-    assert chunked_path_matches(model, model.get_output_embeddings(), transform, input_ids, attention_mask, 5,
-                                1e-4)[0]
-    assert not chunked_path_matches(model, model.get_output_embeddings(), LogitTransform(), input_ids,
-                                    attention_mask, 5, 1e-4)[0]
+    assert chunked_path_matches(model, model.get_output_embeddings(), transform, input_ids, attention_mask, 5, 1e-4)[0]
+    assert not chunked_path_matches(
+        model, model.get_output_embeddings(), LogitTransform(), input_ids, attention_mask, 5, 1e-4
+    )[0]
 
 
 def test_bf16_model_under_bf16_autocast_gets_float32_hidden_states():
@@ -93,10 +106,18 @@ def test_bf16_model_under_bf16_autocast_gets_float32_hidden_states():
     input_ids = torch.randint(3, 97, (2, 9))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(input_ids=input_ids, output_hidden_states=True)
-    hidden = out.hidden_states[-1].float()[:, -6:-1]                                     # what accelerate returns
+    hidden = out.hidden_states[-1].float()[:, -6:-1]  # what accelerate returns
     from hf_grpo.learner.logprobs import LogitTransform, _head_logprobs
-    logp, _ = _head_logprobs(model.get_output_embeddings(), LogitTransform(), None,
-                             hidden.reshape(-1, hidden.shape[-1]), input_ids[:, -5:].reshape(-1), 1.0, False)
+
+    logp, _ = _head_logprobs(
+        model.get_output_embeddings(),
+        LogitTransform(),
+        None,
+        hidden.reshape(-1, hidden.shape[-1]),
+        input_ids[:, -5:].reshape(-1),
+        1.0,
+        False,
+    )
     assert logp.dtype == torch.float32 and torch.isfinite(logp).all()
 
 
@@ -105,6 +126,7 @@ def vllm_kept(logits, top_k, top_p, min_p):
     """The tokens vLLM 0.32 can sample: its min_p rule (MinPLogitsProcessor) then its own top-k/top-p function."""
     pytest.importorskip("vllm", reason="compares with vLLM's own sampler code (`make test-latest` has no vLLM)")
     from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+
     logits = logits.clone()
     if min_p > 0:
         probs = logits.softmax(-1)
@@ -118,10 +140,11 @@ def vllm_kept(logits, top_k, top_p, min_p):
 @pytest.mark.parametrize("top_k,top_p,min_p", [(5, 1.0, 0.0), (0, 0.8, 0.0), (0, 1.0, 0.1), (20, 0.9, 0.02)])
 def test_sampling_filters_keep_what_vllm_keeps(top_k, top_p, min_p):
     from hf_grpo.learner.logprobs import SamplingFilters
+
     g = torch.Generator().manual_seed(0)
-    logits = torch.randn(64, 300, generator=g) * 3                                 # [c, V]
-    expected = vllm_kept(logits, top_k, top_p, min_p)                               # [c, V]
-    targets = logits.argmax(-1)                                                     # always kept by both
+    logits = torch.randn(64, 300, generator=g) * 3  # [c, V]
+    expected = vllm_kept(logits, top_k, top_p, min_p)  # [c, V]
+    targets = logits.argmax(-1)  # always kept by both
     kept = SamplingFilters(top_k=top_k, top_p=top_p, min_p=min_p).kept(logits, targets)
     assert torch.equal(kept, expected)
     assert 0 < kept.sum() < kept.numel()
@@ -129,12 +152,14 @@ def test_sampling_filters_keep_what_vllm_keeps(top_k, top_p, min_p):
 
 def test_filtered_logprobs_are_renormalised_over_the_kept_tokens_and_keep_the_target():
     from hf_grpo.learner.logprobs import SamplingFilters, _logits_logprobs
+
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     top2 = SamplingFilters(top_k=2)
     logp, entropy = _logits_logprobs(top2, logits, torch.tensor([1]), 1.0, True)
     assert logp.item() == pytest.approx(torch.log(torch.tensor(0.3 / 0.8)).item(), abs=1e-6)
-    assert entropy.item() == pytest.approx(-(0.625 * torch.log(torch.tensor(0.625)) +
-                                             0.375 * torch.log(torch.tensor(0.375))).item(), abs=1e-6)
+    assert entropy.item() == pytest.approx(
+        -(0.625 * torch.log(torch.tensor(0.625)) + 0.375 * torch.log(torch.tensor(0.375))).item(), abs=1e-6
+    )
     # A sampled token outside the trainer's kept set (a near-tie vLLM broke the other way) keeps a finite log-prob.
     logp, _ = _logits_logprobs(top2, logits, torch.tensor([3]), 1.0, False)
     assert logp.item() == pytest.approx(torch.log(torch.tensor(0.05 / 0.85)).item(), abs=1e-6)
@@ -145,16 +170,18 @@ def test_filtered_logprobs_are_renormalised_over_the_kept_tokens_and_keep_the_ta
 
 def test_filtered_logprobs_through_the_model_and_their_gradients():
     from hf_grpo.learner.logprobs import SamplingFilters
+
     model = make_tiny_llama(97)
     input_ids = torch.randint(3, 97, (2, 9))
     mask = torch.ones_like(input_ids)
     filters = SamplingFilters(top_k=10, top_p=0.9)
-    chunked, _ = completion_logprobs(model, model.get_output_embeddings(), input_ids, mask, 4, temperature=0.7,
-                                     chunk_size=3, filters=filters)
+    chunked, _ = completion_logprobs(
+        model, model.get_output_embeddings(), input_ids, mask, 4, temperature=0.7, chunk_size=3, filters=filters
+    )
     own, _ = completion_logprobs(model, None, input_ids, mask, 4, temperature=0.7, filters=filters)
     plain, _ = completion_logprobs(model, None, input_ids, mask, 4, temperature=0.7)
     torch.testing.assert_close(chunked, own, atol=1e-5, rtol=0)
-    assert torch.isfinite(chunked).all() and (chunked >= plain - 1e-6).all()     # renormalised: never below
+    assert torch.isfinite(chunked).all() and (chunked >= plain - 1e-6).all()  # renormalised: never below
     assert (chunked - plain).abs().max() > 1e-3
     chunked.sum().backward()
     assert torch.isfinite(model.model.layers[0].mlp.up_proj.weight.grad).all()

@@ -1,5 +1,5 @@
-"""Sequence packing (hf_grpo.learner.packing): the layout round-trips, packed log-probs equal padded ones on the tiny Llama
-(block mask on sdpa and eager, and the position-ids-only single row that flash attention gets), attention never
+"""Sequence packing (hf_grpo.learner.packing): the layout round-trips, packed log-probs equal padded ones on the tiny
+Llama (block mask on sdpa and eager, and the position-ids-only single row that flash attention gets), attention never
 crosses a sequence boundary, and a training step with packing gives the padded step's loss and weights, with gradient
 accumulation, a reference model, reused rounds and two processes."""
 
@@ -24,9 +24,15 @@ def random_samples(n: int, seed: int = 1, max_prompt: int = 9, max_completion: i
     for i in range(n):
         p = int(torch.randint(1, max_prompt, (1,), generator=g))
         c = int(torch.randint(0, max_completion, (1,), generator=g))
-        samples.append({"prompt_ids": torch.randint(3, VOCAB, (p,), generator=g).tolist(),
-                        "completion_ids": torch.randint(3, VOCAB, (c,), generator=g).tolist(),
-                        "completion_mask": torch.ones(c), "advantage": 1.0, "index": i})
+        samples.append(
+            {
+                "prompt_ids": torch.randint(3, VOCAB, (p,), generator=g).tolist(),
+                "completion_ids": torch.randint(3, VOCAB, (c,), generator=g).tolist(),
+                "completion_mask": torch.ones(c),
+                "advantage": 1.0,
+                "index": i,
+            }
+        )
     return samples
 
 
@@ -43,7 +49,7 @@ def test_first_fit_decreasing_fills_rows_within_capacity_and_refuses_a_too_long_
     rows = first_fit_decreasing(lengths, 10)
     assert sorted(i for row in rows for i in row) == list(range(len(lengths)))
     assert all(sum(lengths[i] for i in row) <= 10 for row in rows)
-    assert len(rows) == math.ceil(sum(lengths) / 10)          # 39 tokens: 4 rows is optimal and FFD finds it
+    assert len(rows) == math.ceil(sum(lengths) / 10)  # 39 tokens: 4 rows is optimal and FFD finds it
     with pytest.raises(ValueError, match="sequence 1 has 11 .* max_tokens_per_microbatch=10"):
         first_fit_decreasing([3, 11], 10)
 
@@ -66,9 +72,9 @@ def test_pack_round_trip(one_row):
             end = int(index[b, n - 1]) + 2
             start = end - len(p) - len(c)
             assert flat_ids[start:end].tolist() == p + c
-            assert flat_pos[start:end].tolist() == list(range(len(p) + len(c)))   # restart at 0 per sequence
+            assert flat_pos[start:end].tolist() == list(range(len(p) + len(c)))  # restart at 0 per sequence
     values = torch.arange(int((index >= 0).sum()), dtype=torch.float32)
-    back = unpack(values, index)                                                       # [B, C]
+    back = unpack(values, index)  # [B, C]
     assert back[index >= 0].tolist() == values.tolist() and (back[index < 0] == 0).all()
     real = sum(len(p) + len(c) for p, c in zip(prompts, completions))
     assert real <= ids.numel() and (not one_row or ids.numel() == real)
@@ -85,19 +91,25 @@ def test_balance_by_tokens_and_the_packed_split_keeps_each_steps_samples():
     loads = [sum(len(s["prompt_ids"]) + len(s["completion_ids"]) for s in g) for g in groups]
     longest = max(len(s["prompt_ids"]) + len(s["completion_ids"]) for s in samples)
     assert sorted(s["index"] for g in groups for s in g) == list(range(16))
-    assert max(loads) - min(loads) <= longest                # greedy LPT bound
+    assert max(loads) - min(loads) <= longest  # greedy LPT bound
     by_count, tokens_a, _ = split_microbatches(samples, 4, 2)
     by_tokens, tokens_b, _ = split_microbatches(samples, 4, 2, balance_tokens=True)
-    assert tokens_a == tokens_b                               # the normalisers do not depend on the split
+    assert tokens_a == tokens_b  # the normalisers do not depend on the split
     for step in range(2):
-        assert ({s["index"] for m in by_count[2 * step:2 * step + 2] for s in m}
-                == {s["index"] for m in by_tokens[2 * step:2 * step + 2] for s in m})
+        assert {s["index"] for m in by_count[2 * step : 2 * step + 2] for s in m} == {
+            s["index"] for m in by_tokens[2 * step : 2 * step + 2] for s in m
+        }
 
 
 def test_config_refuses_a_budget_below_the_longest_sequence(tmp_path):
     with pytest.raises(ValueError, match=r"max_tokens_per_microbatch \(100\) must be >= .* \(524\)"):
-        GRPOConfig(output_dir=str(tmp_path), max_tokens_per_microbatch=100, max_prompt_length=512,
-                   max_completion_length=12, use_cpu=True).validate()
+        GRPOConfig(
+            output_dir=str(tmp_path),
+            max_tokens_per_microbatch=100,
+            max_prompt_length=512,
+            max_completion_length=12,
+            use_cpu=True,
+        ).validate()
 
 
 # ---- on the tiny Llama ------------------------------------------------------------------------------------------
@@ -115,10 +127,11 @@ def test_packed_logprobs_equal_padded_logprobs(tiny, attn, chunked, capacity):
     inputs = model_inputs(packed, torch.device("cpu"), attn, torch.float32)
     assert ("attention_mask" in inputs) == (attn != "flash_attention_2")
     with torch.no_grad():
-        want, want_entropy = completion_logprobs(tiny, head, padded["input_ids"], padded["attention_mask"],
-                                                 padded["completion_mask"].shape[1])
+        want, want_entropy = completion_logprobs(
+            tiny, head, padded["input_ids"], padded["attention_mask"], padded["completion_mask"].shape[1]
+        )
         got, got_entropy = packed_completion_logprobs(tiny, head, inputs)
-    mask = padded["completion_mask"].bool()                                               # [B, C]
+    mask = padded["completion_mask"].bool()  # [B, C]
     assert got.shape == want.shape and mask.sum() > 20
     torch.testing.assert_close(got[mask], want[mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(got_entropy[mask], want_entropy[mask], atol=1e-5, rtol=0)
@@ -129,12 +142,12 @@ def test_packed_gradients_equal_padded_gradients(tiny):
     samples = random_samples(8, seed=5)
     padded = collate(samples, pad_id=0)
     packed = collate_packed(samples, 0, 16, one_row=False)
-    mask = padded["completion_mask"]                                                      # [B, C]
+    mask = padded["completion_mask"]  # [B, C]
     grads = []
-    for logp_fn in (lambda: completion_logprobs(tiny, None, padded["input_ids"], padded["attention_mask"],
-                                                mask.shape[1])[0],
-                    lambda: packed_completion_logprobs(tiny, None, model_inputs(packed, "cpu", "sdpa",
-                                                                                torch.float32))[0]):
+    for logp_fn in (
+        lambda: completion_logprobs(tiny, None, padded["input_ids"], padded["attention_mask"], mask.shape[1])[0],
+        lambda: packed_completion_logprobs(tiny, None, model_inputs(packed, "cpu", "sdpa", torch.float32))[0],
+    ):
         tiny.zero_grad()
         ((logp_fn() * mask).sum() / mask.sum()).backward()
         grads.append({n: p.grad.clone() for n, p in tiny.named_parameters()})
@@ -150,27 +163,28 @@ def test_attention_never_crosses_a_sequence_boundary(tiny, attn):
     a, b = [5, 6, 7, 8, 9], [10, 11, 12, 13]
     results = []
     for tokens in (a, [t + 100 for t in a]):
-        packed = pack([tokens[:2], b[:2]], [tokens[2:], b[2:]], capacity=32, pad_id=0,
-                      one_row=attn == "flash_attention_2")
-        assert packed["input_ids"].shape[0] == 1                     # both in one row
+        packed = pack(
+            [tokens[:2], b[:2]], [tokens[2:], b[2:]], capacity=32, pad_id=0, one_row=attn == "flash_attention_2"
+        )
+        assert packed["input_ids"].shape[0] == 1  # both in one row
         inputs = model_inputs(packed, "cpu", attn, torch.float32)
         with torch.no_grad():
-            logp, _ = packed_completion_logprobs(tiny, None, inputs)                       # [2, C]
+            logp, _ = packed_completion_logprobs(tiny, None, inputs)  # [2, C]
             causal = {k: v for k, v in inputs.items() if k != "attention_mask"}
             causal["position_ids"] = torch.arange(inputs["input_ids"].shape[1]).unsqueeze(0)
             leaky, _ = packed_completion_logprobs(tiny, None, causal)
         results.append((logp, leaky))
     (first, first_leaky), (second, second_leaky) = results
     row_b = 0 if packed["completion_index"][0, 0] > packed["completion_index"][1, 0] else 1
-    assert not torch.allclose(first[1 - row_b], second[1 - row_b])      # A itself did change
+    assert not torch.allclose(first[1 - row_b], second[1 - row_b])  # A itself did change
     assert torch.equal(first[row_b], second[row_b])
     assert not torch.allclose(first_leaky[row_b], second_leaky[row_b])
     tiny.config._attn_implementation = "sdpa"
 
 
 def test_block_mask_forms():
-    pos = torch.tensor([[0, 1, 2, 0, 1, 0]])                                              # [1, 6]
-    allowed = block_causal_mask(pos, "sdpa", torch.float32)                               # [1, 1, 6, 6]
+    pos = torch.tensor([[0, 1, 2, 0, 1, 0]])  # [1, 6]
+    allowed = block_causal_mask(pos, "sdpa", torch.float32)  # [1, 1, 6, 6]
     assert allowed.dtype == torch.bool and allowed.shape == (1, 1, 6, 6)
     assert allowed[0, 0, 4].tolist() == [False, False, False, True, True, False]
     additive = block_causal_mask(pos, "eager", torch.float32)
@@ -182,37 +196,52 @@ def test_block_mask_forms():
 
 # ---- training ---------------------------------------------------------------------------------------------------
 def train_once(tiny_llama_path, tmp_path, **overrides):
-    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=overrides.pop("max_steps", 1), optim="sgd",
-                           learning_rate=1.0, per_device_train_batch_size=4, gradient_accumulation_steps=2,
-                           num_generations=4, max_prompt_length=64, **overrides)
+    trainer = make_trainer(
+        tiny_llama_path,
+        tmp_path,
+        max_steps=overrides.pop("max_steps", 1),
+        optim="sgd",
+        learning_rate=1.0,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        num_generations=4,
+        max_prompt_length=64,
+        **overrides,
+    )
     buffers = []
     generate = trainer._generate_and_score
-    trainer._generate_and_score = lambda rows: buffers.append(generate(rows)) or buffers[-1]   # observe rounds
+    trainer._generate_and_score = lambda rows: buffers.append(generate(rows)) or buffers[-1]  # observe rounds
     trainer.train()
     return trainer, buffers
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(loss_type="dapo"),
-    dict(loss_type="grpo", beta=0.04, skip_zero_advantage=False),
-    dict(loss_type="bnpo", steps_per_generation=4, max_steps=2),
-    dict(loss_type="dr_grpo", steps_per_generation=4, num_iterations=2, max_steps=2),
-], ids=["dapo", "grpo+ref", "bnpo-reused-round", "dr_grpo-2-iterations"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(loss_type="dapo"),
+        dict(loss_type="grpo", beta=0.04, skip_zero_advantage=False),
+        dict(loss_type="bnpo", steps_per_generation=4, max_steps=2),
+        dict(loss_type="dr_grpo", steps_per_generation=4, num_iterations=2, max_steps=2),
+    ],
+    ids=["dapo", "grpo+ref", "bnpo-reused-round", "dr_grpo-2-iterations"],
+)
 def test_a_packed_training_step_equals_the_padded_one(tiny_llama_path, tmp_path, overrides):
     """Same samples, same seed: padded micro-batches of 4 vs two token-balanced packed micro-batches per optimizer
     step (rows of at most 160 tokens, ~65 per sequence): the same loss and, with SGD at lr 1 (which passes any
     normalisation error straight into the weights), the same weights."""
     runs = {}
     for budget in (None, 160):
-        trainer, buffers = train_once(tiny_llama_path, tmp_path / str(budget), max_tokens_per_microbatch=budget,
-                                      **overrides)
+        trainer, buffers = train_once(
+            tiny_llama_path, tmp_path / str(budget), max_tokens_per_microbatch=budget, **overrides
+        )
         runs[budget] = params(trainer.model), [r for r in trainer.state.log_history if "loss" in r], buffers
     (padded_w, padded_logs, padded_buffers), (packed_w, packed_logs, buffers) = runs[None], runs[160]
     micro = [m for round_ in buffers for m in round_]
     assert all("completion_index" in m for m in micro)
-    assert any(m["input_ids"].shape[0] > 1 for m in micro)                                # several rows
-    assert any(m["input_ids"].shape[1] < 160 and m["completion_mask"].shape[0] > m["input_ids"].shape[0]
-               for m in micro)                                                             # several per row
+    assert any(m["input_ids"].shape[0] > 1 for m in micro)  # several rows
+    assert any(
+        m["input_ids"].shape[1] < 160 and m["completion_mask"].shape[0] > m["input_ids"].shape[0] for m in micro
+    )  # several per row
     for a, b in zip(padded_logs, packed_logs):
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
     # Round metrics: both paths' padding fractions describe the same real tokens in their own input slots.
@@ -228,17 +257,24 @@ def test_a_packed_training_step_equals_the_padded_one(tiny_llama_path, tmp_path,
 
 def make_tiny_reference(path):
     from hf_grpo.models import load_model
+
     return load_model(path)
 
 
 def test_dapo_normaliser_is_the_steps_global_token_count_under_packing(tiny_llama_path, tmp_path):
     """Each packed micro-batch's normaliser x accumulation steps = all active tokens of its optimizer step, although
     packed micro-batches hold different numbers of samples."""
-    _, buffers = train_once(tiny_llama_path, tmp_path, max_tokens_per_microbatch=160, skip_zero_advantage=False,
-                            steps_per_generation=4, max_steps=2)
+    _, buffers = train_once(
+        tiny_llama_path,
+        tmp_path,
+        max_tokens_per_microbatch=160,
+        skip_zero_advantage=False,
+        steps_per_generation=4,
+        max_steps=2,
+    )
     micro = buffers[0]
     for step in range(2):
-        pair = micro[2 * step:2 * step + 2]
+        pair = micro[2 * step : 2 * step + 2]
         tokens = sum(float(m["completion_mask"].sum()) for m in pair)
         assert all(m["token_normalizer"] * 2 == pytest.approx(tokens) for m in pair)
     assert len(micro) == 4
@@ -250,12 +286,25 @@ def test_two_processes_with_accumulation_packed_equals_padded(tiny_llama_path, t
     """2 DDP processes x 2 accumulation steps: the packed update equals the padded one for the global-token (dapo)
     and per-sequence (grpo) normalisers."""
     from tests.helpers.launch import launch, results
-    runs = [{"loss_type": loss, "max_tokens_per_microbatch": budget} for loss in ("dapo", "grpo")
-            for budget in (None, 160)]
-    spec = {"fixed_completions": True, "runs": runs, "config": {
-        "optim": "sgd", "learning_rate": 0.5, "lr_scheduler_type": "constant", "max_grad_norm": 0.0,
-        "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "max_prompt_length": 64,
-        "max_completion_length": 10, "log_completions_steps": 0}}
+
+    runs = [
+        {"loss_type": loss, "max_tokens_per_microbatch": budget} for loss in ("dapo", "grpo") for budget in (None, 160)
+    ]
+    spec = {
+        "fixed_completions": True,
+        "runs": runs,
+        "config": {
+            "optim": "sgd",
+            "learning_rate": 0.5,
+            "lr_scheduler_type": "constant",
+            "max_grad_norm": 0.0,
+            "per_device_train_batch_size": 4,
+            "gradient_accumulation_steps": 2,
+            "max_prompt_length": 64,
+            "max_completion_length": 10,
+            "log_completions_steps": 0,
+        },
+    }
     launch("ddp", tiny_llama_path, tmp_path, spec, num_processes=2, mixed_precision="no")
     initial = params(make_tiny_reference(tiny_llama_path))
     for k in (0, 2):

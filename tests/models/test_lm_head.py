@@ -18,12 +18,12 @@ def test_head_computes_in_float32_and_the_body_keeps_its_dtype():
     cast_lm_head_to_fp32(model)
     head = model.get_output_embeddings()
     assert isinstance(head, FP32Head) and head.weight.dtype == torch.float32
-    assert model.get_input_embeddings().weight is head.weight                      # still tied
-    assert model.get_input_embeddings()(ids).dtype == torch.bfloat16              # the layers see their dtype
+    assert model.get_input_embeddings().weight is head.weight  # still tied
+    assert model.get_input_embeddings()(ids).dtype == torch.bfloat16  # the layers see their dtype
     assert model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
     after = model(input_ids=ids).logits
     assert before.dtype == torch.bfloat16 and after.dtype == torch.float32
-    torch.testing.assert_close(after, before.float(), atol=0.1, rtol=0.05)       # the same model, finer logits
+    torch.testing.assert_close(after, before.float(), atol=0.1, rtol=0.05)  # the same model, finer logits
 
 
 def test_trainer_casts_the_head_and_trains(tiny_llama_path, tmp_path):
@@ -37,6 +37,7 @@ def test_trainer_casts_the_head_and_trains(tiny_llama_path, tmp_path):
 
 def test_a_peft_adapter_on_the_head_is_refused():
     from peft import LoraConfig, get_peft_model
+
     model = get_peft_model(make_tiny_llama(64), LoraConfig(r=2, target_modules=["lm_head"]))
     with pytest.raises(ValueError, match="a PEFT adapter on lm_head is not supported"):
         cast_lm_head_to_fp32(model)

@@ -24,14 +24,14 @@ def weights(model):
 def test_mix_by_hand():
     ref, pol = torch.tensor([1.0, 2.0, -4.0]), torch.tensor([3.0, 0.0, 4.0])
     mix_(ref, pol, 0.25)
-    torch.testing.assert_close(ref, torch.tensor([1.5, 1.5, -2.0]))      # 0.25 * pol + 0.75 * ref
+    torch.testing.assert_close(ref, torch.tensor([1.5, 1.5, -2.0]))  # 0.25 * pol + 0.75 * ref
 
 
 @pytest.mark.parametrize("alpha", [0.6, 1.0, 0.0])
 def test_sync_matches_the_hand_mix_and_trls_callback(alpha):
     from trl.trainer.callbacks import SyncRefModelCallback as TRLSync
 
-    Accelerator(cpu=True)                          # TRL's callback reads the accelerator state
+    Accelerator(cpu=True)  # TRL's callback reads the accelerator state
     policy, reference = make_tiny_llama(64, seed=1), make_tiny_llama(64, seed=2)
     before, pol = weights(reference), weights(policy)
     trl_reference = copy.deepcopy(reference)
@@ -59,8 +59,16 @@ class Snapshots(TrainerCallback):
 
 
 def test_trainer_syncs_every_ref_model_sync_steps(tiny_llama_path, tmp_path):
-    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=2, beta=0.04, sync_ref_model=True,
-                           ref_model_sync_steps=2, ref_model_mixup_alpha=0.3, learning_rate=0.05)
+    trainer = make_trainer(
+        tiny_llama_path,
+        tmp_path,
+        max_steps=2,
+        beta=0.04,
+        sync_ref_model=True,
+        ref_model_sync_steps=2,
+        ref_model_mixup_alpha=0.3,
+        learning_rate=0.05,
+    )
     initial = weights(trainer.ref_model)
     snapshots = Snapshots(trainer)
     trainer.add_callback(snapshots)
@@ -80,7 +88,12 @@ def test_refused_where_there_is_no_reference_to_mix_into(tiny_llama_path, tmp_pa
     with pytest.raises(ValueError, match="ref_model_mixup_alpha must be in"):
         make_config(tmp_path, ref_model_mixup_alpha=1.5)
     from peft import LoraConfig
+
     with pytest.raises(ValueError, match="with LoRA .* there is none to mix into"):
-        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], make_config(tmp_path, beta=0.04,
-                               sync_ref_model=True), load_prompt_dataset("arithmetic:8"),
-                               peft_config=LoraConfig(r=2, target_modules="all-linear"))
+        DistributedGRPOTrainer(
+            tiny_llama_path,
+            [even_token_reward],
+            make_config(tmp_path, beta=0.04, sync_ref_model=True),
+            load_prompt_dataset("arithmetic:8"),
+            peft_config=LoraConfig(r=2, target_modules="all-linear"),
+        )

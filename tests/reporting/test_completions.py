@@ -14,18 +14,27 @@ from tests.helpers.trainers import make_trainer
 
 
 def records(n=4):
-    return [{"prompt": [{"role": "user", "content": f"q{i // 2}"}], "completion": [{"role": "assistant",
-             "content": f"a{i}"}], "rewards": {"r": float(i), "other": None if i % 2 else 1.0},
-             "advantage": 0.25 * i, "reward": 0.0, "finished": True, "reward_details": None} for i in range(n)]
+    return [
+        {
+            "prompt": [{"role": "user", "content": f"q{i // 2}"}],
+            "completion": [{"role": "assistant", "content": f"a{i}"}],
+            "rewards": {"r": float(i), "other": None if i % 2 else 1.0},
+            "advantage": 0.25 * i,
+            "reward": 0.0,
+            "finished": True,
+            "reward_details": None,
+        }
+        for i in range(n)
+    ]
 
 
 def test_completions_frame_has_trls_columns_and_keeps_every_row():
     frame = completions_frame(records(), step=7)
     assert list(frame.columns) == ["step", "prompt", "completion", "r", "other", "advantage"]
     assert frame["step"].tolist() == [7] * 4 and frame["r"].tolist() == [0.0, 1.0, 2.0, 3.0]
-    assert frame["other"].tolist()[0] == 1.0 and math.isnan(frame["other"].tolist()[1])     # None -> NaN (TRL)
+    assert frame["other"].tolist()[0] == 1.0 and math.isnan(frame["other"].tolist()[1])  # None -> NaN (TRL)
     assert frame["advantage"].tolist() == [0.0, 0.25, 0.5, 0.75]
-    assert frame["completion"][3] == [{"role": "assistant", "content": "a3"}]             # messages stay messages
+    assert frame["completion"][3] == [{"role": "assistant", "content": "a3"}]  # messages stay messages
     assert completions_frame([], step=1).empty
 
 
@@ -44,7 +53,7 @@ def text(value) -> str:
 
 def test_messages_arrow_cannot_unify_are_kept_as_json_text(tmp_path):
     rows = records(2)
-    rows[1]["prompt"] = [{"role": "user", "content": [{"type": "text", "text": "q0"}]}]     # parts, not a string
+    rows[1]["prompt"] = [{"role": "user", "content": [{"type": "text", "text": "q0"}]}]  # parts, not a string
     path = tmp_path / "completions_00001.parquet"
     write_parquet(completions_frame(rows, step=1), path)
     back = pd.read_parquet(path)
@@ -56,8 +65,9 @@ def test_messages_arrow_cannot_unify_are_kept_as_json_text(tmp_path):
 @pytest.mark.slow
 def test_training_writes_parquet_per_step_and_a_wandb_table(tiny_llama_path, tmp_path, wandb_offline):
     wandb = wandb_offline
-    trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=2, log_completions=True, log_unique_prompts=True,
-                           report_to="wandb")
+    trainer = make_trainer(
+        tiny_llama_path, tmp_path, max_steps=2, log_completions=True, log_unique_prompts=True, report_to="wandb"
+    )
     try:
         trainer.train()
     finally:
@@ -73,8 +83,11 @@ def test_training_writes_parquet_per_step_and_a_wandb_table(tiny_llama_path, tmp
         sums = frame.groupby(frame["prompt"].astype(str))["advantage"].sum()
         assert len(sums) == per_step // trainer.args.num_generations and (sums.abs() < 1e-5).all()
     # The W&B table as the offline run stored it: TRL's columns, one row per prompt (log_unique_prompts).
-    tables = sorted(glob.glob(os.path.join(tmp_path, "wandb", "offline-run-*", "files", "media", "table",
-                                           "completions_*.table.json")))
+    tables = sorted(
+        glob.glob(
+            os.path.join(tmp_path, "wandb", "offline-run-*", "files", "media", "table", "completions_*.table.json")
+        )
+    )
     assert len(tables) == 2
     first = json.loads(open(tables[0]).read())
     assert first["columns"] == ["step", "prompt", "completion", "even_token_reward", "advantage"]
@@ -83,6 +96,6 @@ def test_training_writes_parquet_per_step_and_a_wandb_table(tiny_llama_path, tmp
     assert len(first["data"]) == len(prompts) == per_step // trainer.args.num_generations
     # Row by row: each prompt's first completion, with its reward and advantage.
     expected = step1.loc[prompts.index]
-    assert [(text(row[2]), row[3], row[4]) for row in first["data"]] == \
-        [(text(c), r, a) for c, r, a in zip(expected["completion"], expected["even_token_reward"],
-                                            expected["advantage"])]
+    assert [(text(row[2]), row[3], row[4]) for row in first["data"]] == [
+        (text(c), r, a) for c, r, a in zip(expected["completion"], expected["even_token_reward"], expected["advantage"])
+    ]

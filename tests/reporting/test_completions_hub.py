@@ -49,12 +49,13 @@ def run(tmp_path, script, *argv, **env_vars):
     """``script`` in a fresh interpreter: no HF_* variables from outside, an empty HF_HOME (no stored token)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(tmp_path / "hf_home"), PYTHONPATH=str(ROOT), **env_vars)
-    return subprocess.run([sys.executable, "-c", script, *argv], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-c", script, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
 
 
 def closed_port() -> int:
-    with socket.socket() as s:          # bound, then released: nothing listens there
+    with socket.socket() as s:  # bound, then released: nothing listens there
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
@@ -89,7 +90,7 @@ def test_hub_repo_needs_log_completions(tmp_path):
     with pytest.raises(ValueError, match="log_completions_hub_repo is set but log_completions is false"):
         GRPOConfig(output_dir=str(tmp_path), log_completions_hub_repo=REPO)
     config = GRPOConfig(output_dir=str(tmp_path), log_completions=True, log_completions_hub_repo=REPO)
-    assert config.log_completions_hub_repo == REPO       # accepted (no longer refused); checked by the trainer
+    assert config.log_completions_hub_repo == REPO  # accepted (no longer refused); checked by the trainer
 
 
 @pytest.mark.slow
@@ -97,4 +98,4 @@ def test_trainer_fails_when_built_offline(tiny_llama_path, tmp_path):
     result = run(tmp_path, TRAINER, tiny_llama_path, str(tmp_path), REPO, HF_HUB_OFFLINE="1")
     assert result.returncode == 3, result.stderr[-3000:]
     assert f"log_completions_hub_repo='{REPO}'" in result.stdout and "HF_HUB_OFFLINE" in result.stdout
-    assert not (tmp_path / "out" / "completions").exists()       # nothing trained or written
+    assert not (tmp_path / "out" / "completions").exists()  # nothing trained or written

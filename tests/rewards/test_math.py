@@ -10,8 +10,14 @@ def chat(text):
 
 
 def test_registry_holds_the_builtins():
-    assert BUILTIN_REWARDS == {"boxed": boxed, "think_answer_tags": think_answer_tags, "format": format,
-                               "boxed_format": boxed_format, "gsm8k": gsm8k, "code": BUILTIN_REWARDS["code"]}
+    assert BUILTIN_REWARDS == {
+        "boxed": boxed,
+        "think_answer_tags": think_answer_tags,
+        "format": format,
+        "boxed_format": boxed_format,
+        "gsm8k": gsm8k,
+        "code": BUILTIN_REWARDS["code"],
+    }
     assert isinstance(BUILTIN_REWARDS["code"], CodeReward)
 
 
@@ -19,15 +25,14 @@ def test_boxed():
     completions = [r"so \boxed{\frac{1}{2}}", r"\boxed{3} no, \boxed{0.5}", r"\boxed{0.4}", "no box", "skip me"]
     golds = ["0.5", r"\frac{1}{2}", "0.5", "0.5", None]
     assert boxed(completions=completions, gt_answer=golds) == [1.0, 1.0, 0.0, 0.0, None]
-    assert boxed(completions=[chat(r"\boxed{72}")], gt_answer=[72]) == [1.0]   # non-string gold, chat format
+    assert boxed(completions=[chat(r"\boxed{72}")], gt_answer=[72]) == [1.0]  # non-string gold, chat format
     with pytest.raises(ValueError, match="gt_answer"):
         boxed(completions=["x"])
 
 
 def test_think_answer_tags_needs_format_and_correctness():
     good = "<think>6*12</think>\n<answer>72</answer>"
-    completions = [good, "<think>6*12</think><answer>71</answer>", "<answer>72</answer>",
-                   good + " extra", chat(good)]
+    completions = [good, "<think>6*12</think><answer>71</answer>", "<answer>72</answer>", good + " extra", chat(good)]
     assert think_answer_tags(completions=completions, gt_answer=["72"] * 5) == [1.0, 0.0, 0.0, 0.0, 1.0]
     assert think_answer_tags(completions=[good], gt_answer=[None]) == [None]
 
@@ -59,8 +64,12 @@ def test_gsm8k_falls_back_to_math_verify_for_non_plain_numbers():
 def test_builtins_share_the_verifier_concurrently_in_a_runner():
     runner = RewardRunner([boxed, think_answer_tags, format, boxed_format])
     completions = [chat(r"<think>t</think><answer>\frac{1}{2}</answer>"), chat(r"\boxed{0.5}")] * 8
-    per_func = runner(prompts=[[{"role": "user", "content": "q"}]] * 16, completions=completions,
-                      completion_ids=[[1]] * 16, columns={"gt_answer": ["0.5"] * 16})
+    per_func = runner(
+        prompts=[[{"role": "user", "content": "q"}]] * 16,
+        completions=completions,
+        completion_ids=[[1]] * 16,
+        columns={"gt_answer": ["0.5"] * 16},
+    )
     assert per_func[:2].tolist() == [[0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]]
     assert torch.equal(per_func[2:], per_func[:2].repeat(7, 1))
     runner.close()

@@ -66,7 +66,7 @@ def test_dataset_columns_and_trainer_state_reach_the_function():
 
     state = object()
     run(RewardRunner([spy]), columns={"gt_answer": ["1", "1", "2", "2"], "level": [1, 1, 5, 5]}, trainer_state=state)
-    logging = {k: seen["extra"].pop(k) for k in ("log_extra", "log_metric")}     # TRL's, as in TRL
+    logging = {k: seen["extra"].pop(k) for k in ("log_extra", "log_metric")}  # TRL's, as in TRL
     assert all(callable(f) for f in logging.values())
     assert seen["gt"] == ["1", "1", "2", "2"] and seen["extra"] == {"level": [1, 1, 5, 5]}
     assert seen["prompts"] == PROMPTS and seen["completion_ids"] == IDS and seen["state"] is state
@@ -85,7 +85,7 @@ def test_wrong_length_names_the_function():
         run(RewardRunner([length_reward, short_reward]))
     assert info.value.function_name == "short_reward"
     assert "'short_reward' returned 1 values for 4 completions" in str(info.value)
-    assert "'p0'" in str(info.value) and "'a'" in str(info.value)   # shows a sample
+    assert "'p0'" in str(info.value) and "'a'" in str(info.value)  # shows a sample
 
 
 def test_non_list_return_is_rejected():
@@ -261,8 +261,8 @@ def test_on_error_zero_or_skip_fills_the_column_counts_and_logs(policy, value, c
         per_func = run(runner)
     column = per_func[:, 1].tolist()
     assert all(math.isnan(v) for v in column) if policy == "skip" else column == [value] * 4
-    assert per_func[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]           # the other function is unaffected
-    assert runner.total(per_func).tolist() == [1.0, 2.0, 3.0, 4.0]   # zero and skip give the same total
+    assert per_func[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]  # the other function is unaffected
+    assert runner.total(per_func).tolist() == [1.0, 2.0, 3.0, 4.0]  # zero and skip give the same total
     assert runner.last_error_counts == {"length_reward": 0, "flaky_verifier": 1}
     assert "'flaky_verifier' raised ConnectionError: verifier at http://127.0.0.1:1/run unreachable" in caplog.text
     assert f"on_error={policy}" in caplog.text and "prompt='p0', completion='a'" in caplog.text  # a sample
@@ -333,6 +333,7 @@ def test_reward_objects_last_stats_are_collected_for_logging():
 # ---- gated rewards (open-instruct: the format reward counts only where the answer is right) -------------------------
 def test_a_gated_format_reward_adds_nothing_to_a_wrong_but_formatted_answer():
     from hf_grpo.rewards import load_reward_function
+
     boxed, fmt = load_reward_function("boxed"), load_reward_function("boxed_format")
     completions = ["The sum is \\boxed{12}.", "The sum is \\boxed{13}.", "The sum is 12."]
     columns = {"gt_answer": ["12", "12", "12"]}
@@ -340,20 +341,23 @@ def test_a_gated_format_reward_adds_nothing_to_a_wrong_but_formatted_answer():
     plain = RewardRunner([boxed, fmt], [1.0, 0.5])
     gated = RewardRunner([boxed, fmt], [1.0, 0.5], gated=["boxed_format"])
     per_func = gated(**kw)
-    assert per_func[:, 1].tolist() == [1.0, 1.0, 0.0]       # the format function itself still scores both boxes
+    assert per_func[:, 1].tolist() == [1.0, 1.0, 0.0]  # the format function itself still scores both boxes
     assert plain.total(plain(**kw)).tolist() == [1.5, 0.5, 0.0]
     assert gated.total(per_func).tolist() == [1.5, 0.0, 0.0]  # wrong but formatted: no format points
     gated.close(), plain.close()
 
 
 def test_gate_names_are_checked_with_a_suggestion():
-    with pytest.raises(ValueError, match="gated_reward_funcs: 'lenght_reward' is not one of the reward functions "
-                                         r"\['length_reward', 'maybe_reward'\]; did you mean 'length_reward'\?"):
+    with pytest.raises(
+        ValueError,
+        match="gated_reward_funcs: 'lenght_reward' is not one of the reward functions "
+        r"\['length_reward', 'maybe_reward'\]; did you mean 'length_reward'\?",
+    ):
         RewardRunner([length_reward, maybe_reward], gated=["lenght_reward"])
     with pytest.raises(ValueError, match="both the reward_gate and gated by it"):
         RewardRunner([length_reward, maybe_reward], gated=["length_reward"])
     runner = RewardRunner([length_reward, maybe_reward], gate="maybe_reward", gated=["length_reward"])
-    per_func = run(runner)                                    # maybe_reward: None, 1, None, 1
+    per_func = run(runner)  # maybe_reward: None, 1, None, 1
     assert runner.total(per_func).tolist() == [0.0, 3.0, 0.0, 5.0]
 
 
@@ -371,6 +375,7 @@ def _hangs_on(row_text, release):
         if row_text in completions:
             release.wait()
         return [float(len(c)) for c in completions]
+
     return hangs_on_one
 
 
@@ -381,7 +386,7 @@ def test_a_sync_function_that_never_returns_scores_none_and_is_counted(how, rele
 
     def stuck(completions, **kwargs):
         if how == "lock":
-            lock.acquire()               # held by the test: blocks until released below
+            lock.acquire()  # held by the test: blocks until released below
         while not release.is_set():
             time.sleep(0.01)
         return [0.0] * len(completions)
@@ -390,7 +395,7 @@ def test_a_sync_function_that_never_returns_scores_none_and_is_counted(how, rele
     start = time.perf_counter()
     with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
         per_func = run(runner)
-    assert time.perf_counter() - start < 2 * 0.3 + 0.4              # the call, then the per-sample retry
+    assert time.perf_counter() - start < 2 * 0.3 + 0.4  # the call, then the per-sample retry
     assert per_func[:, 0].isnan().all() and per_func[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
     assert runner.last_timeout_counts == {"stuck": 4, "length_reward": 0}
     entries = runner.log_entries()
@@ -405,9 +410,10 @@ def test_only_the_hanging_sample_is_unscored_and_named(kind, release, caplog):
     if kind == "sync":
         fn = _hangs_on("ccc", release)
     else:
+
         async def fn(completions, **kwargs):
             if "ccc" in completions:
-                await asyncio.sleep(10 ** 6)
+                await asyncio.sleep(10**6)
             return [float(len(c)) for c in completions]
 
     runner = RewardRunner([fn], timeout=0.3)
@@ -415,11 +421,11 @@ def test_only_the_hanging_sample_is_unscored_and_named(kind, release, caplog):
         per_func = run(runner)
     assert per_func[[0, 1, 3], 0].tolist() == [1.0, 2.0, 4.0] and per_func[2, 0].isnan()
     assert runner.last_timeout_counts == {runner.names[0]: 1} and runner.timeout_counts == {runner.names[0]: 1}
-    assert runner.last_all_none_count == 1                           # the row is left out of training
+    assert runner.last_all_none_count == 1  # the row is left out of training
     assert "1 of 4 samples unscored" in caplog.text
     assert "Still running on 1 sample(s) when its time ran out: sample 2: prompt='p1', completion='ccc'" in caplog.text
     caplog.clear()
-    assert run(runner, completions=["a", "bb"])[:, 0].tolist() == [1.0, 2.0]   # later calls are unaffected
+    assert run(runner, completions=["a", "bb"])[:, 0].tolist() == [1.0, 2.0]  # later calls are unaffected
     assert runner.last_timeout_counts == {runner.names[0]: 0} and runner.timeout_counts == {runner.names[0]: 1}
     assert not caplog.text
 
@@ -429,7 +435,7 @@ def test_a_timed_out_async_function_is_cancelled():
 
     async def forever(completions, **kwargs):
         try:
-            await asyncio.sleep(10 ** 6)
+            await asyncio.sleep(10**6)
         except asyncio.CancelledError:
             cancelled.append(len(completions))
             raise
@@ -437,18 +443,18 @@ def test_a_timed_out_async_function_is_cancelled():
     runner = RewardRunner([forever, async_slow], timeout=0.3)
     per_func = run(runner, completions=["a", "bb"])
     assert per_func[:, 0].isnan().all() and runner.last_timeout_counts["forever"] == 2
-    assert per_func[:, 1].isnan().all()      # async_slow takes 0.5 s, more than its 0.3 s: its one-sample calls too
+    assert per_func[:, 1].isnan().all()  # async_slow takes 0.5 s, more than its 0.3 s: its one-sample calls too
     deadline = time.monotonic() + 2
     while len(cancelled) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert sorted(cancelled) == [1, 1, 2]                               # the call, then each one-sample call
+    assert sorted(cancelled) == [1, 1, 2]  # the call, then each one-sample call
     runner.close()
 
 
 def test_an_async_function_blocking_the_event_loop_is_abandoned_with_its_loop(release, caplog):
     async def blocking(completions, **kwargs):
         if len(completions) > 1:
-            release.wait()               # a blocking call inside async def: the loop cannot run anything else
+            release.wait()  # a blocking call inside async def: the loop cannot run anything else
         return [1.0] * len(completions)
 
     runner = RewardRunner([blocking, length_reward], timeout=0.2)
@@ -457,7 +463,7 @@ def test_an_async_function_blocking_the_event_loop_is_abandoned_with_its_loop(re
     assert per_func[:, 0].isnan().all() and per_func[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
     assert runner.last_timeout_counts["blocking"] == 4
     assert "blocked the event loop" in caplog.text and "time.sleep in an `async def`" in caplog.text
-    assert run(runner, completions=["a"])[:, 0].tolist() == [1.0]      # a new loop serves the next call
+    assert run(runner, completions=["a"])[:, 0].tolist() == [1.0]  # a new loop serves the next call
 
 
 def test_no_split_on_timeout_leaves_every_sample_unscored(release, caplog):
@@ -473,6 +479,7 @@ def test_no_split_on_timeout_leaves_every_sample_unscored(release, caplog):
     assert runner.last_timeout_counts == {"BatchNormalised": 4}
     assert "not retried per sample (split_on_timeout=False)" in caplog.text and "completion='a'" in caplog.text
     from hf_grpo.rewards import RewardModel
+
     assert RewardModel.split_on_timeout is False
 
 
@@ -484,8 +491,9 @@ def test_a_sample_that_raises_in_the_retry_is_an_error_of_that_sample(release):
             raise KeyError("gt_answer")
         return [1.0]
 
-    with pytest.raises(RewardFunctionError, match="'hangs_then_fails' raised KeyError.*Sample 1: prompt='p0', "
-                                                  "completion='bb'"):
+    with pytest.raises(
+        RewardFunctionError, match="'hangs_then_fails' raised KeyError.*Sample 1: prompt='p0', completion='bb'"
+    ):
         run(RewardRunner([hangs_then_fails], timeout=0.2))
 
 
@@ -497,11 +505,13 @@ def test_a_persistently_hanging_function_ends_the_run(release):
 
     runner = RewardRunner([dead_connection], timeout=0.02)
     before = threading.active_count()
-    with pytest.raises(RewardFunctionError, match=f"'dead_connection' hangs persistently: {MAX_STRANDED} of its "
-                                                  "calls are still running"):
+    with pytest.raises(
+        RewardFunctionError,
+        match=f"'dead_connection' hangs persistently: {MAX_STRANDED} of its calls are still running",
+    ):
         for _ in range(MAX_STRANDED):
             run(runner, completions=["a", "bb"])
-    assert threading.active_count() <= before + MAX_STRANDED          # it stopped adding threads
+    assert threading.active_count() <= before + MAX_STRANDED  # it stopped adding threads
 
 
 def test_no_timeout_waits_as_trl_does():
@@ -510,13 +520,13 @@ def test_no_timeout_waits_as_trl_does():
         return [threading.current_thread() is threading.main_thread()] * len(completions)
 
     assert run(RewardRunner([slow], timeout=0.1)).isnan().all()
-    assert run(RewardRunner([slow], timeout=None))[:, 0].tolist() == [1.0] * 4   # waited, in the calling thread
+    assert run(RewardRunner([slow], timeout=None))[:, 0].tolist() == [1.0] * 4  # waited, in the calling thread
 
 
 def test_math_verify_with_its_signal_timeouts_needs_no_time_limit_and_says_so():
     from math_verify import parse, verify
 
-    def trl_style_accuracy(completions, **kwargs):   # math_verify's default timeouts use signal.alarm
+    def trl_style_accuracy(completions, **kwargs):  # math_verify's default timeouts use signal.alarm
         return [float(verify(parse("$1$"), parse(c))) for c in completions]
 
     with pytest.raises(RewardFunctionError, match="signal-based timeouts .* or set reward_timeout to None"):
@@ -556,4 +566,4 @@ def test_the_process_exits_promptly_after_a_reward_function_hung(tmp_path):
     ended = time.monotonic()
     assert proc.returncode == 0, proc.stderr
     all_nan, returned = proc.stdout.split()
-    assert all_nan == "True" and ended - float(returned) < 3.0        # no hung thread held the exit
+    assert all_nan == "True" and ended - float(returned) < 3.0  # no hung thread held the exit

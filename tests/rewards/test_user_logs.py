@@ -28,19 +28,26 @@ def test_columns_and_metrics_of_sync_and_async_functions():
 
     runner = RewardRunner([lengths, firsts], timeout=5)
     run(runner)
-    assert runner.last_extra == [{"length": 1, "first": "a"}, {"length": 2, "first": "b"},
-                                 {"length": 3, "first": "c"}, {"length": 4, "first": "d"}]
+    assert runner.last_extra == [
+        {"length": 1, "first": "a"},
+        {"length": 2, "first": "b"},
+        {"length": 3, "first": "c"},
+        {"length": 4, "first": "d"},
+    ]
     assert sorted(runner.last_logged_metrics["mean_length"]) == [1.0, 2.5]
-    run(runner, ["z"])                       # each call starts empty
+    run(runner, ["z"])  # each call starts empty
     assert runner.last_extra == [{"length": 1, "first": "z"}]
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda log_extra, log_metric: log_extra("short", [1]), "got 1 values; expected a list of 4"),
-    (lambda log_extra, log_metric: log_extra("", [1] * 4), "column name must be a non-empty string"),
-    (lambda log_extra, log_metric: log_metric("x", float("nan")), "must be a finite number"),
-    (lambda log_extra, log_metric: log_metric(3, 1.0), "name must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda log_extra, log_metric: log_extra("short", [1]), "got 1 values; expected a list of 4"),
+        (lambda log_extra, log_metric: log_extra("", [1] * 4), "column name must be a non-empty string"),
+        (lambda log_extra, log_metric: log_metric("x", float("nan")), "must be a finite number"),
+        (lambda log_extra, log_metric: log_metric(3, 1.0), "name must be a non-empty string"),
+    ],
+)
 def test_bad_logging_is_the_functions_error(call, match):
     def reward(completions, log_extra, log_metric, **kwargs):
         call(log_extra, log_metric)
@@ -75,5 +82,5 @@ def test_a_per_sample_retry_logs_each_sample_at_its_row():
         rewards = run(runner)
     finally:
         release.set()
-    assert [r.get("text") for r in runner.last_extra] == ["a", "bb", None, "dddd"]   # row 2 timed out
+    assert [r.get("text") for r in runner.last_extra] == ["a", "bb", None, "dddd"]  # row 2 timed out
     assert rewards[2].isnan() and not rewards[0].isnan()

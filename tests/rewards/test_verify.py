@@ -17,7 +17,7 @@ def test_worker_starts_lazily_and_none_pairs_skip_it():
     v = MathVerifier()
     assert v.worker_pid is None
     assert v.verify_batch([None, "  "], ["1", "2"]) == [False, False]
-    assert v.worker_pid is None   # nothing to verify: no process started
+    assert v.worker_pid is None  # nothing to verify: no process started
     v.close()
 
 
@@ -27,13 +27,13 @@ def test_equivalences(verifier):
         ("0.5", r"\frac{1}{2}", True),
         ("72.0", "72", True),
         ("72", "72", True),
-        (r"\frac{3}{4}", "3/4", True),          # plain-text fraction gold parses
+        (r"\frac{3}{4}", "3/4", True),  # plain-text fraction gold parses
         (r"\dfrac{144}{2}", "72", True),
         ("1,234", "1234", True),
         (r"2\sqrt{2}", r"\sqrt{8}", True),
         ("73", "72", False),
         (r"\frac{1}{3}", "0.5", False),
-        ("$72$", "72", True),                   # already delimited text is passed unchanged
+        ("$72$", "72", True),  # already delimited text is passed unchanged
     ]
     results = verifier.verify_batch([p for p, _, _ in pairs], [g for _, g, _ in pairs])
     assert results == [ok for _, _, ok in pairs]
@@ -43,14 +43,14 @@ def test_equivalences(verifier):
 
 def test_pathological_answer_times_out_and_worker_keeps_working():
     with MathVerifier(timeout_s=0.5) as v:
-        v.verify_batch(["1"], ["1"])      # start the worker outside the timed region
+        v.verify_batch(["1"], ["1"])  # start the worker outside the timed region
         start = time.monotonic()
         results = v.verify_batch([r"2^{2^{2^{2^{100}}}}", "72"], ["72", "72"])
         elapsed = time.monotonic() - start
         assert results == [False, True]
         assert elapsed < 3.0
         assert v.timeouts == 1
-        assert v.restarts == 0            # the worker's own timer caught it
+        assert v.restarts == 0  # the worker's own timer caught it
         assert v.verify_batch([r"\frac{1}{2}"], ["0.5"]) == [True]
 
 
@@ -63,10 +63,10 @@ def test_unresponsive_worker_is_killed_and_replaced():
         start = time.monotonic()
         results = v.verify_batch(["1", "2", "3"], ["1", "2", "4"])
         elapsed = time.monotonic() - start
-        assert results == [False, True, False]   # the stuck item scores False, the rest go to a new worker
+        assert results == [False, True, False]  # the stuck item scores False, the rest go to a new worker
         assert v.timeouts == 1 and v.restarts == 1
         assert v.worker_pid not in (None, old_pid)
-        assert elapsed < 0.8 + 10.0              # hard deadline (0.8 s) plus a fresh worker's startup
+        assert elapsed < 0.8 + 10.0  # hard deadline (0.8 s) plus a fresh worker's startup
 
 
 def test_dead_worker_is_replaced():

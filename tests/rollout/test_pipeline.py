@@ -1,6 +1,6 @@
-"""Asynchronous generation (`hf_grpo.rollout.pipeline`) on a real colocated vLLM engine (tiny Llama): the synchronous schedule
-through the pipeline, bounded staleness read from the rollout log's recorded weight versions, rewards running while
-the trainer trains, dynamic sampling in the stream, and a `kill -9` in the middle of a pipelined run."""
+"""Asynchronous generation (`hf_grpo.rollout.pipeline`) on a real colocated vLLM engine (tiny Llama): the synchronous
+schedule through the pipeline, bounded staleness read from the rollout log's recorded weight versions, rewards running
+while the trainer trains, dynamic sampling in the stream, and a `kill -9` in the middle of a pipelined run."""
 
 import json
 import os
@@ -13,17 +13,23 @@ import pytest
 import torch
 
 from hf_grpo import GRPOConfig
-from hf_grpo.runtime import checkpoints
 from hf_grpo.algorithms import groups_with_spread
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.rollout.sampler import RepeatPromptSampler
+from hf_grpo.runtime import checkpoints
 from tests.helpers.processes import kill9, wait_for
 from tests.helpers.rewards import even_token_reward
 from tests.helpers.trainers import make_trainer, params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VLLM = dict(generation_backend="vllm", vllm_enforce_eager=True, vllm_kv_cache_gib=0.25, max_prompt_length=256,
-            per_device_train_batch_size=8, num_generations=4)
+VLLM = dict(
+    generation_backend="vllm",
+    vllm_enforce_eager=True,
+    vllm_kv_cache_gib=0.25,
+    max_prompt_length=256,
+    per_device_train_batch_size=8,
+    num_generations=4,
+)
 
 
 def rollout_log(out, step: int) -> list[dict]:
@@ -32,10 +38,26 @@ def rollout_log(out, step: int) -> list[dict]:
 
 
 def test_groups_with_spread_keep_format_variance_without_a_correct_answer():
-    rewards = torch.tensor([0.0, 0.0, 0.0, 0.0,       # nothing: no gradient
-                            0.0, 0.5, 0.0, 0.5,       # no correct answer, but format varies: gradient
-                            1.0, 1.0, 1.0, 1.0,       # all correct: no gradient
-                            1.5, 0.0, 0.5, 1.0])
+    rewards = torch.tensor(
+        [
+            0.0,
+            0.0,
+            0.0,
+            0.0,  # nothing: no gradient
+            0.0,
+            0.5,
+            0.0,
+            0.5,  # no correct answer, but format varies: gradient
+            1.0,
+            1.0,
+            1.0,
+            1.0,  # all correct: no gradient
+            1.5,
+            0.0,
+            0.5,
+            1.0,
+        ]
+    )
     assert groups_with_spread(rewards, 4).tolist() == [False, True, False, True]
 
 
@@ -52,8 +74,16 @@ def test_staleness_zero_through_the_pipeline_trains_the_synchronous_weights(vllm
     so any difference in a sample or a log-prob would show)."""
     weights = {}
     for staleness in (None, 0):
-        trainer = make_trainer(vllm_tiny_path, tmp_path / str(staleness), max_steps=3, optim="sgd", learning_rate=1.0,
-                               skip_zero_advantage=False, max_staleness=staleness, **VLLM)
+        trainer = make_trainer(
+            vllm_tiny_path,
+            tmp_path / str(staleness),
+            max_steps=3,
+            optim="sgd",
+            learning_rate=1.0,
+            skip_zero_advantage=False,
+            max_staleness=staleness,
+            **VLLM,
+        )
         trainer.train()
         trainer.generator.close()
         weights[staleness] = params(trainer.model)
@@ -65,15 +95,16 @@ def test_staleness_zero_through_the_pipeline_trains_the_synchronous_weights(vllm
 @pytest.mark.slow
 @pytest.mark.parametrize("staleness", [1, 2])
 def test_no_round_is_trained_more_than_max_staleness_updates_after_it_was_sampled(vllm_tiny_path, tmp_path, staleness):
-    trainer = make_trainer(vllm_tiny_path, tmp_path, max_steps=5, max_staleness=staleness, log_completions_steps=1,
-                           **VLLM)
+    trainer = make_trainer(
+        vllm_tiny_path, tmp_path, max_steps=5, max_staleness=staleness, log_completions_steps=1, **VLLM
+    )
     trainer.train()
     trainer.generator.close()
     behind = []
     for step in range(1, 6):
         versions = {r["weight_version"] for r in rollout_log(tmp_path / "out", step)}
         assert len(versions) == 1, f"step {step}: one round, one weight version ({versions})"
-        behind.append(step - 1 - versions.pop())          # trained after step - 1 updates
+        behind.append(step - 1 - versions.pop())  # trained after step - 1 updates
     assert max(behind) <= staleness and min(behind) >= 0, behind
     assert max(behind) >= 1, f"generation never ran ahead of training: {behind}"
     logged = [r["async/staleness"] for r in trainer.state.log_history if "loss" in r]
@@ -93,8 +124,7 @@ def test_a_slow_reward_runs_while_the_trainer_trains(vllm_tiny_path, tmp_path):
         calls.append((threading.current_thread() is threading.main_thread(), start, time.perf_counter()))
         return even_token_reward(completion_ids)
 
-    trainer = make_trainer(vllm_tiny_path, tmp_path, reward_funcs=(slow_reward,), max_steps=4, max_staleness=1,
-                           **VLLM)
+    trainer = make_trainer(vllm_tiny_path, tmp_path, reward_funcs=(slow_reward,), max_steps=4, max_staleness=1, **VLLM)
     losses = []
     compute_loss = trainer.compute_loss
 
@@ -116,20 +146,30 @@ def test_a_slow_reward_runs_while_the_trainer_trains(vllm_tiny_path, tmp_path):
 
 def half_constant_reward(prompts, completion_ids, **kwargs):
     """Constant for prompts with an even-length text (a group without spread), token parity otherwise."""
-    return [0.5 if len(str(p)) % 2 == 0 else float(ids[0] % 2) if ids else 0.0
-            for p, ids in zip(prompts, completion_ids)]
+    return [
+        0.5 if len(str(p)) % 2 == 0 else float(ids[0] % 2) if ids else 0.0 for p, ids in zip(prompts, completion_ids)
+    ]
 
 
 @pytest.mark.slow
 def test_dynamic_sampling_in_the_stream_trains_only_groups_with_spread(vllm_tiny_path, tmp_path):
-    trainer = make_trainer(vllm_tiny_path, tmp_path, reward_funcs=(half_constant_reward,), max_steps=3,
-                           max_staleness=1, dynamic_sampling=True, dynamic_sampling_criterion="reward_std",
-                           dynamic_sampling_max_rounds=8, log_completions_steps=1, **VLLM)
+    trainer = make_trainer(
+        vllm_tiny_path,
+        tmp_path,
+        reward_funcs=(half_constant_reward,),
+        max_steps=3,
+        max_staleness=1,
+        dynamic_sampling=True,
+        dynamic_sampling_criterion="reward_std",
+        dynamic_sampling_max_rounds=8,
+        log_completions_steps=1,
+        **VLLM,
+    )
     trainer.train()
     trainer.generator.close()
     for step in range(1, 4):
-        rewards = [r["reward"] for r in rollout_log(tmp_path / "out", step)]      # group-major, 4 per group
-        groups = [rewards[i:i + 4] for i in range(0, len(rewards), 4)]
+        rewards = [r["reward"] for r in rollout_log(tmp_path / "out", step)]  # group-major, 4 per group
+        groups = [rewards[i : i + 4] for i in range(0, len(rewards), 4)]
         assert len(groups) == 2 and all(max(g) > min(g) for g in groups), groups
     ratios = [r["dynamic_sampling/real_batch_size_ratio"] for r in trainer.state.log_history if "loss" in r]
     assert all(0 < x <= 1 for x in ratios) and min(ratios) < 1, ratios
@@ -137,8 +177,17 @@ def test_dynamic_sampling_in_the_stream_trains_only_groups_with_spread(vllm_tiny
 
 # ---- kill -9 with the pipeline running ------------------------------------------------------------------------------
 STEPS = 6
-SPEC = {"config": {**VLLM, "max_steps": STEPS, "save_strategy": "steps", "save_steps": 1, "max_staleness": 2,
-                   "use_cpu": True}, "resume": True}
+SPEC = {
+    "config": {
+        **VLLM,
+        "max_steps": STEPS,
+        "save_strategy": "steps",
+        "save_steps": 1,
+        "max_staleness": 2,
+        "use_cpu": True,
+    },
+    "resume": True,
+}
 
 
 def start(model_path: str, out) -> subprocess.Popen:

@@ -17,7 +17,7 @@ def test_memory_freed_in_small_tensors_is_returned_to_the_os():
     blocks = [torch.ones(8192) for _ in range(400 * 32)]
     held = _rss_mib()
     assert held - base > 300
-    last = blocks[-1]   # keeps the heap's top in use, as a live tensor does in training: free() alone releases nothing
+    last = blocks[-1]  # keeps the heap's top in use, as a live tensor does in training: free() alone releases nothing
     del blocks
     before_trim = _rss_mib()
     assert before_trim - base > 300

@@ -26,8 +26,8 @@ def test_saves_at_each_interval_stops_at_budget_and_does_not_count_evaluation():
     callback.on_train_begin(None, state, control)
     saves, stops = [], []
     for i in range(12):
-        step(callback, state, control, clock, 12)        # a step takes 12 s
-        if i == 1:                                       # then a 500 s evaluation, which the budget ignores
+        step(callback, state, control, clock, 12)  # a step takes 12 s
+        if i == 1:  # then a 500 s evaluation, which the budget ignores
             clock.now += 500
             callback.on_evaluate(None, state, control)
         saves.append(control.should_save)
@@ -36,7 +36,7 @@ def test_saves_at_each_interval_stops_at_budget_and_does_not_count_evaluation():
             break
     # Training seconds at step ends: 12, 24, 36, 48, 60, 72, 84, 96, 108 -> saves after crossing 30, 60, 90.
     assert [s for s, saved in zip(range(1, 13), saves) if saved] == [3, 5, 8, 9]
-    assert stops.index(True) == 8 and state.global_step == 9       # 108 s >= 100 s
+    assert stops.index(True) == 8 and state.global_step == 9  # 108 s >= 100 s
     assert [round(t) for _, t in callback.marks] == [12, 24, 36, 48, 60, 72, 84, 96, 108]
 
 

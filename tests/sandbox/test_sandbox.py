@@ -99,13 +99,17 @@ def test_attack_is_contained(attack, mode, request, secret, tmp_path):
 
 
 def test_program_sees_a_clean_private_world(reward):
-    source = ("import os\nprint(sorted(os.environ))\nprint(os.getcwd(), os.getpid(), sorted(os.listdir('/')))\n"
-              "print(sorted(os.listdir('/proc'))[:3])\nopen('scratch.txt', 'w').write('x')\n"
-              "print(sorted(os.listdir('.')))\n")
+    source = (
+        "import os\nprint(sorted(os.environ))\nprint(os.getcwd(), os.getpid(), sorted(os.listdir('/')))\n"
+        "print(sorted(os.listdir('/proc'))[:3])\nopen('scratch.txt', 'w').write('x')\n"
+        "print(sorted(os.listdir('.')))\n"
+    )
     (result,) = reward.executor.run([Job(source)])
     env, where, proc, files = result.stdout.splitlines()
-    assert env == ("['HF_GRPO_SANDBOX_WRITABLE', 'HOME', 'LANG', 'LC_ALL', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', "
-                   "'OPENBLAS_NUM_THREADS', 'PATH', 'TMPDIR']")
+    assert env == (
+        "['HF_GRPO_SANDBOX_WRITABLE', 'HOME', 'LANG', 'LC_ALL', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', "
+        "'OPENBLAS_NUM_THREADS', 'PATH', 'TMPDIR']"
+    )
     assert where.startswith("/sandbox 1 ") and "'work'" not in where and "'home'" not in where
     assert proc.startswith("['1',")  # its own pid namespace: pid 1 and what it starts
     assert files == "['main.py', 'scratch.txt']"
@@ -116,8 +120,13 @@ def test_program_sees_a_clean_private_world(reward):
 def test_fallback_without_namespaces_still_runs_and_limits(caplog, secret):
     executor = LocalExecutor(Limits(timeout_s=TIMEOUT_S, memory_mb=256), workers=1, namespaces=False)
     with caplog.at_level(logging.WARNING):
-        ok, loop, env = executor.run([Job("print(int(input()) + 1)", "41\n"), Job("while True: pass"),
-                                      Job("import os\nprint(os.environ.get('HF_TOKEN'))")])
+        ok, loop, env = executor.run(
+            [
+                Job("print(int(input()) + 1)", "41\n"),
+                Job("while True: pass"),
+                Job("import os\nprint(os.environ.get('HF_TOKEN'))"),
+            ]
+        )
     executor.close()
     assert (ok.status, ok.stdout) == ("ok", "42\n")
     assert loop.status == "timeout" and loop.seconds < TIMEOUT_S + 1.5
@@ -161,10 +170,10 @@ def test_a_message_cut_by_a_deadline_is_received_whole_later():
     sandbox = Sandbox()
     sandbox._sock, zygote = socket.socketpair()
     body = json.dumps({"exit": 137, "confined": True}).encode()
-    zygote.sendall(struct.pack(">I", len(body)) + body[:3])     # the length and a little; the rest comes late
+    zygote.sendall(struct.pack(">I", len(body)) + body[:3])  # the length and a little; the rest comes late
     assert sandbox._receive(time.monotonic() + 0.05) is None
     zygote.sendall(body[3:] + struct.pack(">I", 2) + b"{}")
     assert sandbox._receive(time.monotonic() + 1.0) == {"exit": 137, "confined": True}
-    assert sandbox._receive(time.monotonic() - 1.0) == {}          # past its deadline, a message already here counts
+    assert sandbox._receive(time.monotonic() - 1.0) == {}  # past its deadline, a message already here counts
     sandbox._sock.close()
     zygote.close()

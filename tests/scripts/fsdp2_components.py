@@ -56,9 +56,18 @@ def main() -> None:
     shard(peft_model.base_model.model, mesh)
     lora_weights = {n: t.clone() for n, t in iter_policy_weights(accelerator, peft_model)}
 
-    torch.save({"weights": weights, "expected": expected, "meta": meta, "completions": result.completion_ids,
-                "num_prompts": len(prompts), "lora_weights": lora_weights, "lora_expected": merged_expected},
-               f"{out}/rank{rank}.pt")
+    torch.save(
+        {
+            "weights": weights,
+            "expected": expected,
+            "meta": meta,
+            "completions": result.completion_ids,
+            "num_prompts": len(prompts),
+            "lora_weights": lora_weights,
+            "lora_expected": merged_expected,
+        },
+        f"{out}/rank{rank}.pt",
+    )
 
 
 if __name__ == "__main__":

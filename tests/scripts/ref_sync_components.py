@@ -40,8 +40,9 @@ def zero3() -> dict[str, torch.Tensor]:
     import deepspeed
 
     config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}
-    policy, reference = (deepspeed.initialize(model=make_tiny_llama(VOCAB, seed=seed), config=config)[0].module
-                         for seed in (1, 2))
+    policy, reference = (
+        deepspeed.initialize(model=make_tiny_llama(VOCAB, seed=seed), config=config)[0].module for seed in (1, 2)
+    )
     assert all(p.ds_tensor.numel() < p.ds_numel for p in reference.parameters() if p.ds_numel > 1), "not partitioned"
     sync_reference(policy, reference, ALPHA, zero3=True)
     out = {}

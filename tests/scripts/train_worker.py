@@ -31,17 +31,30 @@ from pathlib import Path
 import torch
 
 from hf_grpo import DistributedGRPOTrainer, GRPOConfig
-from hf_grpo.runtime import checkpoints
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.generation.weights import iter_policy_weights
 from hf_grpo.rewards import RewardFunctionError
+from hf_grpo.runtime import checkpoints
 from tests.helpers import rewards as test_rewards
 from tests.helpers.fixed_generation import FixedCompletions
 from tests.helpers.scripted_agent import ScriptedToolUse
 
-BASE = dict(per_device_train_batch_size=8, num_generations=4, max_completion_length=12, learning_rate=1e-3,
-            max_steps=2, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, plot_metrics=False,
-            seed=0, log_completions_steps=1, loss_type="dapo", generation_backend="hf")
+BASE = dict(
+    per_device_train_batch_size=8,
+    num_generations=4,
+    max_completion_length=12,
+    learning_rate=1e-3,
+    max_steps=2,
+    logging_steps=1,
+    save_strategy="no",
+    report_to="none",
+    disable_tqdm=True,
+    plot_metrics=False,
+    seed=0,
+    log_completions_steps=1,
+    loss_type="dapo",
+    generation_backend="hf",
+)
 
 
 def reward_functions(names: list[str]) -> list:
@@ -49,8 +62,10 @@ def reward_functions(names: list[str]) -> list:
 
 
 def full_weights(trainer) -> dict[str, torch.Tensor]:
-    return {name: t.detach().float().cpu().clone()
-            for name, t in iter_policy_weights(trainer.accelerator, trainer.model_wrapped)}
+    return {
+        name: t.detach().float().cpu().clone()
+        for name, t in iter_policy_weights(trainer.accelerator, trainer.model_wrapped)
+    }
 
 
 def slow_down_saves(out: str, seconds: float) -> None:
@@ -61,7 +76,7 @@ def slow_down_saves(out: str, seconds: float) -> None:
         Path(out, f"saving-{os.path.basename(folder)}-{rank}").touch()
         time.sleep(seconds)
 
-    checkpoints.save_rank_state = slow       # test instrumentation: widens the window in which a save is incomplete
+    checkpoints.save_rank_state = slow  # test instrumentation: widens the window in which a save is incomplete
 
 
 def main() -> None:
@@ -75,16 +90,21 @@ def main() -> None:
             args.max_train_minutes = 1.0
         if spec.get("scripted_tool_calls"):
             args.tools = ["calculator"]
-        trainer = DistributedGRPOTrainer(model=model_path, args=args,
-                                         reward_funcs=reward_functions(spec.get("reward", ["even_token_reward"])),
-                                         train_dataset=load_prompt_dataset(spec.get("dataset", "arithmetic:64")))
+        trainer = DistributedGRPOTrainer(
+            model=model_path,
+            args=args,
+            reward_funcs=reward_functions(spec.get("reward", ["even_token_reward"])),
+            train_dataset=load_prompt_dataset(spec.get("dataset", "arithmetic:64")),
+        )
         rank = trainer.accelerator.process_index
         if spec.get("scripted_tool_calls"):
-            trainer.generator = trainer.collector.generator = ScriptedToolUse(trainer.processing_class, calls=spec["scripted_tool_calls"][rank],
-                                                inner=trainer.generator, vary=True)
+            trainer.generator = trainer.collector.generator = ScriptedToolUse(
+                trainer.processing_class, calls=spec["scripted_tool_calls"][rank], inner=trainer.generator, vary=True
+            )
         if spec.get("fixed_completions"):
             trainer.generator = trainer.collector.generator = FixedCompletions(
-                len(trainer.processing_class), trainer.processing_class.eos_token_id)
+                len(trainer.processing_class), trainer.processing_class.eos_token_id
+            )
         if mode == "reward-crash":
             try:
                 trainer.train()
@@ -93,14 +113,21 @@ def main() -> None:
             return
         if mode == "budget" and rank == 1:
             real = trainer.clock.clock
-            trainer.clock.clock = lambda: 10_000 * real()
-        trainer.train(resume_from_checkpoint=checkpoints.resolve_resume("latest", args.output_dir)
-                      if spec.get("resume") else None)
+            trainer.clock.clock = lambda real=real: 10_000 * real()
+        trainer.train(
+            resume_from_checkpoint=checkpoints.resolve_resume("latest", args.output_dir) if spec.get("resume") else None
+        )
         weights = full_weights(trainer)
-        torch.save({"world": trainer.accelerator.num_processes, "weights": weights, "log": trainer.state.log_history,
-                    "ref_model": type(trainer.ref_model).__name__,
-                    "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20},
-                   f"{out}/rank{rank}_{k}.pt")
+        torch.save(
+            {
+                "world": trainer.accelerator.num_processes,
+                "weights": weights,
+                "log": trainer.state.log_history,
+                "ref_model": type(trainer.ref_model).__name__,
+                "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+            },
+            f"{out}/rank{rank}_{k}.pt",
+        )
         trainer.generator.close()
 
 

@@ -9,16 +9,28 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 import trl
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 # The run size every example gets (TRL's examples train for epochs on a GPU).
-RUN = dict(max_steps=2, per_device_train_batch_size=4, num_generations=4, max_completion_length=16,
-           use_vllm=True, vllm_mode="colocate", vllm_enforce_eager=True, vllm_kv_cache_gib=0.5, use_cpu=True,
-           report_to="none", save_strategy="no", plot_metrics=False, disable_tqdm=True, logging_steps=1)
+RUN = dict(
+    max_steps=2,
+    per_device_train_batch_size=4,
+    num_generations=4,
+    max_completion_length=16,
+    use_vllm=True,
+    vllm_mode="colocate",
+    vllm_enforce_eager=True,
+    vllm_kv_cache_gib=0.5,
+    use_cpu=True,
+    report_to="none",
+    save_strategy="no",
+    plot_metrics=False,
+    disable_tqdm=True,
+    logging_steps=1,
+)
 MATH = [("What is 2+3?", "5"), ("What is 4*2?", "8"), ("What is 9-6?", "3"), ("What is 10/2?", "5")] * 4
 
 
@@ -31,16 +43,28 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 def run_script(tmp_path: Path, source: str, *args: str) -> str:
     script = tmp_path / "example.py"
     script.write_text(source)
-    proc = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=900, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                                            "HOME": str(tmp_path), "TOKENIZERS_PARALLELISM": "false"})
+    proc = subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={
+            "PYTHONPATH": str(REPO),
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "TOKENIZERS_PARALLELISM": "false",
+        },
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc.stdout
 
 
 def test_trl_quickstart(tmp_path, vllm_tiny_path):
-    data = write_jsonl(tmp_path / "deepmath" / "train.jsonl",
-                       [{"prompt": [{"role": "user", "content": q}], "solution": a} for q, a in MATH])
+    data = write_jsonl(
+        tmp_path / "deepmath" / "train.jsonl",
+        [{"prompt": [{"role": "user", "content": q}], "solution": a} for q, a in MATH],
+    )
     source = textwrap.dedent(f"""
         from datasets import load_dataset
         from hf_grpo import DistributedGRPOTrainer as GRPOTrainer, GRPOConfig   # was: from trl import GRPOTrainer
@@ -64,9 +88,17 @@ def test_trl_quickstart(tmp_path, vllm_tiny_path):
 
 
 def test_conversational_dataset_with_trl_rewards_and_extra_columns(tmp_path, vllm_tiny_path):
-    rows = [{"prompt": [{"role": "system", "content": "Think in <think></think>, then answer."},
-                        {"role": "user", "content": q}], "solution": a, "difficulty": i % 3}
-            for i, (q, a) in enumerate(MATH)]
+    rows = [
+        {
+            "prompt": [
+                {"role": "system", "content": "Think in <think></think>, then answer."},
+                {"role": "user", "content": q},
+            ],
+            "solution": a,
+            "difficulty": i % 3,
+        }
+        for i, (q, a) in enumerate(MATH)
+    ]
     data = write_jsonl(tmp_path / "conv" / "train.jsonl", rows)
     source = textwrap.dedent(f"""
         from datasets import load_dataset
@@ -96,21 +128,31 @@ def test_conversational_dataset_with_trl_rewards_and_extra_columns(tmp_path, vll
 
 def test_trl_grpo_script_with_a_recipe(tmp_path, vllm_tiny_path):
     data_dir = tmp_path / "math_data"
-    write_jsonl(data_dir / "train.jsonl", [{"prompt": [{"role": "user", "content": q}], "solution": a}
-                                           for q, a in MATH])
+    write_jsonl(
+        data_dir / "train.jsonl", [{"prompt": [{"role": "user", "content": q}], "solution": a} for q, a in MATH]
+    )
     source = (Path(trl.__file__).parent / "scripts" / "grpo.py").read_text()
     # The only change: GRPOTrainer and GRPOConfig come from hf_grpo.
-    swaps = {"    from trl import GRPOTrainer, get_dataset, get_peft_config, get_quantization_config\n":
-             "    from trl import get_dataset, get_peft_config, get_quantization_config\n"
-             "    from hf_grpo import DistributedGRPOTrainer as GRPOTrainer\n",
-             "    from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, TrlParser\n":
-             "    from trl import DatasetMixtureConfig, ModelConfig, TrlParser\n"
-             "    from hf_grpo.trl_script import GRPOConfig\n"}
+    swaps = {
+        "    from trl import GRPOTrainer, get_dataset, get_peft_config, get_quantization_config\n": (
+            "    from trl import get_dataset, get_peft_config, get_quantization_config\n"
+            "    from hf_grpo import DistributedGRPOTrainer as GRPOTrainer\n"
+        ),
+        "    from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, TrlParser\n": (
+            "    from trl import DatasetMixtureConfig, ModelConfig, TrlParser\n"
+            "    from hf_grpo.trl_script import GRPOConfig\n"
+        ),
+    }
     for old, new in swaps.items():
         assert source.count(old) == 1, f"TRL's grpo.py changed: {old!r}"
         source = source.replace(old, new)
-    recipe = {"model_name_or_path": vllm_tiny_path, "dataset_name": str(data_dir), "reward_funcs": ["accuracy_reward"],
-              "output_dir": str(tmp_path / "out"), **RUN}
+    recipe = {
+        "model_name_or_path": vllm_tiny_path,
+        "dataset_name": str(data_dir),
+        "reward_funcs": ["accuracy_reward"],
+        "output_dir": str(tmp_path / "out"),
+        **RUN,
+    }
     (tmp_path / "recipe.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in recipe.items()))
     out = run_script(tmp_path, source, "--config", str(tmp_path / "recipe.yaml"))
     assert "Training completed" in out

@@ -65,6 +65,7 @@ def _serve(code, prelude, rfd, wfd):
 
     def original(i):
         return objects[i]
+
     original.originals = True
 
     # Patching builtins cannot change the verdict (the tests use the parent's). Patches are undone after the
@@ -80,7 +81,7 @@ def _serve(code, prelude, rfd, wfd):
 
     namespace = {"__name__": "solution", "__builtins__": builtins}
     try:
-        if prelude:   # the prompt's helpers, as in "prompt + completion"; the candidate may use or redefine them
+        if prelude:  # the prompt's helpers, as in "prompt + completion"; the candidate may use or redefine them
             exec(compile(prelude, "prompt.py", "exec"), namespace)
         exec(compile(code, "solution.py", "exec"), namespace)
     except BaseException as error:  # noqa: BLE001 - the candidate failed to load: say so, the tests will fail
@@ -88,10 +89,13 @@ def _serve(code, prelude, rfd, wfd):
         traceback.print_exc()
         wire.send(wfd, repr(("error", f"{type(error).__name__}: {error}"[:2000], patched)))
         return
-    patched = tampered()                # first: the code below uses builtins
+    patched = tampered()  # first: the code below uses builtins
     names = [k for k, v in namespace.items() if callable(v) and k.isidentifier() and not k.startswith("__")]
-    modules = {k: v.__name__ for k, v in namespace.items()
-               if isinstance(v, types.ModuleType) and type(v.__name__) is str and k.isidentifier()}
+    modules = {
+        k: v.__name__
+        for k, v in namespace.items()
+        if isinstance(v, types.ModuleType) and type(v.__name__) is str and k.isidentifier()
+    }
     wire.send(wfd, repr(("ready", names, modules, patched)))
     while True:
         message = wire.recv(rfd)
@@ -120,7 +124,7 @@ def _serve(code, prelude, rfd, wfd):
             patched = tampered()
             reply = "('ok'," + wire.encode(result, handle_of) + "," + repr(patched) + ")"
         except Exception as error:  # noqa: BLE001 - the candidate raised: the test sees the same exception type
-            patched = tampered()    # (its own classes' names too: the tests' side takes the first builtin one)
+            patched = tampered()  # (its own classes' names too: the tests' side takes the first builtin one)
             kinds = [c.__name__ for c in type(error).__mro__ if type(c.__name__) is str]
             reply = repr(("raise", kinds, str(error)[:2000], patched))
         wire.send(wfd, reply)
@@ -152,10 +156,10 @@ class Candidate:
         except (OSError, ValueError):
             message = None
         if message is None:
-            self.suspected += 1                  # ended instead of answering: the exit-before-the-asserts hack
+            self.suspected += 1  # ended instead of answering: the exit-before-the-asserts hack
             raise CandidateGone("the candidate's process ended during a call")
         reply = wire.decode(message, self.handle, trusted.import_module)
-        if reply[-1] is True and not self.tamper_seen:       # the candidate patched builtins: counted once
+        if reply[-1] is True and not self.tamper_seen:  # the candidate patched builtins: counted once
             self.tamper_seen = True
             self.suspected += 1
         if reply[0] == "ok":
@@ -173,12 +177,13 @@ class Candidate:
                 return f"H({obj._id})"
             raise TypeError(f"the tests can pass only data to the candidate, not {type(obj).__name__}")
 
-        def mirror_of(obj):     # a namedtuple or record that came from the candidate goes back as its own object
+        def mirror_of(obj):  # a namedtuple or record that came from the candidate goes back as its own object
             try:
                 mirrored = object.__getattribute__(obj, "_hf_handle")
             except AttributeError:
                 return None
             return handle_of(mirrored) if mirrored is not None else None
+
         return wire.encode(value, handle_of, mirror_of)
 
     def proxy(self, name):
@@ -239,8 +244,10 @@ class Handle:
         # Two of the candidate's own objects: only its __eq__ could say, and it cannot judge itself; a refusal, not a
         # hack. One of its objects against a value of the tests: how an always-equal object shows.
         if isinstance(other, Handle):
-            self._owner.refusals.append("the tests compare two objects of the candidate's own classes (their __eq__ "
-                                        "is the candidate's code, which cannot judge itself)")
+            self._owner.refusals.append(
+                "the tests compare two objects of the candidate's own classes (their __eq__ "
+                "is the candidate's code, which cannot judge itself)"
+            )
         else:
             self._owner.suspected += 1
 
@@ -262,11 +269,11 @@ class Handle:
         return f"<candidate object #{self._id}>"
 
 
-_libc = ctypes.CDLL(None, use_errno=True)      # loaded once, in the zygote
+_libc = ctypes.CDLL(None, use_errno=True)  # loaded once, in the zygote
 
 
 def _non_dumpable():
-    if _libc.prctl(4, 0, 0, 0, 0) != 0:          # PR_SET_DUMPABLE = 4
+    if _libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
@@ -321,8 +328,10 @@ def _refusal(error, ready, spec, candidate):
     if candidate.refusals:
         return candidate.refusals[0]
     if isinstance(error, NameError) and spec.get("expose") is not None and getattr(error, "name", None) in ready[1]:
-        return (f"the tests use {error.name!r}, which the candidate defines but the prompt does not pin (a HumanEval "
-                f"row's tests see only the entry point and the prompt's own helpers: pass the row's prompt)")
+        return (
+            f"the tests use {error.name!r}, which the candidate defines but the prompt does not pin (a HumanEval "
+            f"row's tests see only the entry point and the prompt's own helpers: pass the row's prompt)"
+        )
     return None
 
 
@@ -335,7 +344,7 @@ def run(code, prelude=""):
     pid = os.fork()
     if pid == 0:
         try:
-            os.close(REPORT_FD)     # first of all: the verdict channel is the parent's alone
+            os.close(REPORT_FD)  # first of all: the verdict channel is the parent's alone
             os.close(to_child_w)
             os.close(to_parent_r)
             null = os.open(os.devnull, os.O_RDONLY)
@@ -350,7 +359,7 @@ def run(code, prelude=""):
     os.close(to_child_r)
     os.close(to_parent_w)
     trusted.lock_imports()
-    spec = json.loads(sys.stdin.read())           # read only now: the child was forked without it
+    spec = json.loads(sys.stdin.read())  # read only now: the child was forked without it
     candidate = Candidate(to_child_w, to_parent_r)
     verdict, refused, ready = "FAIL", None, ("", [], {})
     try:

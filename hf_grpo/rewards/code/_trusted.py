@@ -81,11 +81,12 @@ def trusted_path(entries):
 
 def lock_imports():
     sys.path[:] = trusted_path(sys.path)
-    for entry in list(sys.path_importer_cache):   # finders for what was dropped (the working directory) go too
+    for entry in list(sys.path_importer_cache):  # finders for what was dropped (the working directory) go too
         if entry not in sys.path:
             del sys.path_importer_cache[entry]
-    sys.meta_path[:] = [GuardedPathFinder if finder is importlib.machinery.PathFinder else finder
-                        for finder in sys.meta_path]
+    sys.meta_path[:] = [
+        GuardedPathFinder if finder is importlib.machinery.PathFinder else finder for finder in sys.meta_path
+    ]
 
 
 def import_module(name):

@@ -39,7 +39,7 @@ def send(fd, text):
     data = text.encode("utf-8", "backslashreplace")
     view = memoryview(struct.pack(">I", len(data)) + data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _read_exact(fd, n):
@@ -94,15 +94,21 @@ def encode(value, handle_of, mirror_of=None, depth=0):
     if kind in DATA_TYPES:
         try:
             return repr(value)
-        except ValueError:                       # an int past sys.int_max_str_digits: hex has no such cap
+        except ValueError:  # an int past sys.int_max_str_digits: hex has no such cap
             return hex(value)
     if kind is list:
         return _seq(value, handle_of, mirror_of, depth)
     if kind is tuple:
         return _tup(value, handle_of, mirror_of, depth)
     if kind is dict:
-        return "{" + ",".join(encode(k, handle_of, mirror_of, depth + 1) + ":" +
-                              encode(v, handle_of, mirror_of, depth + 1) for k, v in value.items()) + "}"
+        return (
+            "{"
+            + ",".join(
+                encode(k, handle_of, mirror_of, depth + 1) + ":" + encode(v, handle_of, mirror_of, depth + 1)
+                for k, v in value.items()
+            )
+            + "}"
+        )
     if kind is set:
         return "{" + _seq(value, handle_of, mirror_of, depth)[1:-1] + "}" if value else "set()"
     if kind is frozenset:
@@ -128,16 +134,22 @@ def encode(value, handle_of, mirror_of=None, depth=0):
     mirror = mirror_of(value) if mirror_of is not None else None
     if mirror is not None:
         return mirror
-    if kind.__bases__ == (tuple,) and type(getattr(kind, "_fields", None)) is tuple:          # a namedtuple
+    if kind.__bases__ == (tuple,) and type(getattr(kind, "_fields", None)) is tuple:  # a namedtuple
         handle = handle_of(value) if handle_of is not None else "None"
-        return (f"NT({handle},{kind.__name__!r},{tuple(map(str, kind._fields))!r}," +
-                _tup(tuple(value), handle_of, mirror_of, depth) + ")")
+        return (
+            f"NT({handle},{kind.__name__!r},{tuple(map(str, kind._fields))!r},"
+            + _tup(tuple(value), handle_of, mirror_of, depth)
+            + ")"
+        )
     params = getattr(kind, "__dataclass_params__", None)
     if params is not None and params.eq and dataclasses.is_dataclass(value):
         names = tuple(f.name for f in dataclasses.fields(value))
         handle = handle_of(value) if handle_of is not None else "None"
-        return (f"DC({handle},{kind.__name__!r},{names!r}," +
-                _tup(tuple(getattr(value, n) for n in names), handle_of, mirror_of, depth) + f",{params.frozen!r})")
+        return (
+            f"DC({handle},{kind.__name__!r},{names!r},"
+            + _tup(tuple(getattr(value, n) for n in names), handle_of, mirror_of, depth)
+            + f",{params.frozen!r})"
+        )
     literal = _numpy_literal(value, kind)
     if literal is not None:
         return literal
@@ -185,8 +197,13 @@ def _names(name, fields, private=False):
     if not (type(name) is str and name.isidentifier() and type(fields) is tuple and len(fields) <= 255):
         raise ValueError("bad type name or fields")
     for field in fields:
-        if (type(field) is not str or not field.isidentifier() or keyword.iskeyword(field)
-                or field.startswith("__" if private else "_") or field.startswith("_hf_")):
+        if (
+            type(field) is not str
+            or not field.isidentifier()
+            or keyword.iskeyword(field)
+            or field.startswith("__" if private else "_")
+            or field.startswith("_hf_")
+        ):
             raise ValueError(f"bad field name {field!r}")
     if len(set(fields)) != len(fields):
         raise ValueError("duplicate field names")
@@ -197,7 +214,7 @@ def namedtuple_value(handle, name, fields, values):
     if len(values) != len(fields):
         raise ValueError("namedtuple arity")
     key = ("NT", name, fields)
-    if key not in _classes:   # a subclass with a __dict__, to carry the handle back
+    if key not in _classes:  # a subclass with a __dict__, to carry the handle back
         _classes[key] = type(name, (collections.namedtuple(name, fields),), {})
     value = _classes[key](*values)
     value._hf_handle = handle

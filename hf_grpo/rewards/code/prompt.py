@@ -34,8 +34,11 @@ def prompt_text(prompt) -> str:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list):
-        return "\n".join(m["content"] for m in prompt if isinstance(m, dict) and m.get("role") in _TRUSTED_ROLES
-                         and isinstance(m.get("content"), str))
+        return "\n".join(
+            m["content"]
+            for m in prompt
+            if isinstance(m, dict) and m.get("role") in _TRUSTED_ROLES and isinstance(m.get("content"), str)
+        )
     return ""
 
 
@@ -54,7 +57,7 @@ def _modules(text: str) -> list[ast.Module]:
     if blocks:
         return blocks
     start = _CODE_START.search(text)
-    tail = _parse(text[start.start():]) if start else None
+    tail = _parse(text[start.start() :]) if start else None
     return [tail] if tail is not None else []
 
 

@@ -51,14 +51,23 @@ logger = logging.getLogger(__name__)
 # The assert-style harness, loaded once by every zygote of this reward's pools (local, or the server's) before it
 # confines itself; an assert-style run's source is then two lines (see ``__call__``).
 # Order matters: the harness imports the other two.
-HARNESS_PRELOAD = {f"_hf_grpo_{name}": str(Path(__file__).with_name(f"_{name}.py"))
-                   for name in ("wire", "trusted", "harness")}
+HARNESS_PRELOAD = {
+    f"_hf_grpo_{name}": str(Path(__file__).with_name(f"_{name}.py")) for name in ("wire", "trusted", "harness")
+}
 # Third-party packages programs may import (bound read-only into the sandbox when installed; see docs/sandbox.md).
 PACKAGES = ("numpy",)
 
 # ``last_stats`` keys, the same after every call (zeros after a failed one) so every process logs the same metrics.
-STAT_KEYS = ("runs", "tests_passed", "crashed", "timeouts", "output_limit", "sandbox_errors", "no_code",
-             "suspected_hacks")
+STAT_KEYS = (
+    "runs",
+    "tests_passed",
+    "crashed",
+    "timeouts",
+    "output_limit",
+    "sandbox_errors",
+    "no_code",
+    "suspected_hacks",
+)
 
 
 class CodeReward:
@@ -71,17 +80,29 @@ class CodeReward:
     their prompt's helpers pinned for the tests.
     """
 
-    def __init__(self, *, all_or_nothing: bool = False, float_tolerance: float | None = None, timeout_s: float = 5.0,
-                 memory_mb: int = 512, max_processes: int = 32, output_bytes: int = 1 << 20,
-                 workers: int | None = None, executor_url: str | None = None, request_timeout_s: float = 120.0,
-                 retries: int = 2, name: str = "code"):
+    def __init__(
+        self,
+        *,
+        all_or_nothing: bool = False,
+        float_tolerance: float | None = None,
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        max_processes: int = 32,
+        output_bytes: int = 1 << 20,
+        workers: int | None = None,
+        executor_url: str | None = None,
+        request_timeout_s: float = 120.0,
+        retries: int = 2,
+        name: str = "code",
+    ):
         if float_tolerance is not None and not float_tolerance >= 0:
             raise ValueError(f"float_tolerance must be >= 0 or None, got {float_tolerance!r}")
         self.__name__ = name
         self.all_or_nothing = all_or_nothing
         self.float_tolerance = float_tolerance
-        self.limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes,
-                             output_bytes=output_bytes)
+        self.limits = Limits(
+            timeout_s=timeout_s, memory_mb=memory_mb, max_processes=max_processes, output_bytes=output_bytes
+        )
         if executor_url:
             self.executor = RemoteExecutor(executor_url, self.limits, request_timeout_s, retries)
         else:
@@ -92,30 +113,47 @@ class CodeReward:
     @classmethod
     def from_config(cls, args) -> CodeReward:
         """The ``code`` reward configured by a ``GRPOConfig``'s ``code_*`` fields."""
-        return cls(timeout_s=args.code_timeout_s, memory_mb=args.code_memory_mb, workers=args.code_workers,
-                   executor_url=args.code_executor_url)
+        return cls(
+            timeout_s=args.code_timeout_s,
+            memory_mb=args.code_memory_mb,
+            workers=args.code_workers,
+            executor_url=args.code_executor_url,
+        )
 
     def __repr__(self) -> str:
-        return (f"CodeReward(all_or_nothing={self.all_or_nothing}, float_tolerance={self.float_tolerance}, "
-                f"limits={self.limits}, executor={type(self.executor).__name__})")
+        return (
+            f"CodeReward(all_or_nothing={self.all_or_nothing}, float_tolerance={self.float_tolerance}, "
+            f"limits={self.limits}, executor={type(self.executor).__name__})"
+        )
 
     def close(self) -> None:
         self.executor.close()
 
     # ---- scoring ------------------------------------------------------------------------------------------------
-    def __call__(self, completions: list, test_cases: list | None = None, test: list | None = None,
-                 entry_point: list | None = None, test_list: list | None = None, prompts: list | None = None,
-                 **kwargs: Any) -> list[float | None]:
+    def __call__(
+        self,
+        completions: list,
+        test_cases: list | None = None,
+        test: list | None = None,
+        entry_point: list | None = None,
+        test_list: list | None = None,
+        prompts: list | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
         self.last_stats = dict.fromkeys(STAT_KEYS, 0)
         if test_cases is None and test is None and test_list is None:
-            raise ValueError(f"the '{self.__name__}' reward needs a test column: 'test_cases' ({{'inputs': [...], "
-                             f"'outputs': [...]}}, stdin/stdout), 'test' with 'entry_point' (HumanEval) or "
-                             f"'test_list' (assert statements); got columns {sorted(kwargs)}")
+            raise ValueError(
+                f"the '{self.__name__}' reward needs a test column: 'test_cases' ({{'inputs': [...], "
+                f"'outputs': [...]}}, stdin/stdout), 'test' with 'entry_point' (HumanEval) or "
+                f"'test_list' (assert statements); got columns {sorted(kwargs)}"
+            )
         if test is not None and entry_point is None:
-            raise ValueError(f"the '{self.__name__}' reward got a 'test' column but no 'entry_point' column (the "
-                             f"name of the function its check(candidate) tests)")
+            raise ValueError(
+                f"the '{self.__name__}' reward got a 'test' column but no 'entry_point' column (the "
+                f"name of the function its check(candidate) tests)"
+            )
         jobs: list[Job] = []
-        nonces: dict[int, str] = {}       # assert-style job index -> the nonce its harness was given on stdin
+        nonces: dict[int, str] = {}  # assert-style job index -> the nonce its harness was given on stdin
         plans: list[list[tuple[int, str | None]] | None] = []  # per completion: (job index, expected stdout or None)
         no_code = 0
         for row, completion in enumerate(completions):
@@ -140,9 +178,13 @@ class CodeReward:
                 # The nonce and the tests reach the harness on stdin, after it has forked the candidate's process;
                 # its verdict comes back on the report channel, which only the tests' process holds.
                 nonces[len(jobs)] = make_nonce()
-                jobs.append(Job(f"import _hf_grpo_harness\n_hf_grpo_harness.run({code!r}, {prelude!r})\n",
-                                json.dumps({"nonce": nonces[len(jobs)], "test": test_source, "call": call,
-                                            "expose": expose}), report=True))
+                jobs.append(
+                    Job(
+                        f"import _hf_grpo_harness\n_hf_grpo_harness.run({code!r}, {prelude!r})\n",
+                        json.dumps({"nonce": nonces[len(jobs)], "test": test_source, "call": call, "expose": expose}),
+                        report=True,
+                    )
+                )
             plans.append(plan)
         results = self.executor.run(jobs)
         scores: list[float | None] = []
@@ -176,27 +218,34 @@ class CodeReward:
         if test_cases is not None and test_cases[row] is not None:
             cases = test_cases[row]
             if not isinstance(cases, Mapping):
-                raise DataFormatError(f"{where}: key 'test_cases': expected a dict with 'inputs' and 'outputs' "
-                                      f"lists, got {type(cases).__name__}")
+                raise DataFormatError(
+                    f"{where}: key 'test_cases': expected a dict with 'inputs' and 'outputs' "
+                    f"lists, got {type(cases).__name__}"
+                )
             cases = validate_test_cases(cases, where)
             if not cases["inputs"]:
                 raise DataFormatError(f"{where}: key 'test_cases': has no test cases (empty 'inputs')")
             return [(None, None, i, o, None) for i, o in zip(cases["inputs"], cases["outputs"])]
         if test is not None and test[row] is not None:
             if not isinstance(test[row], str) or not isinstance(entry_point[row], str) or not entry_point[row]:
-                raise DataFormatError(f"{where}: keys 'test'/'entry_point': expected strings, got "
-                                      f"{type(test[row]).__name__}/{type(entry_point[row]).__name__}")
+                raise DataFormatError(
+                    f"{where}: keys 'test'/'entry_point': expected strings, got "
+                    f"{type(test[row]).__name__}/{type(entry_point[row]).__name__}"
+                )
             return [(test[row], f"check({entry_point[row]})", "", None, [entry_point[row]])]
         if test_list is not None and test_list[row] is not None:
             asserts = test_list[row]
             if not isinstance(asserts, list) or not asserts or not all(isinstance(a, str) for a in asserts):
-                raise DataFormatError(f"{where}: key 'test_list': expected a non-empty list of assert statements "
-                                      f"(str), got {asserts!r:.200}")
+                raise DataFormatError(
+                    f"{where}: key 'test_list': expected a non-empty list of assert statements "
+                    f"(str), got {asserts!r:.200}"
+                )
             return [("", a, "", None, None) for a in asserts]
         return None
 
-    def _verdict(self, index: int, expected: str | None, result: RunResult,
-                 nonce: str | None) -> tuple[bool, int, str | None]:
+    def _verdict(
+        self, index: int, expected: str | None, result: RunResult, nonce: str | None
+    ) -> tuple[bool, int, str | None]:
         """(passed, suspected hacks, why the harness refused a style) of one run. An assert-style run's verdict is
         the report the harness wrote on its report channel, which the candidate's process never held; it must carry
         this run's nonce as well."""
@@ -225,10 +274,20 @@ class CodeReward:
 
     def _record(self, results: list[RunResult], tests_passed: int, no_code: int, suspected: int) -> None:
         statuses = Counter(r.status for r in results)
-        self.last_stats = {"runs": len(results), "tests_passed": tests_passed, "crashed": statuses["failed"],
-                           "timeouts": statuses["timeout"], "output_limit": statuses["output_limit"],
-                           "sandbox_errors": statuses["sandbox_error"], "no_code": no_code,
-                           "suspected_hacks": suspected}
+        self.last_stats = {
+            "runs": len(results),
+            "tests_passed": tests_passed,
+            "crashed": statuses["failed"],
+            "timeouts": statuses["timeout"],
+            "output_limit": statuses["output_limit"],
+            "sandbox_errors": statuses["sandbox_error"],
+            "no_code": no_code,
+            "suspected_hacks": suspected,
+        }
         if statuses["sandbox_error"]:
-            logger.warning("%s: %d of %d runs hit a sandbox error and scored as failed tests",
-                           self.__name__, statuses["sandbox_error"], len(results))
+            logger.warning(
+                "%s: %d of %d runs hit a sandbox error and scored as failed tests",
+                self.__name__,
+                statuses["sandbox_error"],
+                len(results),
+            )

@@ -51,8 +51,9 @@ class SandboxServer(ThreadingHTTPServer):
         limits = Limits(**{k: min(v, requested.get(k, v)) for k, v in ours.items()})
         with self._lock:
             if limits not in self._executors:
-                self._executors[limits] = LocalExecutor(limits, self.workers, preload=HARNESS_PRELOAD,
-                                                             packages=PACKAGES)
+                self._executors[limits] = LocalExecutor(
+                    limits, self.workers, preload=HARNESS_PRELOAD, packages=PACKAGES
+                )
             return self._executors[limits]
 
     def server_close(self) -> None:
@@ -91,8 +92,13 @@ class _Handler(BaseHTTPRequestHandler):
             jobs = [Job(**job) for job in request["jobs"]]
             executor = self.server.executor(request.get("limits", {}))
         except (ValueError, KeyError, TypeError) as e:
-            self._answer(400, {"error": f"bad request: {type(e).__name__}: {e}; expected {{'limits': {{...}}, "
-                                        f"'jobs': [{{'source', 'stdin', 'nonce'}}]}}"})
+            self._answer(
+                400,
+                {
+                    "error": f"bad request: {type(e).__name__}: {e}; expected {{'limits': {{...}}, "
+                    f"'jobs': [{{'source', 'stdin', 'nonce'}}]}}"
+                },
+            )
             return
         try:
             results = executor.run(jobs)
@@ -113,8 +119,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=None, help="sandboxes per limits setting (default: CPUs)")
     for f in fields(Limits):
-        parser.add_argument(f"--{f.name}", type=type(getattr(defaults, f.name)), default=getattr(defaults, f.name),
-                            help="maximum a client may ask for")
+        parser.add_argument(
+            f"--{f.name}",
+            type=type(getattr(defaults, f.name)),
+            default=getattr(defaults, f.name),
+            help="maximum a client may ask for",
+        )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})

@@ -44,8 +44,9 @@ def test_extract_ignores_other_languages_and_falls_back_to_untagged():
     assert extract_code(f"{fenced('print(3)', '')}\n{fenced('print(4)', 'Python')}") == "print(4)\n"
 
 
-@pytest.mark.parametrize("text", ["no code at all", "```python\nprint(1)\n", fenced("   ", "python"),
-                                  fenced("x = 1", "javascript")])
+@pytest.mark.parametrize(
+    "text", ["no code at all", "```python\nprint(1)\n", fenced("   ", "python"), fenced("x = 1", "javascript")]
+)
 def test_extract_none(text):
     assert extract_code(text) is None
 
@@ -107,8 +108,12 @@ def test_a_crash_after_correct_output_fails(code):
 
 def test_humaneval_style_check_function(code):
     test = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"
-    completions = [fenced("def add(a, b):\n    return a + b"), fenced("def add(a, b):\n    return a - b"),
-                   fenced("import sys\nsys.exit(0)"), fenced("import os\nos._exit(0)")]
+    completions = [
+        fenced("def add(a, b):\n    return a + b"),
+        fenced("def add(a, b):\n    return a - b"),
+        fenced("import sys\nsys.exit(0)"),
+        fenced("import os\nos._exit(0)"),
+    ]
     assert code(completions, test=[test] * 4, entry_point=["add"] * 4) == [1.0, 0.0, 0.0, 0.0]
 
 
@@ -136,12 +141,15 @@ def test_missing_test_column_names_what_is_expected(code):
         code([fenced(DOUBLE)], test=["def check(c): pass"])
 
 
-@pytest.mark.parametrize("cases, message", [
-    ({"inputs": ["1"]}, r"completion 1: key 'test_cases.outputs': expected a list of strings, got null"),
-    ({"inputs": ["1", "2"], "outputs": ["2"]}, r"completion 1: key 'test_cases'.*got 2 inputs and 1 outputs"),
-    ({"inputs": [], "outputs": []}, r"completion 1: key 'test_cases': has no test cases"),
-    (["1"], r"completion 1: key 'test_cases': expected a dict"),
-])
+@pytest.mark.parametrize(
+    "cases, message",
+    [
+        ({"inputs": ["1"]}, r"completion 1: key 'test_cases.outputs': expected a list of strings, got null"),
+        ({"inputs": ["1", "2"], "outputs": ["2"]}, r"completion 1: key 'test_cases'.*got 2 inputs and 1 outputs"),
+        ({"inputs": [], "outputs": []}, r"completion 1: key 'test_cases': has no test cases"),
+        (["1"], r"completion 1: key 'test_cases': expected a dict"),
+    ],
+)
 def test_malformed_test_cases_name_the_row_and_key(code, cases, message):
     with pytest.raises(DataFormatError, match=message):
         code([fenced(DOUBLE)] * 2, test_cases=[CASES, cases])
@@ -158,8 +166,9 @@ def test_builtin_and_configured_instances_follow_the_reward_contract():
     configured = CodeReward(all_or_nothing=True, float_tolerance=1e-6, timeout_s=1.0)
     assert reward_name(configured) == reward_name(BUILTIN_REWARDS["code"]) == "code"
     runner = RewardRunner([configured])  # accepts **kwargs, so the runner takes it
-    per_func = runner(prompts=["p"], completions=[fenced(DOUBLE)], completion_ids=[[1]],
-                      columns={"test_cases": [CASES]})
+    per_func = runner(
+        prompts=["p"], completions=[fenced(DOUBLE)], completion_ids=[[1]], columns={"test_cases": [CASES]}
+    )
     assert per_func[:, 0].tolist() == [1.0]
     configured.close()
 
@@ -254,8 +263,11 @@ def test_remote_timeout_exhausts_retries_with_a_clear_error(flaky):
     url = flaky(failures=10, hang=True)
     executor = RemoteExecutor(url, request_timeout_s=0.3, retries=1, backoff_s=0.01)
     start = time.monotonic()
-    with pytest.raises(CodeExecutorError, match=f"remote code executor {url} failed after 2 attempt\\(s\\) "
-                                                f"\\(timeout 0.3s each\\); last error: .*timed out"):
+    with pytest.raises(
+        CodeExecutorError,
+        match=f"remote code executor {url} failed after 2 attempt\\(s\\) "
+        f"\\(timeout 0.3s each\\); last error: .*timed out",
+    ):
         executor.run([Job("print(1)")])
     assert time.monotonic() - start < 2.0
 
@@ -277,8 +289,11 @@ def test_bad_request_is_a_400_and_not_retried(server):
 
 @pytest.mark.slow
 def test_server_module_entry_point_serves_over_loopback():
-    proc = subprocess.Popen([sys.executable, "-m", "hf_grpo.rewards.code.server", "--port", "0", "--workers", "1",
-                             "--timeout_s", "2"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hf_grpo.rewards.code.server", "--port", "0", "--workers", "1", "--timeout_s", "2"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("listening on http://127.0.0.1:"), line

@@ -38,8 +38,12 @@ def scored(reward):
 def _score_all(reward):
     """{(style, name): (score, details)}, each style in one batch (the stdin rows in one per tolerance setting)."""
     out = {}
-    scores = reward([fenced(p) for _, p, _, _, _ in HUMANEVAL], test=[t for _, _, t, _, _ in HUMANEVAL],
-                    entry_point=[e for _, _, _, e, _ in HUMANEVAL], prompts=[p for *_, p in HUMANEVAL])
+    scores = reward(
+        [fenced(p) for _, p, _, _, _ in HUMANEVAL],
+        test=[t for _, _, t, _, _ in HUMANEVAL],
+        entry_point=[e for _, _, _, e, _ in HUMANEVAL],
+        prompts=[p for *_, p in HUMANEVAL],
+    )
     out.update({("humaneval", row[0]): s for row, s in zip(HUMANEVAL, zip(scores, reward.last_details))})
     scores = reward([fenced(p) for _, p, _ in MBPP], test_list=[t for _, _, t in MBPP])
     out.update({("mbpp", row[0]): s for row, s in zip(MBPP, zip(scores, reward.last_details))})
@@ -52,8 +56,11 @@ def _score_all(reward):
     return out
 
 
-CASES = ([("humaneval", row[0]) for row in HUMANEVAL] + [("mbpp", row[0]) for row in MBPP] +
-         [("stdin", row[0]) for row in STDIN])
+CASES = (
+    [("humaneval", row[0]) for row in HUMANEVAL]
+    + [("mbpp", row[0]) for row in MBPP]
+    + [("stdin", row[0]) for row in STDIN]
+)
 
 
 def test_the_suite_has_at_least_60_programs():
@@ -68,8 +75,10 @@ def test_correct_program_scores_one_and_is_not_suspected(scored, mode, style, na
 
 def test_comparing_two_objects_of_the_candidates_classes_is_refused_with_a_reason(reward):
     """A class whose __eq__ the tests rely on: only the candidate's code could judge it, so the harness refuses."""
-    program = ("class Money:\n    def __init__(self, c):\n        self.c = c\n    def __eq__(self, other):\n"
-               "        return self.c == other.c\n")
+    program = (
+        "class Money:\n    def __init__(self, c):\n        self.c = c\n    def __eq__(self, other):\n"
+        "        return self.c == other.c\n"
+    )
     assert reward([fenced(program)], test_list=[["assert Money(5) == Money(5)"]]) == [0.0]
     assert "cannot judge itself" in reward.last_details[0]["refused"]
     assert "suspected_hacks" not in reward.last_details[0]
@@ -87,7 +96,8 @@ def test_prompt_helpers_come_from_the_datasets_messages_only():
     """Pinned code runs in the tests' process: an assistant turn of a conversational prompt (maybe the policy's own
     words) is never a source of it; system and user messages are."""
     from hf_grpo.rewards.code.prompt import pinned_prelude
+
     helper = "```python\ndef close(x, y):\n    return abs(x - y) < 1e-9\n```"
     assert "def close" in pinned_prelude([{"role": "user", "content": helper}], "add")
     assert pinned_prelude([{"role": "assistant", "content": helper}], "add") == ""
-    assert pinned_prelude("def add(a, b):\n    \"\"\"stub\"\"\"\n", "add") == ""  # the stub is the candidate's
+    assert pinned_prelude('def add(a, b):\n    """stub"""\n', "add") == ""  # the stub is the candidate's

@@ -16,8 +16,17 @@ import pytest
 
 from hf_grpo.rewards.code import CodeReward
 from tests.helpers.hack_matrix import NAMES, probe, scored
-from tests.helpers.reward_hacks import (DETECTED, HACKS, HUMANEVAL_TEST, PROMPT, RIGHT, MAIN, fenced,
-                                        same_process_scores, weaker_harness_scores)
+from tests.helpers.reward_hacks import (
+    DETECTED,
+    HACKS,
+    HUMANEVAL_TEST,
+    MAIN,
+    PROMPT,
+    RIGHT,
+    fenced,
+    same_process_scores,
+    weaker_harness_scores,
+)
 
 STYLES = ["humaneval", "mbpp", "stdin"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -27,17 +36,23 @@ def _non_root_run() -> subprocess.Popen | None:
     if subprocess.run(["unshare", "--map-user=1000", "--map-group=1000", "true"], capture_output=True).returncode:
         return None
     path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-    return subprocess.Popen(["unshare", "--map-user=1000", "--map-group=1000", sys.executable, "-m",
-                             "tests.helpers.hack_matrix"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(os.environ, PYTHONPATH=path))
+    return subprocess.Popen(
+        ["unshare", "--map-user=1000", "--map-group=1000", sys.executable, "-m", "tests.helpers.hack_matrix"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=path),
+    )
 
 
 @pytest.fixture(scope="module")
 def matrix():
     """{(trainer, mode): scored(...)} for root (this process) and non-root (a child under unshare, run meanwhile)."""
     child = _non_root_run()
-    out = {("root", mode): dict(scored(mode == "namespaces"), probe=probe(mode == "namespaces"))
-           for mode in ("namespaces", "rlimits")}
+    out = {
+        ("root", mode): dict(scored(mode == "namespaces"), probe=probe(mode == "namespaces"))
+        for mode in ("namespaces", "rlimits")
+    }
     if child is not None:
         stdout, stderr = child.communicate(timeout=300)
         assert child.returncode == 0, stderr.decode()[-3000:]
@@ -45,8 +60,9 @@ def matrix():
     return out
 
 
-CELLS = [(trainer, mode, style) for trainer in ("root", "non-root") for mode in ("namespaces", "rlimits")
-         for style in STYLES]
+CELLS = [
+    (trainer, mode, style) for trainer in ("root", "non-root") for mode in ("namespaces", "rlimits") for style in STYLES
+]
 
 
 def _cell(matrix, trainer, mode):
@@ -63,9 +79,12 @@ def test_every_hack_scores_zero(matrix, trainer, mode, style):
     assert rows[0][0] == 1.0 and list(rows[-1]) == [1.0, {}], f"sibling or right solution failed: {rows[0]} {rows[-1]}"
     passed = {name: score for name, (score, _) in zip(NAMES, rows[1:-1]) if score != 0.0}
     assert not passed, f"{trainer}/{mode}/{style}: hacks that scored: {passed}"
-    if style != "stdin":            # stdin/stdout rows have no harness to notice anything
-        missed = [name for name, (_, details) in zip(NAMES, rows[1:-1])
-                  if name in DETECTED and not details.get("suspected_hacks")]
+    if style != "stdin":  # stdin/stdout rows have no harness to notice anything
+        missed = [
+            name
+            for name, (_, details) in zip(NAMES, rows[1:-1])
+            if name in DETECTED and not details.get("suspected_hacks")
+        ]
         assert not missed, f"{trainer}/{mode}/{style}: not counted as suspected: {missed}"
 
 
@@ -88,11 +107,20 @@ def test_the_channels_the_defences_close_are_real_inside_a_run(matrix, trainer, 
 
 
 # The hacks that fooled the previous harness (candidate and tests in one program, a nonce printed at its end).
-FOOL_SAME_PROCESS = ["frame walk through a traceback", "frame walk with sys._getframe", "frame walk from a generator",
-                     "frame walk from a coroutine", "inspect.stack", "forge during the call (frames)",
-                     "always-equal object", "int subclass with __eq__", "patched builtins",
-                     "shadow a builtin the tests use", "redefine the prompt's helper",
-                     "dataclass with an always-true __eq__"]
+FOOL_SAME_PROCESS = [
+    "frame walk through a traceback",
+    "frame walk with sys._getframe",
+    "frame walk from a generator",
+    "frame walk from a coroutine",
+    "inspect.stack",
+    "forge during the call (frames)",
+    "always-equal object",
+    "int subclass with __eq__",
+    "patched builtins",
+    "shadow a builtin the tests use",
+    "redefine the prompt's helper",
+    "dataclass with an always-true __eq__",
+]
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +136,13 @@ def test_the_suite_catches_a_same_process_harness(reward):
     assert [name for name, score in zip(FOOL_SAME_PROCESS, scores) if score == 1.0] == FOOL_SAME_PROCESS
 
 
-@pytest.mark.parametrize("weakness,hack", [("imports not locked", "plant modules the tests import (cwd, /tmp)"),
-                                           ("prompt not pinned", "redefine the prompt's helper")])
+@pytest.mark.parametrize(
+    "weakness,hack",
+    [
+        ("imports not locked", "plant modules the tests import (cwd, /tmp)"),
+        ("prompt not pinned", "redefine the prompt's helper"),
+    ],
+)
 def test_the_suite_catches_a_harness_with_a_defence_off(reward, weakness, hack):
     """Today's harness, one defence switched off by the run's own source: the hack of that class passes it (and
     still fails the full harness, above), while the right solution is unaffected by the switch."""
@@ -123,16 +156,29 @@ def test_suspected_hacks_reach_the_runners_stats_and_the_rollout_records(reward)
 
     from hf_grpo.rewards import RewardRunner
     from hf_grpo.rollout import RolloutBatch
+
     runner = RewardRunner([reward])
     completions = [fenced(HACKS["always-equal object"]), fenced(RIGHT + MAIN)]
-    per_func = runner(prompts=[PROMPT, PROMPT], completions=completions, completion_ids=[[1], [1]],
-                      columns={"test": [HUMANEVAL_TEST] * 2, "entry_point": ["add"] * 2})
+    per_func = runner(
+        prompts=[PROMPT, PROMPT],
+        completions=completions,
+        completion_ids=[[1], [1]],
+        columns={"test": [HUMANEVAL_TEST] * 2, "entry_point": ["add"] * 2},
+    )
     assert per_func[:, 0].tolist() == [0.0, 1.0]
     assert runner.last_function_stats["code"]["suspected_hacks"] >= 1
     assert runner.last_details[0]["code"]["suspected_hacks"] >= 1 and runner.last_details[1] == {}
-    batch = RolloutBatch(rows=[{"prompt": "p"}], prompt_ids=[[1]], completion_ids=[[1], [1]], finished=[True, True],
-                         completions=completions, rewards_per_func=per_func, rewards=per_func[:, 0],
-                         overlong=torch.zeros(2), details=runner.last_details)
+    batch = RolloutBatch(
+        rows=[{"prompt": "p"}],
+        prompt_ids=[[1]],
+        completion_ids=[[1], [1]],
+        finished=[True, True],
+        completions=completions,
+        rewards_per_func=per_func,
+        rewards=per_func[:, 0],
+        overlong=torch.zeros(2),
+        details=runner.last_details,
+    )
     records = batch.records(torch.zeros(2), 2, runner.names, step=1)
     assert records[0]["reward_details"]["code"]["suspected_hacks"] >= 1
     assert batch.select_groups([0], 2).details == runner.last_details

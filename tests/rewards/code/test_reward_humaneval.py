@@ -18,8 +18,12 @@ def reward():
 
 def score(reward, programs, prompts=True):
     completions = [f"Here is the function:\n```python\n{program}\n```" for program in programs]
-    return reward(completions, test=[p["test"] for p in PROBLEMS], entry_point=[p["entry_point"] for p in PROBLEMS],
-                  prompts=[p["prompt"] for p in PROBLEMS] if prompts else None)
+    return reward(
+        completions,
+        test=[p["test"] for p in PROBLEMS],
+        entry_point=[p["entry_point"] for p in PROBLEMS],
+        prompts=[p["prompt"] for p in PROBLEMS] if prompts else None,
+    )
 
 
 def test_all_164_problems_are_loaded():
@@ -49,7 +53,8 @@ def test_tests_that_need_the_prompts_helpers_are_refused_without_the_prompt(rewa
     they cannot be pinned, and the candidate's own versions are never used in their place: refused, with the reason."""
     rows = [i for i, p in enumerate(PROBLEMS) if p["task_id"] in ("HumanEval/32", "HumanEval/38", "HumanEval/50")]
     completions = [f"```python\n{PROBLEMS[i]['prompt'] + PROBLEMS[i]['canonical_solution']}\n```" for i in rows]
-    scores = reward(completions, test=[PROBLEMS[i]["test"] for i in rows],
-                    entry_point=[PROBLEMS[i]["entry_point"] for i in rows])
+    scores = reward(
+        completions, test=[PROBLEMS[i]["test"] for i in rows], entry_point=[PROBLEMS[i]["entry_point"] for i in rows]
+    )
     assert scores == [0.0, 0.0, 0.0]
     assert all("does not pin" in details["refused"] for details in reward.last_details), reward.last_details
