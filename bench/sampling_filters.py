@@ -47,16 +47,23 @@ def trainer_logprobs(model, prompt_ids, completion_ids, temperature, filters):
     out = []
     with torch.no_grad():
         for prompt, completion in zip(prompt_ids, completion_ids):
-            ids = torch.tensor([prompt + completion])                                  # [1, P+C]
-            logp, _ = completion_logprobs(model, model.get_output_embeddings(), ids, torch.ones_like(ids),
-                                          len(completion), temperature=temperature, with_entropy=False,
-                                          filters=filters)
-            out.append(logp[0])                                                        # [C]
+            ids = torch.tensor([prompt + completion])  # [1, P+C]
+            logp, _ = completion_logprobs(
+                model,
+                model.get_output_embeddings(),
+                ids,
+                torch.ones_like(ids),
+                len(completion),
+                temperature=temperature,
+                with_entropy=False,
+                filters=filters,
+            )
+            out.append(logp[0])  # [C]
     return out, time.perf_counter() - start
 
 
 def summarise(trainer, sampler) -> tuple[float, float, float]:
-    diff = torch.cat([t - torch.tensor(s) for t, s in zip(trainer, sampler)])          # [tokens]
+    diff = torch.cat([t - torch.tensor(s) for t, s in zip(trainer, sampler)])  # [tokens]
     return float(diff.abs().mean()), float(diff.abs().max()), float(diff.exp().mean())
 
 
@@ -67,23 +74,33 @@ def main() -> None:
     parser.add_argument("--max_tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     opts = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
 
-    model_path = resolve_model_path("smollm2-135m")
+    model_path = resolve_model_path(opts.model)
     tokenizer = load_tokenizer(model_path)
     rows = load_prompt_dataset(f"arithmetic:{opts.prompts}")
     prompts = encode_prompts(tokenizer, [r["prompt"] for r in rows])
     model = load_model(model_path).eval()
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(output_dir=out, generation_backend="vllm", vllm_enforce_eager=True, vllm_kv_cache_gib=0.5,
-                          max_prompt_length=256, max_completion_length=opts.max_tokens, use_cpu=True,
-                          report_to="none")
+        args = GRPOConfig(
+            output_dir=out,
+            generation_backend="vllm",
+            vllm_enforce_eager=True,
+            vllm_kv_cache_gib=0.5,
+            max_prompt_length=256,
+            max_completion_length=opts.max_tokens,
+            use_cpu=True,
+            report_to="none",
+        )
         generator = VLLMColocateGenerator(args, Accelerator(cpu=True), model_path)
         overheads = []
-        print(f"{'setting':<12} {'method':<22} {'mean |dlogp|':>13} {'max |dlogp|':>12} {'mean ratio':>11} "
-              f"{'logprob s':>10}")
+        print(
+            f"{'setting':<12} {'method':<22} {'mean |dlogp|':>13} {'max |dlogp|':>12} {'mean ratio':>11} "
+            f"{'logprob s':>10}"
+        )
         for name in opts.settings:
             knobs = SETTINGS[name]
             sampling = SamplingParams(max_tokens=opts.max_tokens, temperature=opts.temperature, **knobs)
@@ -101,8 +118,10 @@ def main() -> None:
     tokens = sum(len(c) for c in result.completion_ids)
     print(f"({len(result.completion_ids)} completions, {tokens} tokens in the last setting)")
     reduction = abs(1 - trl[2]) / max(abs(1 - ours[2]), 1e-9)
-    print(f"RESULT sampling_filters trl_mean_ratio={trl[2]:.5f} ours_mean_ratio={ours[2]:.5f} "
-          f"bias_reduction={reduction:.1f} filter_overhead={sum(overheads) / len(overheads):.2f}")
+    print(
+        f"RESULT sampling_filters trl_mean_ratio={trl[2]:.5f} ours_mean_ratio={ours[2]:.5f} "
+        f"bias_reduction={reduction:.1f} filter_overhead={sum(overheads) / len(overheads):.2f}"
+    )
 
 
 if __name__ == "__main__":

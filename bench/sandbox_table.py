@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from hf_grpo.rewards.code import CodeReward  # noqa: E402
 from hf_grpo.rewards.code.reward import HARNESS_PRELOAD, PACKAGES  # noqa: E402
 from hf_grpo.sandbox import LocalExecutor  # noqa: E402
-from tests.helpers.reward_hacks import HACKS, SIBLING, score_styles, same_process_scores  # noqa: E402
+from tests.helpers.reward_hacks import HACKS, SIBLING, same_process_scores, score_styles  # noqa: E402
 from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret  # noqa: E402
 
 TIMEOUT_S = 1.0
@@ -43,8 +43,9 @@ def main() -> None:
     secret = new_secret()
     os.environ["HF_TOKEN"] = secret  # set before the sandbox starts, as a trainer's token would be
     reward = CodeReward(timeout_s=TIMEOUT_S, memory_mb=256, max_processes=16, workers=1)
-    reward.executor = LocalExecutor(reward.limits, workers=1, namespaces=not args.no_namespaces,
-                                    preload=HARNESS_PRELOAD, packages=PACKAGES)
+    reward.executor = LocalExecutor(
+        reward.limits, workers=1, namespaces=not args.no_namespaces, preload=HARNESS_PRELOAD, packages=PACKAGES
+    )
     reward(["```python\npass\n```"], test_cases=[{"inputs": [""], "outputs": [""]}])  # start the zygote
     (sandbox,) = reward.executor.sandboxes
     rows, contained = [], 0
@@ -61,8 +62,10 @@ def main() -> None:
         rows.append((attack.name, "yes" if breach is None else "NO", seconds, breach or ""))
     hacks = reward_hacks(reward)
     reward.close()
-    print(f"isolation: {sandbox.isolation}, seccomp: {sandbox.seccomp}" +
-          (f" ({'; '.join(sandbox.warnings)})" if sandbox.warnings else ""))
+    print(
+        f"isolation: {sandbox.isolation}, seccomp: {sandbox.seccomp}"
+        + (f" ({'; '.join(sandbox.warnings)})" if sandbox.warnings else "")
+    )
     width = max(len(r[0]) for r in rows)
     print(f"{'attack':<{width}}  contained  seconds  evidence")
     for name, ok, seconds, breach in rows:
@@ -73,8 +76,10 @@ def main() -> None:
         print(f"{name:<{width}}  {ours:<5} {suspected:<18} {peer}")
     held = sum(ours == 0.0 for ours, _, _ in hacks.values())
     peer_held = sum(peer == 0.0 for _, _, peer in hacks.values())
-    print(f"RESULT sandbox_table contained={contained}/{len(rows)} isolation={sandbox.isolation} "
-          f"hacks_held={held}/{len(hacks)} same_process_held={peer_held}/{len(hacks)}")
+    print(
+        f"RESULT sandbox_table contained={contained}/{len(rows)} isolation={sandbox.isolation} "
+        f"hacks_held={held}/{len(hacks)} same_process_held={peer_held}/{len(hacks)}"
+    )
 
 
 def reward_hacks(reward: CodeReward) -> dict[str, tuple[float, int, float]]:
@@ -84,8 +89,14 @@ def reward_hacks(reward: CodeReward) -> dict[str, tuple[float, int, float]]:
     reward.all_or_nothing = True  # a hack counts when it passes every test of a row
     scored = score_styles(reward, [SIBLING] + list(HACKS.values()))
     peer = same_process_scores(reward.executor, list(HACKS))
-    return {name: (max(scored[style][i + 1][0] for style in ("humaneval", "mbpp", "stdin")),
-                   scored["humaneval"][i + 1][1].get("suspected_hacks", 0), peer[i]) for i, name in enumerate(HACKS)}
+    return {
+        name: (
+            max(scored[style][i + 1][0] for style in ("humaneval", "mbpp", "stdin")),
+            scored["humaneval"][i + 1][1].get("suspected_hacks", 0),
+            peer[i],
+        )
+        for i, name in enumerate(HACKS)
+    }
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import torch
 
 def median_seconds(fn, repeats: int) -> float:
     """Median of ``repeats`` timed calls after one untimed warm-up; CUDA is synchronised before each clock stops."""
+
     def timed() -> float:
         start = time.perf_counter()
         fn()

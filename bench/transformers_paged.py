@@ -31,7 +31,7 @@ from hf_grpo.models import load_model, load_tokenizer, resolve_model_path  # noq
 
 
 def tokens_per_second(generator, prompt_ids, n, sampling, repeats: int) -> tuple[float, int]:
-    generator.generate(prompt_ids, n, sampling)          # warm-up
+    generator.generate(prompt_ids, n, sampling)  # warm-up
     rates, tokens = [], 0
     for _ in range(repeats):
         start = time.perf_counter()
@@ -71,8 +71,10 @@ def main() -> None:
     greedy = SamplingParams(max_tokens=opts.max_tokens, greedy=True)
     match = hf.generate(prompt_ids, 1, greedy).completion_ids == paged.generate(prompt_ids, 1, greedy).completion_ids
 
-    print(f"{opts.prompts} prompts x {opts.n} x <= {opts.max_tokens} tokens, {opts.dtype} on {accelerator.device}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"{opts.prompts} prompts x {opts.n} x <= {opts.max_tokens} tokens, {opts.dtype} on {accelerator.device}, "
+        f"{torch.get_num_threads()} threads"
+    )
     print(f"{'hf (generate)':<36}{hf_rate:>9.1f} tok/s  ({hf_tokens} tokens per call)")
     print(f"{'hf_continuous (generate_batch)':<36}{paged_rate:>9.1f} tok/s  ({paged_tokens} tokens per call)")
     print(f"greedy completions identical: {match}")

@@ -36,15 +36,60 @@ HUB_ID = re.compile(r'"trl-internal-testing/(tiny-[A-Za-z0-9_.\-]+)"')
 
 # Test-name keywords -> (theme, engineer's scope) for the failures that remain.
 THEMES = (
-    (("liger", "entropy", "moe", "Moe", "loss_type", "sapo", "vespo", "luspo", "cast_lm_head", "router",
-      "off_policy", "importance_sampling", "delta", "beta", "kl", "bias_correction"), "losses"),
-    (("reward", "ref_model", "sync_ref", "generation_kwargs", "reward_processing", "final_log", "log_completions",
-      "multi_objective", "weights"), "rewards"),
-    (("paged", "continuous_batching", "structured", "regex", "vllm_model_impl", "vllm", "cache_implementation"),
-     "gen"),
+    (
+        (
+            "liger",
+            "entropy",
+            "moe",
+            "Moe",
+            "loss_type",
+            "sapo",
+            "vespo",
+            "luspo",
+            "cast_lm_head",
+            "router",
+            "off_policy",
+            "importance_sampling",
+            "delta",
+            "beta",
+            "kl",
+            "bias_correction",
+        ),
+        "losses",
+    ),
+    (
+        (
+            "reward",
+            "ref_model",
+            "sync_ref",
+            "generation_kwargs",
+            "reward_processing",
+            "final_log",
+            "log_completions",
+            "multi_objective",
+            "weights",
+        ),
+        "rewards",
+    ),
+    (("paged", "continuous_batching", "structured", "regex", "vllm_model_impl", "vllm", "cache_implementation"), "gen"),
     (("hub", "wandb", "push", "model_card", "packaging"), "pkg"),
-    (("dataset", "eval", "iterable", "stream", "num_generations_eval", "dataloader", "steps_per_generation",
-      "image", "vision", "vlm", "VL", "multimodal"), "data"),
+    (
+        (
+            "dataset",
+            "eval",
+            "iterable",
+            "stream",
+            "num_generations_eval",
+            "dataloader",
+            "steps_per_generation",
+            "image",
+            "vision",
+            "vlm",
+            "VL",
+            "multimodal",
+        ),
+        "data",
+    ),
     (("tool", "environment", "rollout_func", "agent", "multi_turn"), "agents"),
     (("peft", "lora", "Lora", "prompt_tuning", "bnb", "quantiz"), "peft/quant"),
 )
@@ -93,8 +138,9 @@ def read_sources(args) -> dict[str, str]:
             if path.exists():
                 out[name] = path.read_text()
         else:
-            shown = subprocess.run(["git", "--git-dir", args.trl_repo, "show", f"{args.rev}:tests/{name}"],
-                                   capture_output=True, text=True)
+            shown = subprocess.run(
+                ["git", "--git-dir", args.trl_repo, "show", f"{args.rev}:tests/{name}"], capture_output=True, text=True
+            )
             if shown.returncode == 0:
                 out[name] = shown.stdout
     if "test_grpo_trainer.py" not in out:
@@ -127,16 +173,28 @@ def build_models(ids: set[str], folder: Path) -> dict[str, str]:
                 torch.manual_seed(0)
                 # 64-dim heads: vLLM's CPU attention kernels need them (hf_grpo generates with vLLM when it is
                 # installed); positions as many as the hub models declare, so the engine's context fits.
-                config = config_cls(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=64,
-                                    num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
-                                    max_position_embeddings=32768, pad_token_id=tokenizer.pad_token_id,
-                                    eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
-                                    num_labels=1, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
-                                    num_local_experts=4)
+                config = config_cls(
+                    vocab_size=len(tokenizer),
+                    hidden_size=128,
+                    intermediate_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=2,
+                    num_key_value_heads=1,
+                    head_dim=64,
+                    max_position_embeddings=32768,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                    bos_token_id=tokenizer.bos_token_id,
+                    num_labels=1,
+                    num_experts=4,
+                    num_experts_per_tok=2,
+                    moe_intermediate_size=8,
+                    num_local_experts=4,
+                )
                 model = model_cls(config)
                 model.save_pretrained(path)
                 tokenizer.save_pretrained(path)
-            except Exception as error:       # an architecture these generic sizes do not fit: left to the hub id
+            except Exception as error:  # an architecture these generic sizes do not fit: left to the hub id
                 print(f"  not built: {hub_id} ({type(error).__name__}: {str(error)[:80]})")
                 continue
         built[hub_id] = str(path)
@@ -146,10 +204,13 @@ def build_models(ids: set[str], folder: Path) -> dict[str, str]:
 def tolerant_imports(text: str) -> str:
     """The snapshot's support file may name ``trl.import_utils`` helpers the installed TRL lacks: a missing one
     reads as "not available" (its tests skip) instead of failing the whole file's collection."""
+
     def shim(match):
         names = [n.strip() for n in match.group(1).replace("\n", " ").split(",") if n.strip()]
         return "import trl.import_utils as _trl_import_utils\n" + "".join(
-            f"{n} = getattr(_trl_import_utils, {n!r}, lambda *a, **k: False)\n" for n in names)
+            f"{n} = getattr(_trl_import_utils, {n!r}, lambda *a, **k: False)\n" for n in names
+        )
+
     return re.sub(r"from trl\.import_utils import \(([^)]*)\)", shim, text)
 
 
@@ -173,10 +234,26 @@ def prepare(sources: dict[str, str], variant: str, models: dict[str, str], work:
 
 def run(variant: str, package: Path, work: Path, keyword: str | None) -> dict[str, str]:
     report = work / f"{variant}.xml"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONPATH": os.pathsep.join([str(work / variant), str(ROOT)]), "WANDB_MODE": "disabled"}
-    command = [sys.executable, "-m", "pytest", str(package / "test_grpo_trainer.py"), "-q", "-p", "no:cacheprovider",
-               f"--junitxml={report}", "--rootdir", str(work / variant)]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": os.pathsep.join([str(work / variant), str(ROOT)]),
+        "WANDB_MODE": "disabled",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(package / "test_grpo_trainer.py"),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={report}",
+        "--rootdir",
+        str(work / variant),
+    ]
     if keyword:
         command += ["-k", keyword]
     subprocess.run(command, cwd=work / variant, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -184,7 +261,7 @@ def run(variant: str, package: Path, work: Path, keyword: str | None) -> dict[st
     for case in ET.parse(report).iter("testcase"):
         name = f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}"
         tags = {child.tag for child in case}
-        outcomes[name] = ("failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed")
+        outcomes[name] = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
     return outcomes
 
 
@@ -212,8 +289,9 @@ def main(argv=None) -> None:
     for variant in args.variants.split(","):
         results[variant] = run(variant, prepare(sources, variant, models, work), work, args.keyword)
         counts = collections.Counter(results[variant].values())
-        print(f"{variant:>5}: passed {counts['passed']:4d}  failed {counts['failed']:4d}  "
-              f"skipped {counts['skipped']:4d}")
+        print(
+            f"{variant:>5}: passed {counts['passed']:4d}  failed {counts['failed']:4d}  skipped {counts['skipped']:4d}"
+        )
     ours = results.get("ours", {})
     trl = results.get("trl", {})
     failing = [t for t, o in ours.items() if o == "failed"]
@@ -227,8 +305,10 @@ def main(argv=None) -> None:
         for test in tests:
             print(f"      {test}  [TRL: {trl.get(test, '-')}]")
     c = collections.Counter(ours.values())
-    print(f"RESULT trl_tests passed={c['passed']} failed={c['failed']} skipped={c['skipped']} "
-          f"trl_passed={collections.Counter(trl.values())['passed']}")
+    print(
+        f"RESULT trl_tests passed={c['passed']} failed={c['failed']} skipped={c['skipped']} "
+        f"trl_passed={collections.Counter(trl.values())['passed']}"
+    )
 
 
 if __name__ == "__main__":

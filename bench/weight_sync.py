@@ -44,11 +44,20 @@ def main() -> None:
     model = load_model(path, args.dtype).to(args.device)
     params = [p.detach() for p in model.parameters()]
     nbytes = sum(p.numel() * p.element_size() for p in params)
-    config = GRPOConfig(output_dir="/tmp/bench_weight_sync", generation_backend="vllm", use_cpu=not cuda,
-                        report_to="none", dtype=args.dtype, vllm_dtype=args.dtype, vllm_enforce_eager=True,
-                        vllm_kv_cache_gib=0.5, vllm_gpu_memory_utilization=0.3, max_prompt_length=256,
-                        max_completion_length=256)
-    accelerator = Accelerator(cpu=not cuda)   # after the config: TrainingArguments resets accelerate's state
+    config = GRPOConfig(
+        output_dir="/tmp/bench_weight_sync",
+        generation_backend="vllm",
+        use_cpu=not cuda,
+        report_to="none",
+        dtype=args.dtype,
+        vllm_dtype=args.dtype,
+        vllm_enforce_eager=True,
+        vllm_kv_cache_gib=0.5,
+        vllm_gpu_memory_utilization=0.3,
+        max_prompt_length=256,
+        max_completion_length=256,
+    )
+    accelerator = Accelerator(cpu=not cuda)  # after the config: TrainingArguments resets accelerate's state
     generator = VLLMColocateGenerator(config, accelerator, path)
 
     destinations = [torch.empty_like(p) for p in params]
@@ -64,26 +73,52 @@ def main() -> None:
     direct = bool(generator.direct_copy)
     # Where the sync's time goes: vLLM's reload (copies + re-packing every linear weight into oneDNN's layout on
     # CPU), the packed LM-head refresh, the direct copy where the engine allows it, and the prefix-cache reset.
-    reload_s = median_seconds(lambda: generator.llm.collective_rpc("reload_weights", kwargs=dict(
-        weights_iterator=iter_policy_weights(accelerator, model), is_checkpoint_format=True)), args.repeats)
+    reload_s = median_seconds(
+        lambda: generator.llm.collective_rpc(
+            "reload_weights",
+            kwargs=dict(weights_iterator=iter_policy_weights(accelerator, model), is_checkpoint_format=True),
+        ),
+        args.repeats,
+    )
     refresh_s = median_seconds(lambda: generator.llm.collective_rpc("refresh_packed_weights"), args.repeats)
     reset_s = median_seconds(generator.llm.reset_prefix_cache, args.repeats)
-    rows = [("memory copy into preallocated (floor)", copy_s), ("clone (allocate + copy)", clone_s),
-            (f"colocated sync, total ({'direct copy' if direct else 'reload_weights'})", sync_s),
-            ("  vLLM reload_weights alone", reload_s), ("  packed LM-head refresh alone", refresh_s),
-            ("  prefix-cache reset alone", reset_s)]
+    rows = [
+        ("memory copy into preallocated (floor)", copy_s),
+        ("clone (allocate + copy)", clone_s),
+        (f"colocated sync, total ({'direct copy' if direct else 'reload_weights'})", sync_s),
+        ("  vLLM reload_weights alone", reload_s),
+        ("  packed LM-head refresh alone", refresh_s),
+        ("  prefix-cache reset alone", reset_s),
+    ]
     if direct:
         for label, batch_bytes in [("one copy_ per tensor", 0), ("fused 1 GiB batches", 1 << 30)]:
-            rows.append((f"  direct copy alone, {label}", median_seconds(lambda: generator.llm.collective_rpc(
-                "copy_weights_direct", kwargs=dict(weights_iterator=iter_policy_weights(accelerator, model),
-                                                   batch_bytes=batch_bytes)), args.repeats)))
+            rows.append(
+                (
+                    f"  direct copy alone, {label}",
+                    median_seconds(
+                        lambda batch_bytes=batch_bytes: generator.llm.collective_rpc(
+                            "copy_weights_direct",
+                            kwargs=dict(
+                                weights_iterator=iter_policy_weights(accelerator, model), batch_bytes=batch_bytes
+                            ),
+                        ),
+                        args.repeats,
+                    ),
+                )
+            )
     if not cuda:
         with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
-            rows.append(("disk transfer: write safetensors to /dev/shm",
-                         median_seconds(lambda: save_policy_weights(accelerator, model, tmp), args.repeats)))
+            rows.append(
+                (
+                    "disk transfer: write safetensors to /dev/shm",
+                    median_seconds(lambda: save_policy_weights(accelerator, model, tmp), args.repeats),
+                )
+            )
 
-    print(f"{nbytes / 1e6:.0f} MB of {args.dtype} weights ({len(params)} tensors) on {args.device}, "
-          f"median of {args.repeats}")
+    print(
+        f"{nbytes / 1e6:.0f} MB of {args.dtype} weights ({len(params)} tensors) on {args.device}, "
+        f"median of {args.repeats}"
+    )
     print(f"{'operation':<52}{'ms':>9}{'GB/s':>8}")
     for name, seconds in rows:
         print(f"{name:<52}{seconds * 1e3:>9.2f}{nbytes / seconds / 1e9:>8.2f}")

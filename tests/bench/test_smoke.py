@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -30,9 +31,13 @@ HELPERS = {"timing.py"}
 
 def gsm8k_files(tmp: Path) -> None:
     """A few GSM8K-format rows (question, answer ending in ``#### N``): CI has no copy of the data set."""
-    rows = [{"question": f"Sam has {a} boxes with {b} pens each. How many pens does he have?",
-             "answer": f"{a} boxes of {b} pens: {a} * {b} = <<{a}*{b}={a * b}>>{a * b} pens.\n#### {a * b}"}
-            for a, b in ((2, 3), (4, 5), (3, 7), (6, 2), (5, 5), (8, 3))]
+    rows = [
+        {
+            "question": f"Sam has {a} boxes with {b} pens each. How many pens does he have?",
+            "answer": f"{a} boxes of {b} pens: {a} * {b} = <<{a}*{b}={a * b}>>{a * b} pens.\n#### {a * b}",
+        }
+        for a, b in ((2, 3), (4, 5), (3, 7), (6, 2), (5, 5), (8, 3))
+    ]
     (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
     (tmp / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[4:]))
 
@@ -41,7 +46,7 @@ def gsm8k_files(tmp: Path) -> None:
 # TRL's tests are: the hub ids of TRL's tiny models, `load_dataset` of its zen prompts, TRL's import line (the one the
 # harness swaps for ours), a support module importing `trl.import_utils` helpers (one the installed TRL lacks: the
 # harness shims it). One test passes, one fails on purpose and one skips, so each count of the harness is checked.
-TRL_TEST_FILE = '''import pytest
+TRL_TEST_FILE = """import pytest
 from datasets import load_dataset
 
 from trl import GRPOConfig, GRPOTrainer
@@ -66,8 +71,8 @@ class TestGRPOTrainer:
     @require_missing_extra
     def test_skipped_without_the_extra(self):
         pass
-'''
-TRL_TESTING_UTILS = '''import pytest
+"""
+TRL_TESTING_UTILS = """import pytest
 
 from trl.import_utils import (
     is_vllm_available,
@@ -75,7 +80,7 @@ from trl.import_utils import (
 )
 
 require_missing_extra = pytest.mark.skipif(not is_an_extra_no_trl_release_has_available(), reason="needs the extra")
-'''
+"""
 
 
 def trl_test_files(tmp: Path) -> None:
@@ -87,58 +92,76 @@ def trl_test_files(tmp: Path) -> None:
 
 @dataclass
 class Smoke:
-    """One script's smoke run: ``argv`` after the script's path ({tiny}: the tiny model's folder, {tmp}: the test's
-    scratch folder); ``expect``: key=value pairs its RESULT line must hold (where failures show up only there)."""
+    """One script's smoke run: its RESULT name, the command line after the script's path (split like a shell's; {tiny}:
+    the tiny model's folder, {tmp}: the test's scratch folder), key=value pairs its RESULT line must hold (where a
+    failure shows only there), a hook writing the files it reads, and extra environment variables."""
+
     name: str
-    argv: list[str]
+    args: str
     expect: tuple[str, ...] = ()
     prepare: Callable[[Path], None] | None = None
     env: dict[str, str] = field(default_factory=dict)
 
 
-TINY_TRAIN = ["--prompts", "1", "--generations", "2", "--max_tokens", "8", "--steps", "1", "--warmup", "0"]
-TINY_RECIPE = ["--model_name_or_path", "{tiny}", "--per_device_train_batch_size", "2", "--num_generations", "2",
-               "--max_completion_length", "8"]
+TRAIN = "--prompts 1 --generations 2 --max_tokens 8 --steps 1 --warmup 0"
+RECIPE = "--per_device_train_batch_size 2 --num_generations 2 --max_completion_length 8"
 
 SMOKES = {
-    # ours with HF generate (the harness is the same for both backends; vLLM's multi-turn loop has its own tests)
-    "agentic.py": Smoke("agentic", ["--model", "{tiny}", "--prompts", "1", "--generations", "2", "--max_tokens", "16",
-                                    "--steps", "1", "--warmup", "0", "--micro_batch", "2", "--ours_backend", "hf"]),
-    "async_pipeline.py": Smoke("async_pipeline", ["--model", "{tiny}", "--modes", "sync,1", *TINY_TRAIN]),
-    "code_reward.py": Smoke("code_reward", ["--repeats", "1", "--problems", "4"]),
-    "compare_trl.py": Smoke("compare_trl", ["--model", "{tiny}", "--reward", "hash", *TINY_TRAIN]),
-    "distributed_matrix.py": Smoke("distributed_matrix", ["--rows", "ddp:colocate:full", "--steps", "1", "--model",
-                                                          "{tiny}", "--", *TINY_RECIPE[2:], "--heldout_eval_samples",
-                                                          "0"], expect=("rows_passed=1/1",)),
-    "generation.py": Smoke("generation", ["--model", "{tiny}", "--prompts", "1", "--n", "2", "--max-tokens", "8",
-                                          "--eager", "--kv-cache-gib", "0.25"]),
-    "gpu_session.sh": Smoke("gpu_session", ["--dry-run"], expect=("mode=dry_run", "results=3/3"),
-                            env={"DRY_MODEL": "{tiny}", "PYTHON": sys.executable}),
-    # One step each (the budget is spent by the first), one checkpoint each, evaluated with HF generate on 2 rows.
-    "gsm8k_vs_trl.py": Smoke("gsm8k", ["--out", "{tmp}/out", "--dataset", "{tmp}/dev.jsonl", "--max_samples", "2",
-                                       "--minutes", "0.001", "--save_every", "10", "--eval_backend", "hf", "--",
-                                       *TINY_RECIPE, "--dataset_name", "{tmp}/train.jsonl", "--eval_datasets",
-                                       '{"gsm8k_dev": "{tmp}/dev.jsonl"}', "--gradient_accumulation_steps", "1",
-                                       "--steps_per_generation", "1"], prepare=gsm8k_files),
-    "hf_generate.py": Smoke("hf_generate", ["--model", "{tiny}", "--prompts", "1", "--n", "2", "--max-tokens", "8",
-                                            "--repeats", "1", "--chunk", "1"]),
-    "memory.py": Smoke("memory", ["--model", "{tiny}", "--steps", "1", "--prompts", "1", "--generations", "2",
-                                  "--max_tokens", "8", "--parallel"]),
-    "old_logprobs.py": Smoke("old_logprobs", ["--model", "{tiny}", "--prompts", "1", "--generations", "2",
-                                              "--steps_per_generation", "2", "--max_tokens", "8", "--rounds", "1",
-                                              "--warmup", "0"]),
-    "packing.py": Smoke("packing", ["--model", "tiny", "--sequences", "2", "--prompt", "4", "8", "--completion", "4",
-                                    "8", "--max_tokens", "32", "--repeats", "1"]),
-    "recipe_matrix.py": Smoke("recipe_matrix", ["--recipes", "quickstart", "--configs", "ddp", "--steps", "1", "--",
-                                                *TINY_RECIPE], expect=("passed=1", "total=1")),
-    "sampling_filters.py": Smoke("sampling_filters", ["--model", "{tiny}", "--prompts", "1", "--generations", "2",
-                                                      "--max_tokens", "8"]),
-    "sandbox_table.py": Smoke("sandbox_table", []),
-    "transformers_paged.py": Smoke("transformers_paged", ["--model", "{tiny}", "--prompts", "1", "--n", "2",
-                                                          "--max-tokens", "8", "--repeats", "1"]),
-    "trl_tests.py": Smoke("trl_tests", ["--tests-dir", "{tmp}/trl_tests_src", "--work", "{tmp}/work"],
-                          expect=("passed=1", "failed=1", "skipped=1", "trl_passed=1"), prepare=trl_test_files),
-    "weight_sync.py": Smoke("weight_sync", ["--model", "{tiny}", "--repeats", "1"]),
+    # Ours with HF generate: the bench's harness is the same for both backends (vLLM's tool loop has its own tests).
+    "agentic.py": Smoke(
+        "agentic",
+        "--model {tiny} --prompts 1 --generations 2 --max_tokens 16 --steps 1 --warmup 0 --micro_batch 2 "
+        "--ours_backend hf",
+    ),
+    "async_pipeline.py": Smoke("async_pipeline", "--model {tiny} --modes sync,1 " + TRAIN),
+    "code_reward.py": Smoke("code_reward", "--repeats 1 --problems 4"),
+    # The default rewards here; gpu_session.sh's dry run runs it with --reward hash and bf16.
+    "compare_trl.py": Smoke("compare_trl", "--model {tiny} " + TRAIN),
+    "distributed_matrix.py": Smoke(
+        "distributed_matrix",
+        "--rows ddp:colocate:full --steps 1 --model {tiny} -- --heldout_eval_samples 0 " + RECIPE,
+        expect=("rows_passed=1/1",),
+    ),
+    "generation.py": Smoke("generation", "--model {tiny} --prompts 1 --n 2 --max-tokens 8 --eager --kv-cache-gib 0.25"),
+    "gpu_session.sh": Smoke(
+        "gpu_session",
+        "--dry-run",
+        expect=("mode=dry_run", "results=3/3"),
+        env={"DRY_MODEL": "{tiny}", "PYTHON": sys.executable},
+    ),
+    # One step each (the first spends the budget) and one checkpoint each, evaluated with HF generate on the 2 dev rows.
+    "gsm8k_vs_trl.py": Smoke(
+        "gsm8k",
+        "--out {tmp}/out --dataset {tmp}/dev.jsonl --max_samples 2 --minutes 0.001 --save_every 10 --eval_backend hf "
+        '-- --model_name_or_path {tiny} --dataset_name {tmp}/train.jsonl --eval_datasets \'{"gsm8k_dev": '
+        '"{tmp}/dev.jsonl"}\' --gradient_accumulation_steps 1 --steps_per_generation 1 ' + RECIPE,
+        prepare=gsm8k_files,
+    ),
+    "hf_generate.py": Smoke("hf_generate", "--model {tiny} --prompts 1 --n 2 --max-tokens 8 --repeats 1 --chunk 1"),
+    "memory.py": Smoke("memory", "--model {tiny} --steps 1 --prompts 1 --generations 2 --max_tokens 8 --parallel"),
+    "old_logprobs.py": Smoke(
+        "old_logprobs",
+        "--model {tiny} --prompts 1 --generations 2 --steps_per_generation 2 --max_tokens 8 --rounds 1 --warmup 0",
+    ),
+    # `--model tiny`: the script's own 2-layer random Llama.
+    "packing.py": Smoke(
+        "packing", "--model tiny --sequences 2 --prompt 4 8 --completion 4 8 --max_tokens 32 --repeats 1"
+    ),
+    "recipe_matrix.py": Smoke(
+        "recipe_matrix",
+        "--recipes quickstart --configs ddp --steps 1 -- --model_name_or_path {tiny} " + RECIPE,
+        expect=("passed=1", "total=1"),
+    ),
+    "sampling_filters.py": Smoke("sampling_filters", "--model {tiny} --prompts 1 --generations 2 --max_tokens 8"),
+    "sandbox_table.py": Smoke("sandbox_table", ""),
+    "transformers_paged.py": Smoke("transformers_paged", "--model {tiny} --prompts 1 --n 2 --max-tokens 8 --repeats 1"),
+    "trl_tests.py": Smoke(
+        "trl_tests",
+        "--tests-dir {tmp}/trl_tests_src --work {tmp}/work",
+        expect=("passed=1", "failed=1", "skipped=1", "trl_passed=1"),
+        prepare=trl_test_files,
+    ),
+    "weight_sync.py": Smoke("weight_sync", "--model {tiny} --repeats 1"),
 }
 
 RESULT_PAIR = re.compile(r"[A-Za-z_][\w.]*=\S+")
@@ -171,10 +194,20 @@ def tiny_model(tmp_path_factory) -> str:
 
     tokenizer = load_tokenizer(resolve_model_path("smollm2-135m"))
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=1024,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model = LlamaForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -195,10 +228,15 @@ def test_bench_script_reaches_its_result_line(script, tiny_model, tmp_path):
         return text.replace("{tiny}", tiny_model).replace("{tmp}", str(tmp_path))
 
     program = ["bash"] if script.endswith(".sh") else [sys.executable]
-    command = [*program, str(BENCH / script), *map(fill, smoke.argv)]
+    command = [*program, str(BENCH / script), *map(fill, shlex.split(smoke.args))]
     # Scratch folders the scripts make (tempfile) land in the test's own folder.
-    env = {**os.environ, "TMPDIR": str(tmp_path), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-           **{k: fill(v) for k, v in smoke.env.items()}}
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp_path),
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        **{k: fill(v) for k, v in smoke.env.items()},
+    }
     run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     output = run.stdout + run.stderr
     lines = [line for line in run.stdout.splitlines() if line.strip()]
