@@ -90,11 +90,11 @@ def test_ptx_gradient_is_the_sum_of_the_rl_and_the_weighted_lm_gradients(tiny_ll
 
 
 def _rl_only_loss(trainer, model, batch):
-    ptx, trainer.ptx = trainer.ptx, None
+    ptx, trainer.loss_step.ptx = trainer.loss_step.ptx, None  # the loss step without its PTX term, same batch
     try:
         return trainer.compute_loss(model, batch)
     finally:
-        trainer.ptx = ptx
+        trainer.loss_step.ptx = ptx
 
 
 def test_ptx_trains_and_logs_its_loss(tiny_llama_path, tmp_path):
