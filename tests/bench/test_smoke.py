@@ -7,6 +7,10 @@ and files the test writes itself where a script reads data CI does not have (GSM
 Nothing is timed or compared: the test asserts the exit code and that the last non-empty line is
 ``RESULT <name> key=value ...`` (plus, where a script reports failures inside its RESULT line, that there were
 none). A new script in bench/ cannot be added without an entry in ``SMOKES``.
+
+The smokes run two at a time (`smoke_runs`), longest first: most of a smoke's time is one process importing torch,
+transformers and vLLM or waiting for a server, which leaves the second core idle. Run one after the other they took
+450 s of the suite; two at a time, about half of that.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,11 +98,13 @@ def trl_test_files(tmp: Path) -> None:
 @dataclass
 class Smoke:
     """One script's smoke run: its RESULT name, the command line after the script's path (split like a shell's; {tiny}:
-    the tiny model's folder, {tmp}: the test's scratch folder), key=value pairs its RESULT line must hold (where a
-    failure shows only there), a hook writing the files it reads, and extra environment variables."""
+    the tiny model's folder, {tmp}: the test's scratch folder), the seconds it took alone on this machine (the longest
+    start first), key=value pairs its RESULT line must hold (where a failure shows only there), a hook writing the
+    files it reads, and extra environment variables."""
 
     name: str
     args: str
+    seconds: int
     expect: tuple[str, ...] = ()
     prepare: Callable[[Path], None] | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -112,20 +119,25 @@ SMOKES = {
         "agentic",
         "--model {tiny} --prompts 1 --generations 2 --max_tokens 16 --steps 1 --warmup 0 --micro_batch 2 "
         "--ours_backend hf",
+        27,
     ),
-    "async_pipeline.py": Smoke("async_pipeline", "--model {tiny} --modes sync,1 " + TRAIN),
-    "code_reward.py": Smoke("code_reward", "--repeats 1 --problems 4"),
+    "async_pipeline.py": Smoke("async_pipeline", "--model {tiny} --modes sync,1 " + TRAIN, 56),
+    "code_reward.py": Smoke("code_reward", "--repeats 1 --problems 4", 3),
     # The default rewards here; gpu_session.sh's dry run runs it with --reward hash and bf16.
-    "compare_trl.py": Smoke("compare_trl", "--model {tiny} " + TRAIN),
+    "compare_trl.py": Smoke("compare_trl", "--model {tiny} " + TRAIN, 29),
     "distributed_matrix.py": Smoke(
         "distributed_matrix",
         "--rows ddp:colocate:full --steps 1 --model {tiny} -- --heldout_eval_samples 0 " + RECIPE,
+        26,
         expect=("rows_passed=1/1",),
     ),
-    "generation.py": Smoke("generation", "--model {tiny} --prompts 1 --n 2 --max-tokens 8 --eager --kv-cache-gib 0.25"),
+    "generation.py": Smoke(
+        "generation", "--model {tiny} --prompts 1 --n 2 --max-tokens 8 --eager --kv-cache-gib 0.25", 24
+    ),
     "gpu_session.sh": Smoke(
         "gpu_session",
         "--dry-run",
+        42,
         expect=("mode=dry_run", "results=3/3"),
         env={"DRY_MODEL": "{tiny}", "PYTHON": sys.executable},
     ),
@@ -135,33 +147,39 @@ SMOKES = {
         "--out {tmp}/out --dataset {tmp}/dev.jsonl --max_samples 2 --minutes 0.001 --save_every 10 --eval_backend hf "
         '-- --model_name_or_path {tiny} --dataset_name {tmp}/train.jsonl --eval_datasets \'{"gsm8k_dev": '
         '"{tmp}/dev.jsonl"}\' --gradient_accumulation_steps 1 --steps_per_generation 1 ' + RECIPE,
+        57,
         prepare=gsm8k_files,
     ),
-    "hf_generate.py": Smoke("hf_generate", "--model {tiny} --prompts 1 --n 2 --max-tokens 8 --repeats 1 --chunk 1"),
-    "memory.py": Smoke("memory", "--model {tiny} --steps 1 --prompts 1 --generations 2 --max_tokens 8 --parallel"),
+    "hf_generate.py": Smoke("hf_generate", "--model {tiny} --prompts 1 --n 2 --max-tokens 8 --repeats 1 --chunk 1", 6),
+    "memory.py": Smoke("memory", "--model {tiny} --steps 1 --prompts 1 --generations 2 --max_tokens 8 --parallel", 29),
     "old_logprobs.py": Smoke(
         "old_logprobs",
         "--model {tiny} --prompts 1 --generations 2 --steps_per_generation 2 --max_tokens 8 --rounds 1 --warmup 0",
+        44,
     ),
     # `--model tiny`: the script's own 2-layer random Llama.
     "packing.py": Smoke(
-        "packing", "--model tiny --sequences 2 --prompt 4 8 --completion 4 8 --max_tokens 32 --repeats 1"
+        "packing", "--model tiny --sequences 2 --prompt 4 8 --completion 4 8 --max_tokens 32 --repeats 1", 4
     ),
     "recipe_matrix.py": Smoke(
         "recipe_matrix",
         "--recipes quickstart --configs ddp --steps 1 -- --model_name_or_path {tiny} " + RECIPE,
+        24,
         expect=("passed=1", "total=1"),
     ),
-    "sampling_filters.py": Smoke("sampling_filters", "--model {tiny} --prompts 1 --generations 2 --max_tokens 8"),
-    "sandbox_table.py": Smoke("sandbox_table", ""),
-    "transformers_paged.py": Smoke("transformers_paged", "--model {tiny} --prompts 1 --n 2 --max-tokens 8 --repeats 1"),
+    "sampling_filters.py": Smoke("sampling_filters", "--model {tiny} --prompts 1 --generations 2 --max_tokens 8", 22),
+    "sandbox_table.py": Smoke("sandbox_table", "", 8),
+    "transformers_paged.py": Smoke(
+        "transformers_paged", "--model {tiny} --prompts 1 --n 2 --max-tokens 8 --repeats 1", 8
+    ),
     "trl_tests.py": Smoke(
         "trl_tests",
         "--tests-dir {tmp}/trl_tests_src --work {tmp}/work",
+        29,
         expect=("passed=1", "failed=1", "skipped=1", "trl_passed=1"),
         prepare=trl_test_files,
     ),
-    "weight_sync.py": Smoke("weight_sync", "--model {tiny} --repeats 1"),
+    "weight_sync.py": Smoke("weight_sync", "--model {tiny} --repeats 1", 13),
 }
 
 RESULT_PAIR = re.compile(r"[A-Za-z_][\w.]*=\S+")
@@ -217,27 +235,48 @@ def tiny_model(tmp_path_factory) -> str:
     return str(path)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(SMOKES))
-def test_bench_script_reaches_its_result_line(script, tiny_model, tmp_path):
+def run_smoke(script: str, tiny_model: str, tmp: Path) -> tuple[list[str], subprocess.CompletedProcess]:
     smoke = SMOKES[script]
     if smoke.prepare:
-        smoke.prepare(tmp_path)
+        smoke.prepare(tmp)
 
     def fill(text: str) -> str:
-        return text.replace("{tiny}", tiny_model).replace("{tmp}", str(tmp_path))
+        return text.replace("{tiny}", tiny_model).replace("{tmp}", str(tmp))
 
     program = ["bash"] if script.endswith(".sh") else [sys.executable]
     command = [*program, str(BENCH / script), *map(fill, shlex.split(smoke.args))]
-    # Scratch folders the scripts make (tempfile) land in the test's own folder.
+    # Scratch folders the scripts make (tempfile) land in the smoke's own folder.
     env = {
         **os.environ,
-        "TMPDIR": str(tmp_path),
+        "TMPDIR": str(tmp),
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": "1",
         **{k: fill(v) for k, v in smoke.env.items()},
     }
-    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return command, subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(request, tiny_model, tmp_path_factory):
+    """Starts every selected smoke, two at a time and longest first; each test waits for its own."""
+    selected = {
+        item.callspec.params["script"]
+        for item in request.session.items
+        if item.originalname == "test_bench_script_reaches_its_result_line"
+    }
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="smoke")
+    runs: dict[str, Future] = {}
+    for script in sorted(selected, key=lambda name: -SMOKES[name].seconds):
+        runs[script] = pool.submit(run_smoke, script, tiny_model, tmp_path_factory.mktemp(script.replace(".", "_")))
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(SMOKES))
+def test_bench_script_reaches_its_result_line(script, smoke_runs):
+    smoke = SMOKES[script]
+    command, run = smoke_runs[script].result()
     output = run.stdout + run.stderr
     lines = [line for line in run.stdout.splitlines() if line.strip()]
     last = lines[-1] if lines else ""
