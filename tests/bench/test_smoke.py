@@ -2,7 +2,7 @@
 
 Each smoke runs the real script as a subprocess from the repository root, the way docs/benchmarks.md runs it, with
 flags that shrink it to the least work that still goes through its code: 1 step, 1 prompt, 2 generations, 8-16
-tokens, a tiny random-init Llama instead of the embedded model (64-dim heads, which vLLM's CPU attention needs),
+tokens, the tiny random-init Llama instead of the embedded model (`vllm_tiny_path`: 64-dim heads for vLLM on CPU),
 and files the test writes itself where a script reads data CI does not have (GSM8K rows, a TRL-style test file).
 Nothing is timed or compared: the test asserts the exit code and that the last non-empty line is
 ``RESULT <name> key=value ...`` (plus, where a script reports failures inside its RESULT line, that there were
@@ -207,39 +207,6 @@ def test_helpers_are_not_benches():
         assert "RESULT" not in (BENCH / name).read_text(), f"bench/{name} prints a RESULT line: give it a smoke run"
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    """A 2-layer random-init Llama with the embedded model's tokenizer, saved like a hub model."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from hf_grpo.models import load_tokenizer, resolve_model_path
-
-    tokenizer = load_tokenizer(resolve_model_path("smollm2-135m"))
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=64,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    path = tmp_path_factory.mktemp("bench-tiny-llama")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def run_smoke(script: str, tiny_model: str, tmp: Path) -> tuple[list[str], subprocess.CompletedProcess]:
     smoke = SMOKES[script]
     if smoke.prepare:
@@ -262,7 +229,7 @@ def run_smoke(script: str, tiny_model: str, tmp: Path) -> tuple[list[str], subpr
 
 
 @pytest.fixture(scope="module")
-def smoke_runs(request, tiny_model, tmp_path_factory):
+def smoke_runs(request, vllm_tiny_path, tmp_path_factory):
     """Starts every selected smoke, two at a time and longest first; each test waits for its own."""
     selected = {
         item.callspec.params["script"]
@@ -272,7 +239,7 @@ def smoke_runs(request, tiny_model, tmp_path_factory):
     pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="smoke")
     runs: dict[str, Future] = {}
     for script in sorted(selected, key=lambda name: -SMOKES[name].seconds):
-        runs[script] = pool.submit(run_smoke, script, tiny_model, tmp_path_factory.mktemp(script.replace(".", "_")))
+        runs[script] = pool.submit(run_smoke, script, vllm_tiny_path, tmp_path_factory.mktemp(script.replace(".", "_")))
     yield runs
     pool.shutdown(wait=True, cancel_futures=True)
 
