@@ -161,6 +161,28 @@ def test_no_helper_reads_the_trainers_private_state():
     assert private_trainer_reads() == []
 
 
+def test_imports_between_tests():
+    """Shared fixtures live in tests/helpers/ or a conftest.py: no test imports another test file, and each test file
+    sits in the folder of the package it tests, named after a module (tests/<package>/test_<module>.py)."""
+    tests = ROOT / "tests"
+    imported = [
+        f"{path.relative_to(ROOT)} imports {node.module}"
+        for path in sorted(tests.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ImportFrom) and node.module and re.search(r"(^|\.)test_\w+$", node.module)
+    ]
+    assert imported == []
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    # Folders that gather tests across packages: multi-process runs, TRL's scripts, the bench smokes.
+    folders = packages | {"distributed", "trl_examples", "bench"}
+    strays = [
+        str(path.relative_to(ROOT))
+        for path in sorted(tests.rglob("test_*.py"))
+        if path.parent != tests and path.relative_to(tests).parts[0] not in folders
+    ]
+    assert strays == []
+
+
 def test_every_package_says_its_job_in_its_docstring_and_the_readme():
     readme = (ROOT / "README.md").read_text()
     layout = readme[readme.index("## Layout") :]
