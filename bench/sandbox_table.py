@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from hf_grpo.rewards.code import CodeReward  # noqa: E402
 from hf_grpo.rewards.code.reward import HARNESS_PRELOAD, PACKAGES  # noqa: E402
 from hf_grpo.sandbox import LocalExecutor  # noqa: E402
-from tests.helpers.reward_hacks import HACKS, SIBLING, same_process_scores, score_styles  # noqa: E402
+from tests.helpers.hack_rows import same_process_scores, score_styles  # noqa: E402
+from tests.helpers.reward_hacks import HACKS, SIBLING  # noqa: E402
 from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret  # noqa: E402
 
 TIMEOUT_S = 1.0

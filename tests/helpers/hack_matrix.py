@@ -16,7 +16,8 @@ import json
 from hf_grpo.rewards.code import CodeReward
 from hf_grpo.rewards.code.reward import HARNESS_PRELOAD, PACKAGES
 from hf_grpo.sandbox import Job, LocalExecutor
-from tests.helpers.reward_hacks import HACKS, MAIN, RIGHT, SIBLING, score_styles
+from tests.helpers.hack_rows import score_styles
+from tests.helpers.reward_hacks import HACKS, MAIN, RIGHT, SIBLING
 
 NAMES = list(HACKS)
 PROGRAMS = [SIBLING] + [HACKS[name] for name in NAMES] + [RIGHT + MAIN]

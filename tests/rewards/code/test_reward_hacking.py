@@ -16,17 +16,8 @@ import pytest
 
 from hf_grpo.rewards.code import CodeReward
 from tests.helpers.hack_matrix import NAMES, probe, scored
-from tests.helpers.reward_hacks import (
-    DETECTED,
-    HACKS,
-    HUMANEVAL_TEST,
-    MAIN,
-    PROMPT,
-    RIGHT,
-    fenced,
-    same_process_scores,
-    weaker_harness_scores,
-)
+from tests.helpers.hack_rows import HUMANEVAL_TEST, PROMPT, fenced, same_process_scores, weaker_harness_scores
+from tests.helpers.reward_hacks import DETECTED, HACKS, MAIN, RIGHT
 
 STYLES = ["humaneval", "mbpp", "stdin"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
