@@ -123,11 +123,10 @@ def shot(a: int, b: int) -> list[dict]:
 
 
 def build_dataset(rows: int, seed: int):
-    """The rows checked and stored by `hf_grpo.data.load_prompt_dataset` (as hf_grpo's own ``multiplication`` task
-    is): one ``datasets.Dataset`` for both trainers. ``Dataset.from_list`` would not do for ours: Arrow stores the
-    messages as one struct type, so every user and tool message gets a ``tool_calls: None`` key, which hf_grpo's
-    data check refuses on a non-assistant message."""
-    from hf_grpo.data import load_prompt_dataset
+    """One ``datasets.Dataset`` for both trainers, built as a TRL user builds it (``Dataset.from_list``: Arrow gives
+    every message every key, ``tool_calls: None`` on the user and tool messages, which hf_grpo's data checks read as
+    absent)."""
+    from datasets import Dataset
 
     rng = random.Random(seed)
     data = []
@@ -139,7 +138,7 @@ def build_dataset(rows: int, seed: int):
                 "answer": str(a * b),
             }
         )
-    return load_prompt_dataset(data, name="agentic prompts")
+    return Dataset.from_list(data)
 
 
 ROUNDS: list[dict] = []  # what the reward function saw, one entry per call (one call per step)

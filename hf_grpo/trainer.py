@@ -121,7 +121,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         # Multi-turn rollouts (hf_grpo.agents): tools and environments, or TRL's rollout_func.
         self.agent = None
         if tools or args.tools or environment_factory is not None:
-            self.agent = AgentRollouts(processing_class, args, tools, environment_factory)
+            self.agent = AgentRollouts(processing_class, args, tools, environment_factory, model_positions(model))
         train_dataset = environment_dataset(train_dataset, environment_factory, args, self.agent)
         # Every row checked and over-long prompts dropped and counted, before the model loads (hf_grpo.data.checks).
         train_dataset, eval_dataset = prepare_datasets(

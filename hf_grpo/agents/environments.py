@@ -20,19 +20,31 @@ Departures from TRL:
 * Instances are created fresh for every rollout rather than pooled: an environment that forgets to clear a field in
   ``reset`` cannot leak state from one rollout to the next.
 * An environment may set a truthy ``done`` attribute; the rollout then ends after that tool call (``env_done``).
+* **Lanes.** TRL does everything on the trainer's thread. Here each instance lives on its rollout's lane (one thread,
+  `hf_grpo.agents.tools.Lane`): it is constructed and reset there (the trainer's thread waiting, one reset at a time,
+  so seeding the global generators stays safe), its tools run there in the model's order, and ``get_reward`` runs
+  there when the trainer scores the round. So an environment may hold thread-bound objects (a ``sqlite3`` connection
+  made in ``reset``), and its calls never race one another. An instance whose lane is still busy with a tool call
+  that timed out is not asked for its reward (None: the rollout abstains). A round's lanes close when the round's
+  list of environments is dropped (its rewards are computed by then: with ``max_staleness`` that is after the next
+  round has started) and at `Environments.close`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import inspect
 import logging
 import random
+import threading
+import weakref
 
 import numpy as np
 
-from .tools import Tool, tools_from_callables
+from .encoding import valid_text
+from .tools import Lane, Tool, ToolExecutor, tools_from_callables
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +64,23 @@ def environment_methods(instance) -> list:
     ]
 
 
-class Environments:
-    """The factories, a probe instance of each (to check it and render its tools' schemas), and per-round instances."""
+class RoundEnvironments(list):
+    """One round's instances, group-major. When the list is dropped (the trainer has scored the round) its lanes
+    close; ``release`` closes them earlier."""
 
-    def __init__(self, factory, seed: int):
+    release: weakref.finalize
+
+
+class Environments:
+    """The factories, a probe instance of each (to check it and render its tools' schemas), and per-round instances,
+    each on a lane of its own. ``executor``: whose event loop runs an ``async def get_reward`` (as the environment's
+    async tools)."""
+
+    def __init__(self, factory, seed: int, executor: ToolExecutor | None = None):
+        self.executor = executor if executor is not None else ToolExecutor()
+        self._lanes: dict[int, Lane] = {}  # id(instance) -> its lane, for the instances of live rounds
+        self._rounds: list[weakref.finalize] = []
+        self._lock = threading.RLock()  # a round's finalizer may run (gc) on a thread that holds it
         self.multi = isinstance(factory, dict)
         self.factories = factory if self.multi else {None: factory}
         self.seed = seed
@@ -88,21 +113,69 @@ class Environments:
         return {m.__name__ for m in self.probe_tools}
 
     def reward_functions(self) -> list:
-        """One reward per environment class that owns its reward, named after the class (TRL's column name)."""
+        """One reward per environment class that owns its reward, named after the class (TRL's column name). Each
+        ``get_reward`` runs on its instance's lane, the instances' lanes side by side."""
         out = []
         for cls in self.reward_classes:
             if inspect.iscoroutinefunction(cls.get_reward):
 
                 async def reward(environments, _cls=cls, **kwargs):
-                    return [await e.get_reward() if type(e) is _cls else None for e in environments]
+                    return [
+                        None if f is None else await asyncio.wrap_future(f) for f in self._rewards(environments, _cls)
+                    ]
             else:
 
                 def reward(environments, _cls=cls, **kwargs):
-                    return [e.get_reward() if type(e) is _cls else None for e in environments]
+                    return [None if f is None else f.result() for f in self._rewards(environments, _cls)]
 
             reward.__name__ = cls.__name__
             out.append(reward)
         return out
+
+    def _rewards(self, environments: list, cls: type) -> list:
+        """A future of each ``cls`` instance's ``get_reward`` on its lane, None for the others and for an instance
+        whose lane is still busy with a tool call that timed out: that rollout abstains (None) rather than hold up
+        the reward runner until its own timeout, round after round, for a tool that never returns."""
+        futures = []
+        for e in environments:
+            lane = self.lane_of(e) if type(e) is cls else None
+            if lane is not None and lane.stuck is not None:
+                logger.warning(
+                    "environment %s: get_reward not run, its lane is still busy with a call to `%s` that timed out; "
+                    "the rollout gets None from this reward",
+                    cls.__name__,
+                    lane.stuck,
+                )
+                lane = None
+            futures.append(None if lane is None else self.executor.call(lane, e.get_reward))
+        return futures
+
+    def lane_of(self, instance) -> Lane:
+        """The lane ``instance`` was reset on; its round must still be live."""
+        with self._lock:
+            lane = self._lanes.get(id(instance))
+        if lane is None:
+            raise RuntimeError(
+                f"environment {type(instance).__name__} is not an instance of a live round: its lane closed when its "
+                f"round's list of environments was dropped (or at close()), so nothing can run on it any more"
+            )
+        return lane
+
+    def close(self) -> None:
+        """Close every live round's lanes (end of training). A later round opens new ones."""
+        with self._lock:
+            rounds, self._rounds = self._rounds, []
+        for release in rounds:
+            release()
+
+    def _release(self, entries: list[tuple[int, Lane]]) -> None:
+        with self._lock:
+            for key, lane in entries:
+                if self._lanes.get(key) is lane:
+                    del self._lanes[key]
+            self._rounds = [r for r in self._rounds if r.alive]
+        for _, lane in entries:
+            lane.close()
 
     def name_of(self, row: dict, index: int):
         if not self.multi:
@@ -123,49 +196,78 @@ class Environments:
     def start(
         self, rows: list[dict], num_generations: int, step: int, process: int
     ) -> tuple[list, list[str | None], list[dict[str, Tool]], int]:
-        """``num_generations`` fresh, reset instances per row (group-major), each one's reset observation and tools,
-        and how many groups' resets disagreed."""
-        instances, observations, tools = [], [], []
+        """``num_generations`` fresh, reset instances per row (group-major, a `RoundEnvironments`: `lane_of` gives
+        each one's lane), each one's reset observation and tools, and how many groups' resets disagreed."""
+        instances, observations, tools = RoundEnvironments(), [], []
+        entries: list[tuple[int, Lane]] = []  # (id(instance), its lane), closed with the round
+        instances.release = weakref.finalize(instances, self._release, entries)
+        with self._lock:
+            self._rounds.append(instances.release)
         inconsistent = 0
-        for p, row in enumerate(rows):
-            name = self.name_of(row, p)
-            kwargs = {
-                k: v
-                for k, v in row.items()
-                if not (self.multi and k == "environment") and not (self.placeholder_prompts and k == "prompt")
-            }
-            seed = self.group_seed(step, process, p, row)
-            group_obs = []
-            label = name if name is not None else getattr(self.factories[name], "__name__", "environment")
-            for _ in range(num_generations):
-                try:
-                    env = self.factories[name]()
-                    with _seeded(seed):
-                        obs = env.reset(**_with_seed(env.reset, kwargs, seed))
-                except Exception as e:
-                    raise EnvironmentResetError(
-                        f"environment {label}: reset failed on prompt {p} of this round ({type(e).__name__}: {e})"
-                    ) from e
-                if obs is not None and not isinstance(obs, str):
-                    raise EnvironmentResetError(
-                        f"environment {type(env).__name__}: reset() must return a string or None "
-                        f"(it is appended to the last user message), got {type(obs).__name__}"
+        try:
+            for p, row in enumerate(rows):
+                name = self.name_of(row, p)
+                kwargs = {
+                    k: v
+                    for k, v in row.items()
+                    if not (self.multi and k == "environment") and not (self.placeholder_prompts and k == "prompt")
+                }
+                seed = self.group_seed(step, process, p, row)
+                group_obs = []
+                label = name if name is not None else getattr(self.factories[name], "__name__", "environment")
+                for _ in range(num_generations):
+                    lane = Lane("hf_grpo-env")
+                    entries.append((0, lane))  # closed with the round even if the reset fails
+                    # One reset at a time, the trainer's thread waiting: `_seeded` changes process-wide generators.
+                    env, obs, error = lane.submit(self._make, name, kwargs, seed).result()
+                    if error is not None:
+                        raise EnvironmentResetError(
+                            f"environment {label}: reset failed on prompt {p} of this round ({type(error).__name__}: "
+                            f"{error})"
+                        ) from error
+                    entries[-1] = (id(env), lane)
+                    with self._lock:
+                        self._lanes[id(env)] = lane
+                    if obs is not None and not isinstance(obs, str):
+                        raise EnvironmentResetError(
+                            f"environment {type(env).__name__}: reset() must return a string or None "
+                            f"(it is appended to the last user message), got {type(obs).__name__}"
+                        )
+                    if obs is not None and valid_text(obs) != obs:
+                        logger.warning(
+                            "environment %s: reset() returned text with lone surrogates (not encodable as UTF-8): "
+                            "shown with U+FFFD in their place",
+                            type(env).__name__,
+                        )
+                        obs = valid_text(obs)
+                    instances.append(env)
+                    group_obs.append(obs)
+                    tools.append(tools_from_callables(environment_methods(env), f"environment {type(env).__name__}"))
+                if len(set(group_obs)) > 1:
+                    inconsistent += 1
+                    logger.warning(
+                        "environment %s: the %d resets of prompt %d returned different observations despite the "
+                        "shared seed and arguments (its reset uses randomness hf_grpo does not seed); the "
+                        "group's baseline then compares different tasks",
+                        type(instances[-1]).__name__,
+                        num_generations,
+                        p,
                     )
-                instances.append(env)
-                group_obs.append(obs)
-                tools.append(tools_from_callables(environment_methods(env), f"environment {type(env).__name__}"))
-            if len(set(group_obs)) > 1:
-                inconsistent += 1
-                logger.warning(
-                    "environment %s: the %d resets of prompt %d returned different observations despite the "
-                    "shared seed and arguments (its reset uses randomness hf_grpo does not seed); the "
-                    "group's baseline then compares different tasks",
-                    type(instances[-1]).__name__,
-                    num_generations,
-                    p,
-                )
-            observations += group_obs
+                observations += group_obs
+        except BaseException:
+            instances.release()
+            raise
         return instances, observations, tools, inconsistent
+
+    def _make(self, name, kwargs: dict, seed: int) -> tuple:
+        """On the new instance's lane: ``(instance, reset observation, None)``, or ``(None, None, exception)`` (any
+        exception, SystemExit included, is reported as the environment's failure on the trainer's thread)."""
+        try:
+            env = self.factories[name]()
+            with _seeded(seed):
+                return env, env.reset(**_with_seed(env.reset, kwargs, seed)), None
+        except BaseException as e:
+            return None, None, e
 
 
 def _with_seed(reset, kwargs: dict, seed: int) -> dict:
@@ -180,8 +282,8 @@ def _with_seed(reset, kwargs: dict, seed: int) -> dict:
 
 @contextlib.contextmanager
 def _seeded(seed: int):
-    """Python's and NumPy's global generators seeded with ``seed`` for the block, restored afterwards (resets run on
-    the trainer's thread, one at a time, so this cannot race)."""
+    """Python's and NumPy's global generators seeded with ``seed`` for the block, restored afterwards (resets run one
+    at a time, each on its lane while the trainer's thread waits, so resets cannot race one another)."""
     py_state, np_state = random.getstate(), np.random.get_state()
     random.seed(seed)
     np.random.seed(seed)

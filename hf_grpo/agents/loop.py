@@ -1,9 +1,10 @@
 """Multi-turn rollouts: the model's turns, tool calls and observations, kept as one exact token ledger per rollout.
 
 A rollout alternates: sample an assistant turn (with ``max_tokens`` = what is left of ``max_completion_length``),
-parse its tool calls, run them concurrently (bounded, with a timeout each), append the observation tokens the chat
-template puts between turns, and sample the next turn. Its training row is ``prompt_ids`` + the ledger; the ledger's
-mask is 1 on sampled tokens and 0 on observation tokens, and its sampling log-probs are 0.0 (masked) on the latter.
+parse its tool calls, run them in order on the rollout's lane (`tools.Lane`; other rollouts' calls run meanwhile,
+bounded, with a timeout each), append the observation tokens the chat template puts between turns, and sample the
+next turn. Its training row is ``prompt_ids`` + the ledger; the ledger's mask is 1 on sampled tokens and 0 on
+observation tokens, and its sampling log-probs are 0.0 (masked) on the latter.
 
 Termination reasons (``rollout/termination/<reason>`` fractions): ``eos`` (a turn without tool calls), ``max_turns``
 (``max_tool_calling_iterations`` tool rounds done, the last turn's calls not run), ``length`` (a turn hit its budget),
@@ -14,8 +15,10 @@ TRL's loop, which rolls the observation back and leaves the row looking finished
 
 Departures from TRL's ``_tool_call_loop``: every turn's budget is what remains (TRL asks for the full
 ``max_completion_length`` each turn and cuts afterwards, discarding generation); tool output is capped in tokens
-with a visible marker; malformed calls are answered with an error and counted; rollouts advance independently
-(streaming backends) instead of in batch-wide iterations; no collective runs inside the loop (`backends`).
+with a visible marker; malformed calls are answered with an error and counted (the completion the rewards see keeps
+TRL's shape: such a call stays text in ``content``, out of ``tool_calls``, with no tool turn); rollouts advance
+independently (streaming backends) instead of in batch-wide iterations; no collective runs inside the loop
+(`backends`).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
 from ..generation import GenerationResult, SamplingParams
+from .encoding import valid_text
 from .protocol import ToolProtocol
-from .tools import ERROR_KINDS, Tool, ToolExecutor, ToolResult, ToolStats
+from .tools import ERROR_KINDS, Lane, Tool, ToolCall, ToolExecutor, ToolResult, ToolStats, result_of
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +54,7 @@ class Rollout:
     tool_rounds: int = 0
     termination: str | None = None
     pending: list = field(default_factory=list)  # (call, future) of the tool round in flight
+    lane: Lane = field(default_factory=Lane)  # where its calls run, in order (its environment's, if it has one)
     error: str | None = None
 
     @property
@@ -63,10 +68,32 @@ class AgentResult(GenerationResult):
 
     completion_mask: list[list[int]] | None = None  # 1 sampled, 0 observation
     prompt_ids: list[list[int]] | None = None  # per rollout (an environment may extend the prompt)
+    prompts: list | None = None  # per rollout, the prompt messages with reset()'s text: what rewards get as `prompts`
     completions: list | None = None  # messages, TRL's multi-turn completion format
     environments: list | None = None
     extras: dict[str, list] = field(default_factory=dict)  # rollout_func's extra keys, for the reward functions
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+def assistant_message(text: str, content: str, calls: list[ToolCall]) -> dict:
+    """A sampled turn as reward functions see it, in TRL's shape: ``tool_calls`` holds only the calls that parsed
+    (``{"type": "function", "function": {"name": str, "arguments": dict}}``). When one did not, ``content`` is the
+    turn's whole text, so the unreadable call stays there as TRL leaves it; the model itself still gets an error
+    observation for it, and it is counted (``tools/errors/parse_error``)."""
+    parsed = [c for c in calls if c.error is None]
+    # The parser's content drops the family's markup (GPT-OSS channels, reasoning delimiters' special tokens).
+    message = {"role": "assistant", "content": content if len(parsed) == len(calls) else text}
+    if parsed:
+        message["tool_calls"] = [
+            {"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in parsed
+        ]
+    return message
+
+
+def parsed_only(calls: list[ToolCall], results: list[ToolResult]) -> tuple[list[ToolCall], list[ToolResult]]:
+    """The calls in the assistant message's ``tool_calls`` and their results: an unparsed call has no tool turn."""
+    kept = [(c, res) for c, res in zip(calls, results) if c.error is None]
+    return [c for c, _ in kept], [res for _, res in kept]
 
 
 class AgentLoop:
@@ -140,27 +167,22 @@ class AgentLoop:
         r.mask += [1] * len(ids)
         if r.logprobs is not None:
             r.logprobs = r.logprobs + list(logprobs) if logprobs is not None else None
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        content, calls = self.protocol.parse(text)
-        message = {"role": "assistant", "content": content if calls else text}
-        if calls:
-            message["tool_calls"] = [
-                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
-            ]
-        r.messages.append(message)
+        text = self.protocol.plain_text(ids)
+        content, calls = self.protocol.parse(ids, r.prompt_ids + r.ids[: len(r.ids) - len(ids)], r.tools)
+        r.messages.append(assistant_message(text, content, calls))
         if not done:
             return self._end(r, "length")
         if not calls:
             return self._end(r, "eos")
         if self.max_tool_rounds is not None and r.tool_rounds >= self.max_tool_rounds:
             return self._end(r, "max_turns")
-        r.pending = [(c, self.executor.submit(c, r.tools)) for c in calls]
+        r.pending = [(c, self.executor.submit(c, r.tools, r.lane)) for c in calls]
         return 0
 
     def _after_tools(self, r: Rollout, backend, sampling, stats: ToolStats) -> int:
         """Append the finished tool round's observation and submit the next turn. Returns 1 if the rollout ended."""
         calls = [c for c, _ in r.pending]
-        results = [self._capped(f.result()) for _, f in r.pending]
+        results = [self._shown(result_of(c, f)) for c, f in r.pending]
         r.pending = []
         for result in results:
             stats.add(result)
@@ -171,7 +193,7 @@ class AgentLoop:
             return self._end(r, "error")
         if len(r.ids) + len(obs) >= self.budget:  # no room for the observation and at least one more token
             return self._end(r, "tool_output_overflow")
-        r.messages += self.protocol.tool_messages(calls, results)
+        r.messages += self.protocol.tool_messages(*parsed_only(calls, results))
         r.ids += obs
         r.mask += [0] * len(obs)
         if r.logprobs is not None:
@@ -182,8 +204,17 @@ class AgentLoop:
         backend.submit(r.index, r.prompt_ids + r.ids, self._turn_sampling(sampling, r))
         return 0
 
-    def _capped(self, result: ToolResult) -> ToolResult:
-        """Tool output cut to ``max_tool_output_tokens``, with a marker saying how much was cut."""
+    def _shown(self, result: ToolResult) -> ToolResult:
+        """Tool output as the model sees it: text a tokenizer can encode (`valid_text`; the tool's name is logged), cut
+        to ``max_tool_output_tokens`` with a marker saying how much was cut."""
+        content = valid_text(result.content)
+        if content != result.content:
+            logger.warning(
+                "tool `%s` returned text with lone surrogates (not encodable as UTF-8): shown with U+FFFD in their "
+                "place",
+                result.name,
+            )
+            result = dataclasses.replace(result, content=content)
         if self.max_tool_output_tokens is None:
             return result
         ids = self.tokenizer(result.content, add_special_tokens=False)["input_ids"]

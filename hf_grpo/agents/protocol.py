@@ -1,38 +1,46 @@
 """How tool calls appear in the model's text, and how tool results enter its context, token-exactly.
 
-Two protocols, chosen per tokenizer (``tool_protocol: auto``):
+Two protocols, chosen per tokenizer at init (``tool_protocol: auto``; `hf_grpo.agents.templates` inspects the
+template):
 
-* ``template``: the model's own chat template renders tools (``apply_chat_template(tools=...)``) and tool turns.
-  It is detected by rendering a sentinel conversation (user -> assistant with ``tool_calls`` -> ``tool``) and checking
-  that the tool's description, the call and the result all survive. Qwen2.5/3, Llama 3.1+, Hermes and most tool
-  models pass. TRL instead accepts only a fixed list of known templates.
-* ``fallback``: for templates that drop tools or tool calls (the embedded SmolLM2's plain ChatML). hf_grpo writes the
-  tool list and the call format into the system message (`FALLBACK_SYSTEM`), the model calls a tool with
+* ``template``: the model's own chat template renders tools (``apply_chat_template(tools=...)``) and tool turns, and
+  the family's parser (`hf_grpo.agents.parsers`, or ``tool_parser:``) reads the calls the model writes.
+* ``fallback``: for templates that ignore tools (the embedded SmolLM2's plain ChatML). hf_grpo writes the tool list
+  and the call format into the system message (`FALLBACK_SYSTEM`), the model calls a tool with
   ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (Hermes' format), and results come back as a ``user``
   turn holding ``<tool_response>...</tool_response>`` blocks, rendered by the model's own template.
 
 Token exactness (the invariant the trainer relies on): a rollout's training row is the sampled tokens, verbatim,
 followed by observation tokens, followed by the next sampled tokens, and so on. Nothing sampled is re-tokenized.
-Observation tokens are the *suffix* the chat template adds between the end of an assistant turn and the start of the
-next assistant turn: rendered once with and once without the tool messages on a dummy conversation, with the prefix
-cut right after the end-of-turn token the model actually sampled, so the template's separator after it (ChatML's
-``\\n``) is part of the observation. The shared prefix is checked token for token (`observation_ids` raises if the
-template is not prefix-preserving there).
+Observation tokens are what the chat template writes after the token the model stopped on (its end-of-turn or
+call token: ``<|im_end|>``, ``<|eot_id|>``, GPT-OSS's ``<|call|>``, GLM's ``<|observation|>``, ...) up to and
+including the next assistant header: rendered on a dummy conversation with the tool messages, cut right after the
+first occurrence of that token inside the dummy assistant turn. Only the observation is taken from the render, never
+the earlier turns, so templates that render earlier assistant turns differently once more messages follow (Qwen3's
+empty ``<think></think>`` block, drawn only on the last assistant turn; reasoning dropped from earlier turns) need
+no substitute "training template": what the model sampled, reasoning included, stays in the row as sampled.
+Departure from TRL, which requires prefix-preserving templates and swaps in stored training templates for the
+families whose templates are not.
 
-Parsing: a ``<tool_call>`` block (Hermes), or, in template mode, a whole turn that is one JSON object with ``name``
-and ``arguments``/``parameters`` (Llama 3.1's JSON calls). A block that is not valid JSON, or has no ``name``, is a
-call with a parse error: it goes back to the model as an error message and is counted, where TRL treats it as plain
-text and ends the episode silently.
+Tool and environment text is encoded so that special-token strings in it stay text (`hf_grpo.agents.encoding`).
+Calls get a 9-character id when the model wrote none (Mistral's templates require one); the ids are rendered in the
+observation only, and reward functions see TRL's message shapes.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import logging
 from dataclasses import dataclass
 
-from ..data.prompts import as_token_ids, encode_prompt
+from ..data.prompts import is_conversational
+from ..data.schema import without_nulls
+from .encoding import encode_with_literals, special_strings
+from .parsers import PARSERS
+from .templates import choose_parser, inspect_template, unsupported_reason
 from .tools import Tool, ToolCall, ToolResult
+
+logger = logging.getLogger(__name__)
 
 PROTOCOLS = ("auto", "template", "fallback")
 
@@ -44,46 +52,6 @@ The result comes back inside <tool_response></tool_response> tags. When you have
 Tools:
 {tools}"""
 )
-
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
-_SENTINEL = "hfgrpo_sentinel"
-
-
-def _sentinel_tool(x: str) -> str:
-    """hfgrpo_sentinel_description.
-
-    Args:
-        x: hfgrpo_sentinel_argument
-    """
-    return x
-
-
-_sentinel_tool.__name__ = _SENTINEL
-
-
-def template_supports_tools(tokenizer, chat_template_kwargs: dict | None = None) -> bool:
-    """True when the chat template renders tool schemas, assistant ``tool_calls`` and ``tool`` turns."""
-    if not getattr(tokenizer, "chat_template", None):
-        return False
-    tool = Tool.from_callable(_sentinel_tool)
-    messages = [
-        {"role": "user", "content": "hfgrpo_user"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {"type": "function", "function": {"name": _SENTINEL, "arguments": {"x": "hfgrpo_call_argument"}}}
-            ],
-        },
-        {"role": "tool", "name": _SENTINEL, "content": "hfgrpo_tool_result"},
-    ]
-    try:
-        text = tokenizer.apply_chat_template(
-            messages, tools=[tool.schema], tokenize=False, **(chat_template_kwargs or {})
-        )
-    except Exception:  # templates that raise on unknown roles or tools
-        return False
-    return all(s in text for s in ("hfgrpo_sentinel_description", "hfgrpo_call_argument", "hfgrpo_tool_result"))
 
 
 def _describe(tool: Tool) -> str:
@@ -105,21 +73,42 @@ class ToolProtocol:
     tokenizer: object
     mode: str  # "template" or "fallback"
     chat_template_kwargs: dict | None = None
+    parser: str = "hermes"  # a key of PARSERS, or "transformers" (the tokenizer's own response template)
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, protocol: str = "auto", chat_template_kwargs: dict | None = None):
+    def for_tokenizer(
+        cls, tokenizer, protocol: str = "auto", chat_template_kwargs: dict | None = None, parser: str | None = None
+    ):
         if protocol not in PROTOCOLS:
             raise ValueError(f"tool_protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-        supported = template_supports_tools(tokenizer, chat_template_kwargs)
-        if protocol == "template" and not supported:
+        if protocol == "fallback":
+            if parser not in (None, "hermes"):
+                raise ValueError(
+                    f"tool_parser={parser!r} with tool_protocol=fallback: the fallback protocol teaches the model "
+                    "Hermes' <tool_call> JSON, so its parser is hermes; use tool_protocol: template (or auto) "
+                    "to parse the model's own format"
+                )
+            return cls(tokenizer, "fallback", chat_template_kwargs)
+        report = inspect_template(tokenizer, chat_template_kwargs)
+        name = type(tokenizer).__name__
+        if not report.supports_tools:
+            if protocol == "auto" and not report.renders_tools:  # it may also raise on the tool role
+                logger.warning(
+                    "%s's chat template ignores tools: using the fallback tool protocol (tools described in the "
+                    "system prompt, <tool_call> JSON calls; docs/agents.md)",
+                    name,
+                )
+                return cls(tokenizer, "fallback", chat_template_kwargs)
             raise ValueError(
-                f"tool_protocol=template, but {type(tokenizer).__name__}'s chat template does not render "
-                f"tools, tool calls and tool results (checked with a sentinel conversation); use "
-                f"tool_protocol: auto or fallback (hf_grpo then describes the tools in the system "
-                f"prompt; docs/agents.md)"
+                f"tool_protocol={protocol}, but {name}'s chat template cannot carry a tool exchange: "
+                f"{unsupported_reason(report) if report.renders_tools or report.error else 'it ignores tools'} "
+                "(checked at init with a sentinel conversation). Options: tool_protocol: fallback (hf_grpo "
+                "describes the tools in the system prompt and parses <tool_call> JSON), or a chat template that "
+                "renders tools, assistant tool_calls and tool messages (docs/agents.md)"
             )
-        mode = "template" if (protocol == "template" or (protocol == "auto" and supported)) else "fallback"
-        return cls(tokenizer, mode, chat_template_kwargs)
+        chosen = choose_parser(tokenizer, report, parser)
+        logger.info("tool protocol: the chat template's own, call parser %s", chosen)
+        return cls(tokenizer, "template", chat_template_kwargs, chosen)
 
     # ---- prompts ------------------------------------------------------------------------------------------------
     def system_text(self, tools: dict[str, Tool]) -> str:
@@ -145,31 +134,59 @@ class ToolProtocol:
             return [{**messages[0], "content": f"{text}\n\n{messages[0]['content']}"}, *messages[1:]]
         return [{"role": "system", "content": text}, *messages]
 
-    def encode_prompt(self, messages: list[dict], tools: dict[str, Tool]) -> list[int]:
-        # Rows from a datasets.Dataset carry every message key of every row (Arrow structs), set to None.
-        messages = [{k: v for k, v in m.items() if v is not None} for m in messages]
+    def encode_prompt(self, messages: list[dict], tools: dict[str, Tool], observation: str | None = None) -> list[int]:
+        """The prompt's ids with the tools; ``observation`` (an environment's ``reset()`` text) is appended to the last
+        user message as literal text: its special-token strings stay text."""
+        if not is_conversational(messages):
+            raise ValueError("tool and environment rollouts need conversational prompts (a list of messages)")
+        # Rows from a datasets.Dataset carry every key of every row at every depth (Arrow structs), set to None: a
+        # user message's tool_calls, one call's arguments with another call's argument names.
+        messages = without_nulls(messages)
         kwargs = dict(self.chat_template_kwargs or {})
         if self.mode == "template" and tools:
             kwargs["tools"] = [t.schema for t in tools.values()]
-        return encode_prompt(self.tokenizer, self.prompt_messages(messages, tools), kwargs)
+        rendered = self.prompt_messages(messages, tools)
+
+        def render(literals: list[str]) -> str:
+            convo = rendered
+            if literals:
+                last = convo[-1]
+                convo = [*convo[:-1], {**last, "content": last["content"] + literals[0]}]
+            return self.tokenizer.apply_chat_template(convo, add_generation_prompt=True, tokenize=False, **kwargs)
+
+        return encode_with_literals(self.tokenizer, render, [observation] if observation else [])
 
     # ---- parsing ------------------------------------------------------------------------------------------------
-    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        """``(content, calls)`` of one sampled assistant turn (special tokens already removed)."""
-        calls = [_parse_call(body) for body in _TOOL_CALL.findall(text)]
-        if calls:
-            content = text[: text.index("<tool_call>")].strip()
-            return content, calls
-        if self.mode == "template":
-            stripped = text.strip()
-            if stripped.startswith("{") and stripped.endswith("}"):
-                try:
-                    obj = json.loads(stripped)
-                except json.JSONDecodeError:
-                    return text, []
-                if isinstance(obj, dict) and "name" in obj and ("arguments" in obj or "parameters" in obj):
-                    return "", [_parse_call(stripped)]
-        return text, []
+    def parse(self, ids: list[int], prompt_ids: list[int] | None = None, tools: dict[str, Tool] | None = None):
+        """``(content, calls)`` of one sampled assistant turn ``ids`` (its stop token included). Never raises: what
+        the model writes cannot end a run; a turn the parser fails on is one call with a parse error."""
+        schemas = {name: t.schema["function"] for name, t in (tools or {}).items()}
+        try:
+            if self.parser == "transformers":
+                return self._parse_transformers(ids, prompt_ids, tools)
+            text = self.tokenizer.decode(ids, skip_special_tokens=False)
+            content, calls = PARSERS[self.parser](text, schemas)
+        except Exception as e:  # a parser bug or a pathological turn: the model gets an error, the run goes on
+            return self.plain_text(ids), [ToolCall("", None, f"unreadable turn ({type(e).__name__}: {e})"[:200])]
+        return self._clean(content), calls
+
+    def _parse_transformers(self, ids, prompt_ids, tools):
+        parsed = self.tokenizer.parse_response(
+            ids, prefix=prompt_ids, tools=[t.schema for t in tools.values()] if tools else None
+        )
+        calls = []
+        for call in parsed.get("tool_calls") or []:
+            fn = call.get("function", call)
+            calls.append(ToolCall(name=str(fn.get("name", "")), arguments=fn.get("arguments"), id=call.get("id")))
+        return self._clean(parsed.get("content") or ""), calls
+
+    def plain_text(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _clean(self, content: str) -> str:
+        for s in special_strings(self.tokenizer):
+            content = content.replace(s, "")
+        return content.strip()
 
     # ---- observations -------------------------------------------------------------------------------------------
     def tool_messages(self, calls: list[ToolCall], results: list[ToolResult]) -> list[dict]:
@@ -177,51 +194,84 @@ class ToolProtocol:
         return [{"role": "tool", "name": r.name, "content": r.content} for r in results]
 
     def observation_ids(self, calls: list[ToolCall], results: list[ToolResult], end_of_turn: int) -> list[int]:
-        """Tokens between the model's end-of-turn token ``end_of_turn`` and its next turn (see the module docstring)."""
-        tool_calls = [
-            {"type": "function", "function": {"name": c.name or "tool", "arguments": c.arguments or {}}} for c in calls
+        """Tokens between the model's stop token ``end_of_turn`` and its next turn (see the module docstring).
+
+        Raises ValueError (the rollout ends with ``error``; the run goes on) when the template cannot render the
+        exchange even with one well-formed dummy call, or does not contain ``end_of_turn`` in the assistant turn."""
+        try:
+            return self._observation(calls, results, end_of_turn)
+        except ValueError:
+            raise
+        except Exception:
+            pass
+        # The template refused the calls as written (Llama 3.1 takes one call per turn; some templates iterate the
+        # arguments as a mapping): render the results against one plain call instead. The model still reads
+        # every result; only the dummy assistant turn, which is cut off, changes.
+        dummy = [ToolCall(name=calls[0].name or "tool", arguments={}, id=None)]
+        merged = [ToolResult(results[0].name, "\n\n".join(r.content for r in results), results[0].error_kind)]
+        try:
+            return self._observation(dummy, merged, end_of_turn)
+        except ValueError:
+            raise
+        except Exception as e:
+            raise ValueError(f"the chat template cannot render this tool exchange ({type(e).__name__}: {e})") from e
+
+    def _observation(self, calls: list[ToolCall], results: list[ToolResult], end_of_turn: int) -> list[int]:
+        ids = [
+            c.id if isinstance(c.id, str) and c.id.isalnum() and len(c.id) == 9 else f"call{k:05d}"
+            for k, c in enumerate(calls)
         ]
-        prefix_messages = [
-            {"role": "user", "content": "dummy"},
-            {
-                "role": "assistant",
-                "content": "dummy",
-                **({"tool_calls": tool_calls} if self.mode == "template" else {}),
-            },
-        ]
+        user = {"role": "user", "content": "dummy"}
         if self.mode == "template":
-            new = self.tool_messages(calls, results)
-        else:
-            new = [
+            tool_calls = [
                 {
-                    "role": "user",
-                    "content": "\n".join(f"<tool_response>\n{r.content}\n</tool_response>" for r in results),
+                    "type": "function",
+                    "id": ids[k],
+                    "function": {
+                        "name": c.name or "tool",
+                        "arguments": c.arguments if isinstance(c.arguments, dict) else {},
+                    },
                 }
+                for k, c in enumerate(calls)
             ]
+            assistant = {"role": "assistant", "content": "", "tool_calls": tool_calls}
+        else:
+            assistant = {"role": "assistant", "content": "dummy"}
         kwargs = self.chat_template_kwargs or {}
-        prefix = self._ids(prefix_messages, False, kwargs)
-        full = self._ids(prefix_messages + new, True, kwargs)
-        ends = [i for i, t in enumerate(prefix) if t == end_of_turn]
+
+        def messages(literals: list[str]) -> list[dict]:
+            if self.mode == "template":
+                # One result per call, in order; a call without a result (never: the loop answers every call) would
+                # be dropped by the zip.
+                return [
+                    {"role": "tool", "name": r.name, "tool_call_id": ids[min(k, len(ids) - 1)], "content": lit}
+                    for k, (r, lit) in enumerate(zip(results, literals))
+                ]
+            body = "\n".join(f"<tool_response>\n{lit}\n</tool_response>" for lit in literals)
+            return [{"role": "user", "content": body}]
+
+        def render(literals: list[str]) -> str:
+            return self.tokenizer.apply_chat_template(
+                [user, assistant, *messages(literals)], add_generation_prompt=True, tokenize=False, **kwargs
+            )
+
+        head_text = self.tokenizer.apply_chat_template([user], add_generation_prompt=True, tokenize=False, **kwargs)
+        full_text = render([r.content for r in results])
+        common = 0
+        while common < min(len(head_text), len(full_text)) and head_text[common] == full_text[common]:
+            common += 1
+        full = encode_with_literals(self.tokenizer, render, [r.content for r in results])
+        # The dummy assistant turn starts after the shared text; its first ``end_of_turn`` token ends it.
+        start = len(self.tokenizer(full_text[:common], add_special_tokens=False)["input_ids"]) - 1
+        ends = [i for i, t in enumerate(full) if t == end_of_turn and i >= max(start, 0)]
         if not ends:
             raise ValueError(
-                f"the chat template does not end an assistant turn with token {end_of_turn} "
-                f"({self.tokenizer.convert_ids_to_tokens(end_of_turn)!r}), the token the model stopped "
-                f"on; multi-turn rollouts need the model's end-of-turn token to be its EOS"
+                f"the chat template does not write token {end_of_turn} "
+                f"({self.tokenizer.convert_ids_to_tokens(end_of_turn)!r}), the token the model stopped on, at the end "
+                f"of an assistant tool-call turn; multi-turn rollouts need the model to stop on the token its "
+                f"template ends a tool-call turn with"
             )
-        prefix = prefix[: ends[-1] + 1]
-        if full[: len(prefix)] != prefix:
-            raise ValueError(
-                "the chat template is not prefix-preserving: adding tool messages changed how the "
-                "earlier assistant turn renders, so observation tokens cannot be appended exactly"
-            )
-        return full[len(prefix) :]
-
-    def _ids(self, messages: list[dict], generation_prompt: bool, kwargs: dict) -> list[int]:
-        return as_token_ids(
-            self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=generation_prompt, tokenize=True, **kwargs
-            )
-        )
+        return full[ends[0] + 1 :]
 
 
 def _call_object(function: dict) -> dict:
@@ -253,22 +303,3 @@ def _example_value(json_type: str | None):
     return {"string": "...", "integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}}.get(
         json_type, "..."
     )
-
-
-def _parse_call(body: str) -> ToolCall:
-    body = body.strip()
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        return ToolCall(name="", arguments=None, error=f"invalid JSON ({e.msg} at character {e.pos}): {body[:120]}")
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return ToolCall(
-            name="", arguments=None, error=f'expected {{"name": ..., "arguments": {{...}}}}, got {body[:120]}'
-        )
-    arguments = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(arguments, str):  # some models JSON-encode the arguments twice
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            pass
-    return ToolCall(name=obj["name"], arguments=arguments, id=obj.get("id"))

@@ -20,10 +20,10 @@ the program is stopped). What comes back:
 
 A failing program never raises: timeouts, crashes, memory errors and signals are the returned text. Only a sandbox
 that cannot start raises (:class:`hf_grpo.sandbox.CodeExecutorError`, naming the cause). Calls are thread-safe: the
-agent loop runs tools in a thread pool, and each concurrent call gets a zygote of its own from one
-:class:`~hf_grpo.sandbox.LocalExecutor` (up to one per CPU, started on demand, reused afterwards; further calls wait
-for a free one). Nothing starts and no environment changes at import or at ``make_python_tool``: the first call
-starts a zygote (~0.1 s), later ones cost a fork (a few ms).
+agent loop runs different rollouts' calls side by side, each on its rollout's lane, and each concurrent call gets a
+zygote of its own from one :class:`~hf_grpo.sandbox.LocalExecutor` (up to one per CPU, started on demand, reused
+afterwards; further calls wait for a free one). Nothing starts and no environment changes at import or at
+``make_python_tool``: the first call starts a zygote (~0.1 s), later ones cost a fork (a few ms).
 
 Departures from peers: open-instruct's code tool posts to a FastAPI server that ``exec``s snippets in worker
 processes under a timeout, contained only as far as the Docker container it is deployed in; verl's

@@ -1,5 +1,10 @@
 """The trainer's entry to agentic rollouts: tools and environments (`AgentRollouts`) or TRL's ``rollout_func``
 (`custom_rollouts`), both returning an `AgentResult` that `hf_grpo.rollout.RolloutCollector` scores like any other.
+
+Reward functions get each rollout's prompt with the text its environment's ``reset()`` appended, as in TRL.
+Departure from TRL, which has no prompt limit: a prompt whose tool descriptions and ``reset()`` text take it past
+what the engine's context leaves (or past ``max_prompt_length`` when the user set it; `prompt_token_limit`) stops
+the round with an error naming the environment, the sizes and the field to change, instead of failing in the engine.
 """
 
 from __future__ import annotations
@@ -9,12 +14,13 @@ import logging
 import math
 
 from ..data import is_conversational
+from ..data.checks import prompt_token_limit
 from .backends import turn_backend
 from .calculator import calculator
 from .environments import Environments, with_observation
 from .loop import AgentLoop, AgentResult, Rollout
 from .protocol import ToolProtocol
-from .tools import ToolDefinitionError, ToolExecutor, tools_from_callables
+from .tools import Lane, ToolDefinitionError, ToolExecutor, tools_from_callables
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +58,16 @@ def resolve_tool(spec):
 class AgentRollouts:
     """Multi-turn rollouts for one trainer: its tools, environments, protocol and tool executor."""
 
-    def __init__(self, tokenizer, args, tools=None, environment_factory=None):
+    def __init__(self, tokenizer, args, tools=None, environment_factory=None, max_position_embeddings=None):
         specs = list(tools) if tools else list(args.tools or [])
         self.tools = tools_from_callables([resolve_tool(t) for t in specs])
-        self.envs = Environments(environment_factory, args.seed) if environment_factory is not None else None
-        self.protocol = ToolProtocol.for_tokenizer(tokenizer, args.tool_protocol, args.chat_template_kwargs)
         self.executor = ToolExecutor(args.max_concurrent_tools, args.tool_timeout)
+        self.envs = (
+            Environments(environment_factory, args.seed, self.executor) if environment_factory is not None else None
+        )
+        self.protocol = ToolProtocol.for_tokenizer(
+            tokenizer, args.tool_protocol, args.chat_template_kwargs, args.tool_parser
+        )
         known = set(self.tools) | (self.envs.tool_names if self.envs else set())
         self.loop = AgentLoop(
             tokenizer,
@@ -69,7 +79,14 @@ class AgentRollouts:
             sorted(known),
         )
         self.num_generations = args.num_generations
-        self.max_prompt_length = args.max_prompt_length
+        # The longest prompt a rollout may start from, tool descriptions and reset() text included, and why
+        # (hf_grpo.data.checks: they count toward max_prompt_length only when the user set it).
+        self.prompt_limit, self.prompt_limit_reason = prompt_token_limit(args, max_position_embeddings, tools=True)
+        # What the data checks measure a dataset prompt with: the tools, and one environment's (a dict of environments
+        # gives each row its own, counted at step time).
+        self.prompt_tools = dict(self.tools)
+        if self.envs is not None and not self.envs.multi:
+            self.prompt_tools.update(tools_from_callables(self.envs.probe_tools, "environment_factory"))
         logger.info(
             "agentic rollouts: %d tool(s) %s, %s, tool protocol %s",
             len(self.tools),
@@ -83,9 +100,27 @@ class AgentRollouts:
         funcs = [tool.func for tool in self.tools.values()]
         return funcs + [m for m in (self.envs.probe_tools if self.envs else []) if m.__name__ not in self.tools]
 
-    def encode_prompt(self, prompt) -> list[int]:
-        """A dataset prompt's ids as the policy will see them: with the tool descriptions (not an environment's)."""
-        return self.protocol.encode_prompt(prompt, self.tools)
+    def encode_prompt(self, prompt, tools: bool = True) -> list[int]:
+        """A dataset prompt's ids as the policy will see them, with the tool descriptions (`prompt_tools`); or, with
+        ``tools=False``, without any (how much of a prompt is the tools', for the data checks' messages)."""
+        return self.protocol.encode_prompt(prompt, self.prompt_tools if tools else {})
+
+    def _check_length(self, p: int, prompt: list[dict], tools: dict, observation, tokens: int, env) -> None:
+        """Raise, naming the environment, the sizes and the field to change, when prompt ``p`` of a round, with its
+        tools and ``reset()`` text, is over `prompt_limit`. The data checks measured the dataset's prompts at init;
+        what reaches this is what only exists now: the reset() text, or the tools of one of several environments."""
+        if self.prompt_limit is None or tokens <= self.prompt_limit:
+            return
+        own = len(self.protocol.encode_prompt(prompt, {}))
+        with_tools = len(self.protocol.encode_prompt(prompt, tools)) if observation else tokens
+        parts = f"{own} of the prompt, {with_tools - own} of tool descriptions"
+        if observation:
+            parts += f", {tokens - with_tools} of the text reset() returned"
+        who = f"environment {type(env).__name__}: " if env is not None else ""
+        raise ValueError(
+            f"{who}prompt {p} of this round is {tokens} tokens ({parts}), over the {self.prompt_limit} tokens a "
+            f"prompt may have: {self.prompt_limit_reason}"
+        )
 
     def reward_functions(self) -> list:
         return self.envs.reward_functions() if self.envs else []
@@ -110,25 +145,38 @@ class AgentRollouts:
                 tools = {**self.tools, **(env_tools[i] if env_tools else {})}
                 obs = observations[i] if observations else None
                 key = (p, obs)
+                env = instances[i] if instances else None
                 if key not in encoded:  # a group shares its prompt unless its resets disagreed
-                    encoded[key] = self.protocol.encode_prompt(with_observation(row["prompt"], obs), tools)
-                    if self.max_prompt_length is not None and len(encoded[key]) > self.max_prompt_length:
-                        raise ValueError(
-                            f"prompt {p} of this round is {len(encoded[key])} tokens with its tool descriptions"
-                            f"{' and reset observation' if obs else ''}, over max_prompt_length="
-                            f"{self.max_prompt_length} (the engine is sized for prompt + max_completion_length); "
-                            f"raise max_prompt_length: tools add their schemas to every prompt"
-                        )
-                rollouts.append(
-                    Rollout(index=i, prompt_ids=encoded[key], tools=tools, env=instances[i] if instances else None)
-                )
-        result = self.loop.run(rollouts, turn_backend(generator, lockstep_any_rank), sampling)
+                    encoded[key] = self.protocol.encode_prompt(row["prompt"], tools, obs)
+                    self._check_length(p, row["prompt"], tools, obs, len(encoded[key]), env)
+                # Its calls run in order on its lane: its environment's (reset there, get_reward later) or its own.
+                lane = self.envs.lane_of(env) if env is not None else Lane()
+                rollouts.append(Rollout(index=i, prompt_ids=encoded[key], tools=tools, env=env, lane=lane))
+        try:
+            result = self.loop.run(rollouts, turn_backend(generator, lockstep_any_rank), sampling)
+        except BaseException:
+            if instances is not None:
+                instances.release()
+            raise
+        finally:
+            for r in rollouts:
+                if r.env is None:  # environment lanes live on until the round is scored
+                    r.lane.close()
+        # Reward functions get each rollout's prompt as the policy saw it: TRL passes reset()'s text with it.
+        result.prompts = [
+            with_observation(row["prompt"], observations[p * n + g] if observations else None)
+            for p, row in enumerate(rows)
+            for g in range(n)
+        ]
         if self.envs is not None:
+            result.environments = instances  # its lanes close when the trainer drops it, after scoring
             result.metrics["env/inconsistent_groups"] = float(inconsistent)
         return result
 
     def close(self) -> None:
         self.executor.close()
+        if self.envs is not None:
+            self.envs.close()
 
 
 ROLLOUT_FUNC_KEYS = ("prompt_ids", "completion_ids", "logprobs")

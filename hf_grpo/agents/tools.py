@@ -5,31 +5,53 @@ A tool's JSON schema is built the way transformers builds it for ``apply_chat_te
 here unchanged. A function whose schema cannot be built is refused at start with the function's name and
 transformers' reason, not at the first call.
 
-Execution (`ToolExecutor`) departs from TRL in three ways, each for robustness:
+Execution (`ToolExecutor`) keeps TRL's order and departs from TRL where robustness needs it:
 
-* every call has a timeout (``tool_timeout``); a call that hangs becomes an error message to the model;
-* calls run concurrently on a bounded thread pool (``max_concurrent_tools``); ``async def`` tools run on one event
-  loop thread, so they share it as asyncio expects;
+* **Lanes: order and thread affinity, as in TRL.** TRL runs a turn's calls one after another on the trainer's thread.
+  Here every rollout has a lane (`Lane`, one thread of its own): its environment is constructed and reset on it, its
+  calls run on it one at a time in the order the model wrote them, and its environment's ``get_reward`` runs on it
+  too (when the trainer scores the round). So ``put`` then ``get`` in one turn sees the put, and an environment may
+  keep objects bound to the thread that made them (a ``sqlite3`` connection opened in ``reset``). Different rollouts'
+  lanes run concurrently, at most ``max_concurrent_tools`` calls at once (TRL runs all calls serially).
+  ``async def`` tools run on one shared event loop thread, as asyncio expects: the lane hands the coroutine over and
+  waits for it.
+* **Timeouts** (``tool_timeout``; TRL has none): a call that has not returned in time becomes an error message to the
+  model; an async one is cancelled. Python cannot stop a thread, so a sync call that timed out keeps its lane until
+  it returns, and the rollout's later calls are answered at once with an error saying that the environment is still
+  busy with it (counted as ``timeout``): never a hang, and never run beside it out of order. Use the sandboxed
+  ``python`` tool (`hf_grpo.agents.python_tool`) for code that may not return: its process is killed.
 * arguments are checked against the schema before the call (missing required, unknown names, wrong JSON types), so a
   malformed call is reported to the model as such and counted as ``invalid_arguments`` rather than as a tool failure.
+* **Nothing a tool does stops the run.** Any exception (``SystemExit`` and ``KeyboardInterrupt`` too: raised on a lane
+  or in a coroutine they are the tool's, since signals reach only the main thread), a value JSON cannot encode
+  (tuple keys, a cycle, nesting past the recursion limit, an object whose ``__str__`` raises) and an exception whose
+  message cannot be built all become error messages to the model; a task a tool leaves running that raises
+  ``SystemExit`` does not stop the event loop thread. Only a failure of hf_grpo's own code raises.
 
 Errors are counted by kind: ``parse_error`` (unreadable call), ``unknown_tool``, ``invalid_arguments``, ``exception``
-(the tool raised), ``timeout``. TRL's ``tools/failure_frequency`` counts all of them, as failures per call.
+(the tool raised), ``timeout`` (it did not return in time, or its lane is still busy with a call that did not),
+``unserializable`` (it returned something that is neither a string nor JSON-encodable). TRL's
+``tools/failure_frequency`` counts all of them, as failures per call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import inspect
+import itertools
 import json
+import logging
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-ERROR_KINDS = ("parse_error", "unknown_tool", "invalid_arguments", "exception", "timeout")
+logger = logging.getLogger(__name__)
+
+ERROR_KINDS = ("parse_error", "unknown_tool", "invalid_arguments", "exception", "timeout", "unserializable")
 _JSON_TYPES = {
     "string": (str,),
     "integer": (int,),
@@ -150,31 +172,96 @@ class ToolStats:
             self.per_tool_failures[result.name] += 1
 
 
-class ToolExecutor:
-    """Runs tool calls on a bounded thread pool, each with a timeout; never raises for a tool's own failure.
+class Lane:
+    """One thread that runs its jobs one at a time, in the order they were submitted: a rollout's tool calls, and its
+    environment's construction, ``reset`` and ``get_reward``. The thread starts with the first job and ends after
+    `close` once the jobs before it are done (a job that hangs keeps it: it is a daemon, so exit is not blocked)."""
 
-    A sync tool runs on a daemon thread of its own; one that hangs past its timeout keeps that thread until it returns
-    (Python cannot kill a thread), but not a pool worker, so the rollout goes on with a timeout message and later calls
-    are not starved. Use
-    the sandboxed ``python`` tool (`hf_grpo.agents.python_tool`) for code that may not return: its process is killed.
-    """
+    _count = itertools.count()
+
+    def __init__(self, name: str = "hf_grpo-lane"):
+        self.name = f"{name}-{next(self._count)}"
+        self.lock = threading.Lock()  # guards the executor's view: `waiting` and `stuck`
+        self.waiting: list[_Job] = []  # tool calls submitted and not yet started
+        self.stuck: str | None = None  # the tool whose timed-out call still runs here
+        self._jobs: deque = deque()
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, fn: Callable, *args) -> Future:
+        """A future of ``fn(*args)`` run on this lane after the jobs submitted before it."""
+        future: Future = Future()
+        with self._ready:
+            if self._closed:
+                raise RuntimeError(f"{self.name} is closed: its round is over (or the trainer closed it)")
+            self._jobs.append((fn, args, future))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
+                self._thread.start()
+            self._ready.notify()
+        return future
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._ready:
+                while not self._jobs and not self._closed:
+                    self._ready.wait()
+                if not self._jobs:
+                    return
+                job = self._jobs.popleft()
+            self._run(*job)
+            del job  # hold nothing of the job (its environment) while waiting for the next
+
+    @staticmethod
+    def _run(fn: Callable, args: tuple, future: Future) -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as e:  # SystemExit would otherwise end the thread silently, and the waiter with it
+            future.set_exception(e)
+
+
+@dataclass(eq=False)
+class _Job:
+    tool: Tool
+    arguments: dict
+    lane: Lane
+    future: Future = field(default_factory=Future)  # resolves to the ToolResult
+
+
+class ToolExecutor:
+    """Runs tool calls on their rollouts' lanes (`Lane`), at most ``max_workers`` at once, each with a timeout; never
+    raises for a tool's own failure (module docstring)."""
 
     def __init__(self, max_workers: int = 16, timeout: float = 30.0):
         self.timeout = timeout
         self.max_workers = max_workers
-        self._pool: ThreadPoolExecutor | None = None  # created on first use, again after close()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_workers)
+        self._loop: asyncio.AbstractEventLoop | None = None  # created on first use, again after close()
+        self._deadlines: _Deadlines | None = None
+        self._lock = threading.Lock()
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
-        with self._loop_lock:
+        with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="hf_grpo-async-tools", daemon=True).start()
+                threading.Thread(target=_serve, args=(self._loop,), name="hf_grpo-async-tools", daemon=True).start()
             return self._loop
 
-    def submit(self, call: ToolCall, tools: dict[str, Tool]) -> Future:
-        """A future resolving to a `ToolResult` (validation failures resolve at once)."""
+    def _watch(self, deadline: float, expire: Callable[[], None]) -> None:
+        with self._lock:
+            if self._deadlines is None:
+                self._deadlines = _Deadlines()
+            self._deadlines.add(deadline, expire)
+
+    def submit(self, call: ToolCall, tools: dict[str, Tool], lane: Lane) -> Future:
+        """A future resolving to a `ToolResult`, run on ``lane`` after the calls submitted to it before (validation
+        failures, and calls to a lane still busy with a timed-out call, resolve at once)."""
         done: Future = Future()
         if call.error is not None:
             done.set_result(
@@ -199,63 +286,193 @@ class ToolExecutor:
                 ToolResult(call.name, f"Error: invalid arguments for `{call.name}`: {problem}", "invalid_arguments")
             )
             return done
-        with self._loop_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="hf_grpo-tool")
-            return self._pool.submit(self._run, tool, call.arguments)
+        job = _Job(tool, call.arguments, lane)
+        with lane.lock:
+            if lane.stuck is not None:
+                done.set_result(self._busy(tool.name, lane.stuck))
+                return done
+            lane.waiting.append(job)
+        lane.submit(self._run, job)
+        return job.future
 
-    def _run(self, tool: Tool, arguments: dict) -> ToolResult:
-        start = time.perf_counter()
-        try:
-            if tool.is_async:
-                value = asyncio.run_coroutine_threadsafe(tool.func(**arguments), self._event_loop()).result(
-                    self.timeout
-                )
-            else:
-                value = _call_with_timeout(tool.func, arguments, self.timeout)
-        except TimeoutError:
-            return ToolResult(
-                tool.name,
-                f"Error: tool `{tool.name}` did not return within {self.timeout:g} s",
-                "timeout",
-                time.perf_counter() - start,
-            )
-        except Exception as e:  # the tool's own failure goes back to the model, never up the stack
-            return ToolResult(tool.name, f"Error: {type(e).__name__}: {e}", "exception", time.perf_counter() - start)
+    def call(self, lane: Lane, fn: Callable) -> Future:
+        """A future of ``fn()`` (an environment's ``get_reward``) run on ``lane``; an ``async def`` one runs on the
+        event loop thread, the lane waiting for it. Its exceptions are the future's."""
+        return lane.submit(self._await, fn) if inspect.iscoroutinefunction(fn) else lane.submit(fn)
+
+    def _await(self, fn: Callable):
+        value, error = asyncio.run_coroutine_threadsafe(_guarded(fn, {}), self._event_loop()).result()
+        if error is not None:
+            raise error
+        return value
+
+    def _busy(self, name: str, stuck: str) -> ToolResult:
         return ToolResult(
-            tool.name,
-            value if isinstance(value, str) else json.dumps(value, default=str),
-            None,
-            time.perf_counter() - start,
+            name,
+            f"Error: tool `{name}` was not run: the environment is still busy with a call to `{stuck}` that did not "
+            f"return within {self.timeout:g} s",
+            "timeout",
         )
 
+    # ---- on the lane --------------------------------------------------------------------------------------------
+    def _run(self, job: _Job) -> None:
+        lane = job.lane
+        with lane.lock:
+            if job.future.done():  # answered while queued: the lane was stuck behind a timed-out call
+                return
+            lane.waiting.remove(job)
+        self._slots.acquire()
+        start = time.perf_counter()
+        if not job.tool.is_async:  # an async call's lane times it out itself; a sync call's lane is the one running it
+            self._watch(time.monotonic() + self.timeout, lambda: self._expire(job, start))
+        result = self._call(job.tool, job.arguments, start)
+        with lane.lock:
+            lane.stuck = None  # returned: the lane is free again, even if the model was told it timed out
+            if job.future.done():  # timed out: its slot was given back then
+                return
+            job.future.set_result(result)
+        self._slots.release()
+
+    def _expire(self, job: _Job, start: float) -> None:
+        """A sync call still running at its deadline: answer it, and the calls queued behind it, at once."""
+        lane = job.lane
+        with lane.lock:
+            if job.future.done():
+                return
+            lane.stuck = job.tool.name
+            queued, lane.waiting = lane.waiting, []
+            job.future.set_result(
+                ToolResult(
+                    job.tool.name,
+                    f"Error: tool `{job.tool.name}` did not return within {self.timeout:g} s",
+                    "timeout",
+                    time.perf_counter() - start,
+                )
+            )
+            for other in queued:
+                other.future.set_result(self._busy(other.tool.name, job.tool.name))
+        self._slots.release()  # the hung call no longer counts against max_concurrent_tools
+
+    def _call(self, tool: Tool, arguments: dict, start: float) -> ToolResult:
+        """The tool's value as text, or an error message; never raises. Runs on the lane, where any exception, even
+        SystemExit or KeyboardInterrupt, is the tool's own (signals reach only the main thread)."""
+        try:
+            try:
+                if tool.is_async:
+                    running = asyncio.run_coroutine_threadsafe(_guarded(tool.func, arguments), self._event_loop())
+                    try:
+                        value, error = running.result(self.timeout)
+                    except TimeoutError:
+                        running.cancel()
+                        return ToolResult(
+                            tool.name,
+                            f"Error: tool `{tool.name}` did not return within {self.timeout:g} s",
+                            "timeout",
+                            time.perf_counter() - start,
+                        )
+                    if error is not None:
+                        raise error
+                else:
+                    value = tool.func(**arguments)
+            except BaseException as e:
+                return ToolResult(tool.name, f"Error: {_describe(e)}", "exception", time.perf_counter() - start)
+            try:
+                content = str.__str__(value) if isinstance(value, str) else json.dumps(value, default=str)
+            except BaseException as e:  # TypeError (tuple keys), ValueError (a cycle), RecursionError, a bad __str__
+                return ToolResult(
+                    tool.name,
+                    f"Error: tool `{tool.name}` returned a {type(value).__name__} that cannot be encoded as JSON "
+                    f"({_describe(e)}); a tool must return a string or JSON-serializable data",
+                    "unserializable",
+                    time.perf_counter() - start,
+                )
+            return ToolResult(tool.name, content, None, time.perf_counter() - start)
+        except BaseException as e:  # what is left: a message that could not be built (an __str__ raising, say)
+            seconds = time.perf_counter() - start
+            return ToolResult(tool.name, f"Error: tool `{tool.name}` failed ({type(e).__name__})", "exception", seconds)
+
     def close(self) -> None:
-        """Stop the worker threads (end of training); a later call (an evaluation after training) starts new ones."""
-        with self._loop_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
+        """Stop the event loop and deadline threads (end of training); a later call (an evaluation after training)
+        starts new ones. Lanes belong to their rounds (`hf_grpo.agents.environments`, `AgentRollouts.generate`)."""
+        with self._lock:
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._loop = None
+            if self._deadlines is not None:
+                self._deadlines.close()
+                self._deadlines = None
 
 
-def _call_with_timeout(func: Callable, arguments: dict, timeout: float):
-    """``func(**arguments)`` on a daemon thread, waiting at most ``timeout`` s (TimeoutError after that)."""
-    box: dict = {}
-    finished = threading.Event()
+def result_of(call: ToolCall, future: Future) -> ToolResult:
+    """A finished call's result; a future that failed or was cancelled (which the executor never leaves) is reported
+    to the model as the call's error rather than raised into the turn loop."""
+    if future.cancelled():
+        return ToolResult(call.name or "<unparsed>", f"Error: the call to `{call.name}` was cancelled", "exception")
+    error = future.exception()
+    if error is not None:
+        return ToolResult(call.name or "<unparsed>", f"Error: {_describe(error)}", "exception")
+    return future.result()
 
-    def target():
+
+def _describe(error: BaseException) -> str:
+    """``Type: message``, or just the type when the message is empty or cannot be built (``__str__`` is user code)."""
+    try:
+        message = str(error)
+    except BaseException:
+        message = ""
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+async def _guarded(func: Callable, arguments: dict) -> tuple:
+    """``(value, None)`` or ``(None, exception)``: asyncio re-raises a task's SystemExit or KeyboardInterrupt out of
+    ``run_forever``, which would end the event loop thread and every async tool with it."""
+    try:
+        return await func(**arguments), None
+    except asyncio.CancelledError:  # our timeout's cancel: let the task end as cancelled
+        raise
+    except BaseException as e:
+        return None, e
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The async tools' event loop thread, until `ToolExecutor.close` stops the loop. A task a tool left running that
+    raises SystemExit or KeyboardInterrupt stops ``run_forever`` (asyncio re-raises them); the loop is run again, so
+    the other tools keep their thread."""
+    while True:
         try:
-            box["value"] = func(**arguments)
-        except BaseException as e:  # re-raised in the caller's thread
-            box["error"] = e
-        finally:
-            finished.set()
+            loop.run_forever()
+            return
+        except (SystemExit, KeyboardInterrupt) as e:  # the only exceptions asyncio lets out of a callback
+            logger.warning("a task of an async tool raised %s on the tools' event loop; the loop goes on", _describe(e))
 
-    threading.Thread(target=target, name=f"hf_grpo-tool-{getattr(func, '__name__', 'call')}", daemon=True).start()
-    if not finished.wait(timeout):
-        raise TimeoutError
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+
+class _Deadlines:
+    """One thread that calls each ``expire`` at its deadline: it answers the sync calls still running then (the call
+    itself runs on, on its lane). An ``expire`` whose call has returned does nothing."""
+
+    def __init__(self):
+        self._heap: list = []
+        self._count = itertools.count()  # ties: never compare the callables
+        self._changed = threading.Condition()
+        self._closed = False
+        threading.Thread(target=self._work, name="hf_grpo-tool-deadlines", daemon=True).start()
+
+    def add(self, deadline: float, expire: Callable[[], None]) -> None:
+        with self._changed:
+            heapq.heappush(self._heap, (deadline, next(self._count), expire))
+            self._changed.notify()
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    self._changed.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                if self._closed:
+                    return
+                expire = heapq.heappop(self._heap)[2]
+            expire()

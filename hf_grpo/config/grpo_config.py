@@ -33,6 +33,16 @@ from .generation_fields import GenerationFields
 logger = logging.getLogger(__name__)
 
 
+class _Unset(int):
+    """A field's default marked as not set by the user: `GRPOConfig.__post_init__` records the fact and stores the
+    plain int. A value the user gives, from Python, a recipe or the command line, is a plain int, even the same
+    number (argparse and the recipe loader pass a default through as the object it is)."""
+
+
+# Agent prompts count their tool descriptions toward max_prompt_length only when the user set it.
+DEFAULT_MAX_PROMPT_LENGTH = _Unset(512)
+
+
 @dataclass
 class GRPOConfig(GenerationFields):
     def __new__(cls, *args, **kwargs):
@@ -80,7 +90,12 @@ class GRPOConfig(GenerationFields):
         default=None, metadata={"help": "System message prepended to every chat prompt that lacks one."}
     )
     max_prompt_length: int | None = field(
-        default=512, metadata={"help": "Prompts longer than this many tokens are dropped (and counted in the log)."}
+        default=DEFAULT_MAX_PROMPT_LENGTH,
+        metadata={
+            "help": "Prompts longer than this many tokens are dropped (and counted in the log). Tool descriptions and "
+            "an environment's reset() text count toward it only when it is set; otherwise the generation engine's "
+            "context bounds them (TRL 1.16 has no prompt limit; docs/agents.md)."
+        },
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training rows."})
     eval_datasets: dict | str | None = field(
@@ -333,7 +348,17 @@ class GRPOConfig(GenerationFields):
         metadata={
             "help": "How tool calls are written: template (the model's chat template renders tools), fallback (hf_grpo "
             "describes the tools in the system prompt; <tool_call> JSON in, <tool_response> back) or auto "
-            "(template when the chat template supports tools)."
+            "(template when the chat template renders tools, calls and results; fallback when it ignores tools; an "
+            "error at init when it does only part of that)."
+        },
+    )
+    tool_parser: str | None = field(
+        default=None,
+        metadata={
+            "help": "How the model's tool calls are read under the template protocol: hermes, llama3_json, qwen3_xml, "
+            "glm45, harmony, gemma4, pythonic, mistral, or transformers (the tokenizer's own response_template via "
+            "parse_response). None: the tokenizer's response_template if it has one, else the parser that reads back "
+            "a call rendered by the chat template (checked at init; docs/agents.md lists the families)."
         },
     )
     max_tool_output_tokens: int | None = field(
@@ -440,6 +465,10 @@ class GRPOConfig(GenerationFields):
     )
 
     def __post_init__(self):
+        # Stored as a plain int (YAML, JSON and wandb see 512); `max_prompt_length_is_set` keeps what it was.
+        self._max_prompt_length_default = isinstance(self.max_prompt_length, _Unset)
+        if self._max_prompt_length_default:
+            self.max_prompt_length = int(self.max_prompt_length)
         if isinstance(self.eval_datasets, str):
             text = self.eval_datasets.strip()
             self.eval_datasets = json.loads(text) if text.startswith("{") else {"eval": text}
@@ -514,6 +543,11 @@ class GRPOConfig(GenerationFields):
     def validate(self) -> None:
         """Fail early, stating the rule that does not hold (`hf_grpo.config.validation`)."""
         validation.validate(self)
+
+    @property
+    def max_prompt_length_is_set(self) -> bool:
+        """Whether the user set ``max_prompt_length`` (None included) rather than leaving its default."""
+        return not self._max_prompt_length_default or self.max_prompt_length != DEFAULT_MAX_PROMPT_LENGTH
 
     @property
     def prompts_per_generation(self) -> int:

@@ -185,6 +185,19 @@ def check_counts(config) -> None:
             )
 
 
+TOOL_PARSERS = (
+    "transformers",
+    "hermes",
+    "llama3_json",
+    "qwen3_xml",
+    "glm45",
+    "harmony",
+    "gemma4",
+    "pythonic",
+    "mistral",
+)
+
+
 def validate(config) -> None:
     """The rules between fields, on a config whose types and counts have been checked."""
 
@@ -229,6 +242,8 @@ def validate(config) -> None:
     one_of("kl_estimator", KL_ESTIMATORS)
     one_of("reward_error", ("raise", "zero", "skip"))  # RewardRunner's ON_ERROR (config stays import-light)
     one_of("tool_protocol", ("auto", "template", "fallback"))  # hf_grpo.agents.protocol.PROTOCOLS
+    if config.tool_parser is not None:  # hf_grpo.agents.parsers.PARSERS, plus transformers' parse_response
+        one_of("tool_parser", TOOL_PARSERS)
     check(
         config.max_tool_calling_iterations is None or config.max_tool_calling_iterations >= 0,
         f"max_tool_calling_iterations must be >= 0 or None, got {config.max_tool_calling_iterations}",

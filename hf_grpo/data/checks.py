@@ -13,8 +13,11 @@ A streaming ``IterableDataset`` (train or eval) is not read here: its rows get t
 (`hf_grpo.data.streaming`). A missing ``train_dataset`` is an error here, with TRL's message, unless an
 ``environment_factory`` supplies the prompts.
 
-Departure from TRL: TRL validates nothing up front and truncates long prompts (``max_prompt_length``, left-cut);
-here they are dropped and counted instead, so no model sees a cut-off question.
+Departure from TRL: TRL 1.16 validates nothing up front and has no prompt limit (its engine's context is the only
+bound, met mid-run); here a prompt over ``max_prompt_length`` (default 512) or over what the engine's context leaves
+is dropped and counted at the start, so no run fails on it hours in. An agent's prompts are measured with their tool
+descriptions, which count toward ``max_prompt_length`` only when the user set it (`prompt_token_limit`); the drop
+message gives the prompt's and the tools' tokens and the field to change.
 """
 
 from __future__ import annotations
@@ -35,31 +38,42 @@ logger = logging.getLogger(__name__)
 
 KEEP = object()  # prepare_datasets(KEEP, eval_dataset, ...): the eval sets given to evaluate(), checked alone
 
-# vLLM colocated without max_prompt_length: the engine's context is sized for this many prompt tokens (vllm_colocate).
+# The colocated vLLM engine's context without vllm_max_model_len: this many prompt tokens (max_prompt_length when it
+# counts, else this) plus max_completion_length (vllm_colocate).
 DEFAULT_VLLM_PROMPT_TOKENS = 512
 
 
-def prompt_token_limit(args, max_position_embeddings: int | None) -> tuple[int | None, str | None]:
-    """The longest prompt, in tokens, that can be generated from, and why it is that long (None: no limit)."""
+def prompt_token_limit(args, max_position_embeddings: int | None, tools: bool = False) -> tuple[int | None, str | None]:
+    """The longest prompt, in tokens, that can be generated from, and why, naming the field that sets it (None: no
+    limit). The engine's context must hold the prompt and the whole completion (``max_completion_length``).
+
+    ``tools``: an agent's prompts, counted with their tool descriptions (and, at step time, an environment's
+    ``reset()`` text). Those count toward ``max_prompt_length`` only when the user set it; at its default they count
+    toward the engine's context alone (TRL 1.16 has no prompt limit: the engine's context is its only bound)."""
     completion = args.max_completion_length
-    limits: list[tuple[int, str]] = []
-    if args.max_prompt_length is not None:
-        limits.append((args.max_prompt_length, f"max_prompt_length={args.max_prompt_length}"))
+    counted = args.max_prompt_length is not None and (not tools or args.max_prompt_length_is_set)
+    limits: list[tuple[int, str, str]] = []  # (tokens, why, what to change)
+    if counted:
+        fix = "raise it: tool descriptions and reset() text count toward it when it is set" if tools else ""
+        limits.append((args.max_prompt_length, f"max_prompt_length={args.max_prompt_length}", fix))
     if args.generation_backend == "vllm" and args.vllm_mode == "colocate":
         if args.vllm_max_model_len is not None:
             limits.append(
                 (
                     args.vllm_max_model_len - completion,
-                    f"vllm_max_model_len={args.vllm_max_model_len} minus max_completion_length={completion}",
+                    f"the colocated vLLM engine's context, vllm_max_model_len={args.vllm_max_model_len}, minus "
+                    f"max_completion_length={completion}",
+                    "raise vllm_max_model_len",
                 )
             )
-        elif args.max_prompt_length is None:
+        elif not counted:  # max_prompt_length does not bound these prompts, but it sizes the engine
+            sized = args.max_prompt_length or DEFAULT_VLLM_PROMPT_TOKENS
             limits.append(
                 (
-                    DEFAULT_VLLM_PROMPT_TOKENS,
-                    f"the vLLM engine's context is sized for "
-                    f"{DEFAULT_VLLM_PROMPT_TOKENS} prompt tokens when "
-                    f"max_prompt_length is None",
+                    sized,
+                    f"the colocated vLLM engine's context is {sized + completion} tokens, sized for {sized} prompt "
+                    f"tokens + max_completion_length={completion}",
+                    "set vllm_max_model_len to hold longer prompts",
                 )
             )
     if max_position_embeddings:
@@ -67,14 +81,15 @@ def prompt_token_limit(args, max_position_embeddings: int | None) -> tuple[int |
             (
                 max_position_embeddings - completion,
                 f"the model's {max_position_embeddings} positions minus max_completion_length={completion}",
+                "lower max_completion_length",
             )
         )
     if not limits:
         return None, None
-    limit, reason = min(limits)
+    limit, why, fix = min(limits)
     if limit < 1:
-        raise InputError(f"GRPOConfig: no prompt fits: {reason} leaves {limit} tokens; lower max_completion_length")
-    return limit, reason
+        raise InputError(f"GRPOConfig: no prompt fits: {why} leaves {limit} tokens; lower max_completion_length")
+    return limit, f"{why}; {fix}" if fix else why
 
 
 def model_positions(model) -> int | None:
@@ -98,7 +113,7 @@ def prepare_dataset(
     name: str,
     limit: int | None,
     reason: str | None,
-    encode: Callable[[Any], list[int]] | None = None,
+    encode: Callable[..., list[int]] | None = None,
 ) -> Dataset:
     """One prompt source, validated and length-filtered (see the module docstring)."""
     validated = isinstance(source, Dataset) and row_locations(source) is not None
@@ -114,14 +129,14 @@ def prepare_datasets(
     args,
     max_position_embeddings: int | None,
     environment_factory=None,
-    encode: Callable[[Any], list[int]] | None = None,
+    encode: Callable[..., list[int]] | None = None,
 ):
     """``(train_dataset, eval_dataset)`` validated and filtered; ``eval_dataset`` keeps its shape (one set or a dict
     of named sets). Without an ``eval_dataset``, ``args.eval_datasets`` (named paths) is loaded. A missing
     ``train_dataset`` is an error here, at construction (TRL's wording), unless an environment supplies the prompts."""
     if train_dataset is None and environment_factory is None:  # KEEP: checking eval sets only (evaluate())
         raise InputError("`train_dataset` is required unless an `environment_factory` is provided.")
-    limit, reason = prompt_token_limit(args, max_position_embeddings)
+    limit, reason = prompt_token_limit(args, max_position_embeddings, tools=encode is not None)
 
     def prepare(source, name: str):
         if not is_streaming(source):

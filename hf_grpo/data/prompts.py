@@ -117,6 +117,15 @@ def _preview(prompt: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def prompt_size(prompt: Any, tokens: int, encode: Callable[..., list[int]] | None = None) -> str:
+    """``"<tokens> tokens"``, and with an agent's ``encode`` how many of them are the prompt's own and how many its
+    tool descriptions' (``encode(prompt, tools=False)``): the numbers a user needs to pick the limit to raise."""
+    if encode is None:
+        return f"{tokens} tokens"
+    own = len(encode(prompt, tools=False))
+    return f"{tokens} tokens ({own} of the prompt, {tokens - own} of tool descriptions)"
+
+
 def filter_long_prompts(
     dataset: Dataset,
     tokenizer: Any,
@@ -124,9 +133,10 @@ def filter_long_prompts(
     *,
     name: str = "dataset",
     limit_reason: str | None = None,
-    encode: Callable[[Any], list[int]] | None = None,
+    encode: Callable[..., list[int]] | None = None,
 ) -> tuple[Dataset, int]:
-    """Drop rows whose encoded prompt (``encode``, default `encode_prompts`) is longer than ``max_prompt_length``.
+    """Drop rows whose encoded prompt (``encode``, default `encode_prompts`; an agent's encodes with the tool
+    descriptions and ``encode(prompt, tools=False)`` without them) is longer than ``max_prompt_length``.
 
     Returns ``(kept_dataset, n_dropped)``; the dataset is returned unchanged (same object) when nothing is
     dropped or ``max_prompt_length`` is None. Drops are logged as a WARNING naming the first dropped row where it came
@@ -164,7 +174,7 @@ def filter_long_prompts(
         )
         return dataset, 0
     index = next(i for i, n in enumerate(lengths) if n > max_prompt_length)
-    example = f"{where(index)}, {lengths[index]} tokens: {_preview(prompts[index])!r}"
+    example = f"{where(index)}, {prompt_size(prompts[index], lengths[index], encode)}: {_preview(prompts[index])!r}"
     if not keep:
         raise DataFormatError(
             f"{name}: all {dropped} prompts are longer than {max_prompt_length} tokens{because} (the shortest has "

@@ -2,9 +2,10 @@
 
 A canonical row is ``{"prompt": <prompt>, **other_columns}`` where ``<prompt>`` is either a plain string or a
 conversation (a non-empty list of ``{"role", "content"}`` dicts with role ``system``/``user``/``assistant``/``tool``
-and string content; an assistant message may carry TRL's ``tool_calls``). Every other column is passed through to the
-reward functions, except that ``gt_answer`` is always converted to ``str`` and ``test_cases`` is always validated,
-whatever the input format.
+and string content; an assistant message may carry TRL's ``tool_calls``). A key whose value is None counts as absent,
+at any depth of a message (a ``datasets.Dataset`` gives every message every key, as TRL's data has it), and is left
+out of the canonical row. Every other column is passed through to the reward functions, except that ``gt_answer`` is
+always converted to ``str`` and ``test_cases`` is always validated, whatever the input format.
 
 Input formats (detected per row from its keys, first match wins):
 
@@ -84,6 +85,7 @@ def validate_messages(value: Any, where: str, key: str) -> list[dict]:
             raise DataFormatError(
                 f"{where}: key {item!r}: expected a dict with 'role' and 'content', got {_type_name(message)}"
             )
+        message = without_nulls(message)
         for field in ("role", "content"):
             if field not in message:
                 raise DataFormatError(
@@ -113,6 +115,18 @@ def validate_messages(value: Any, where: str, key: str) -> list[dict]:
             )
         messages.append(dict(message))
     return messages
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` with every dict key whose value is None left out, at every depth (messages, tool calls, their
+    ``function`` and ``arguments``). A ``datasets.Dataset`` stores a column's messages as one Arrow struct type, so
+    every message gets every key any message has (``tool_calls: None`` on a user message, ``name: None`` on an
+    assistant one) and every call's arguments get every other call's argument names: a None value is an absent key."""
+    if isinstance(value, Mapping):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
 
 
 def _valid_tool_calls(calls: Any) -> bool:

@@ -32,7 +32,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from .prompts import encode_prompts
+from .prompts import encode_prompts, prompt_size
 from .schema import DataFormatError, normalize_row
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class RowChecker:
         name: str,
         limit: int | None,
         reason: str | None,
-        encode: Callable[[Any], list[int]] | None = None,
+        encode: Callable[..., list[int]] | None = None,
     ):
         self.tokenizer, self.prompt_column, self.name = tokenizer, args.prompt_column, name
         self.limit, self.reason, self.encode = limit, reason, encode
@@ -121,10 +121,10 @@ class RowChecker:
         self.dropped += 1
         if self.dropped == 1:
             logger.warning(
-                "%s: dropped %s, %d tokens: longer than %d tokens (%s); further drops are counted",
+                "%s: dropped %s, %s: longer than %d tokens (%s); further drops are counted",
                 self.name,
                 where,
-                len(ids),
+                prompt_size(row["prompt"], len(ids), self.encode),
                 self.limit,
                 self.reason,
             )

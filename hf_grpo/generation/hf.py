@@ -87,7 +87,7 @@ class HFGenerator(Generator):
 
     def _generate_chunk(self, model, prompts: list[list[int]], n: int, sampling: SamplingParams, synced: bool):
         pad_id = self.tokenizer.pad_token_id
-        eos_id = self.tokenizer.eos_token_id
+        eos_ids = stop_token_ids(model, self.tokenizer)
         width = max(len(p) for p in prompts)
         device = next(model.parameters()).device
         input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)  # [p, P]
@@ -99,7 +99,7 @@ class HFGenerator(Generator):
             max_new_tokens=sampling.max_tokens,
             num_return_sequences=n,
             pad_token_id=pad_id,
-            eos_token_id=eos_id,
+            eos_token_id=eos_ids,
             use_cache=True,
             synced_gpus=synced,
         )
@@ -123,8 +123,9 @@ class HFGenerator(Generator):
         generated = out[:, width:].tolist()
         ids_out, finished = [], []
         for row in generated:
-            if eos_id in row:
-                row = row[: row.index(eos_id) + 1]  # keep the EOS: the policy must learn to stop
+            stop = next((i for i, t in enumerate(row) if t in eos_ids), None)
+            if stop is not None:
+                row = row[: stop + 1]  # keep the EOS: the policy must learn to stop
                 done = True
             else:
                 # Rows stopped by a stop string are right-padded; strip the padding.
@@ -134,3 +135,14 @@ class HFGenerator(Generator):
             ids_out.append(row)
             finished.append(done)
         return ids_out, finished
+
+
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """The tokens generation stops on: the tokenizer's EOS and every id in the model's ``generation_config``
+    (vLLM stops on the same set). Tool-calling families stop a call turn on its own token (GPT-OSS ``<|call|>``,
+    GLM ``<|observation|>``, Gemma 4 ``<|tool_response>``), listed there beside the answer's EOS."""
+    ids = [tokenizer.eos_token_id]
+    config = model.generation_config
+    extra = config.eos_token_id if config is not None else None
+    ids += extra if isinstance(extra, list) else [extra]
+    return list(dict.fromkeys(i for i in ids if i is not None))

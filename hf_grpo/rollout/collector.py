@@ -251,7 +251,10 @@ class RolloutCollector:
             columns.update(result.extras)
             if result.environments is not None:
                 columns["environments"] = result.environments
-        prompts = [r["prompt"] for r in rows for _ in range(G)]
+        if multi_turn and result.prompts is not None:
+            prompts = result.prompts  # TRL: with the text each environment's reset() appended
+        else:
+            prompts = [r["prompt"] for r in rows for _ in range(G)]
         details: list[dict] = []
         if rows:
             per_func = self.reward_runner(

@@ -6,20 +6,7 @@ import time
 import pytest
 
 from hf_grpo.agents import AgentRollouts, calculator
-from hf_grpo.config import GRPOConfig
-from tests.helpers.scripted_agent import ScriptedToolUse
-
-
-def make_args(tmp_path, **kw):
-    base = dict(
-        output_dir=str(tmp_path),
-        num_generations=2,
-        per_device_train_batch_size=2,
-        max_completion_length=256,
-        generation_backend="hf",
-        report_to=[],
-    )
-    return GRPOConfig(**{**base, **kw})
+from tests.helpers.scripted_agent import ScriptedToolUse, agent_args
 
 
 def run(tokenizer, args, prompts, tools=(calculator,), env=None, generator=None):
@@ -40,7 +27,7 @@ def run(tokenizer, args, prompts, tools=(calculator,), env=None, generator=None)
 
 
 def test_ledger_is_sampled_tokens_plus_template_observations(tmp_path, tokenizer):
-    result = run(tokenizer, make_args(tmp_path), ["What is 6*7? calls=2"])
+    result = run(tokenizer, agent_args(tmp_path), ["What is 6*7? calls=2"])
     ids, mask = result.completion_ids[0], result.completion_mask[0]
     assert len(ids) == len(mask) == len(result.completion_ids[1])
     call = tokenizer(ScriptedToolUse(tokenizer).turn_text("calls=1"), add_special_tokens=False)["input_ids"]
@@ -80,7 +67,7 @@ def test_each_turn_gets_the_remaining_budget_and_truncation_is_reported(tmp_path
             return super().generate(prompt_ids, n, sampling)
 
     result = run(
-        tokenizer, make_args(tmp_path, max_completion_length=80), ["q calls=5"], generator=Recording(tokenizer)
+        tokenizer, agent_args(tmp_path, max_completion_length=80), ["q calls=5"], generator=Recording(tokenizer)
     )
     assert seen[0] == 80 and all(b < a for a, b in zip(seen, seen[1:]))  # each turn: what is left
     assert all(len(ids) <= 80 for ids in result.completion_ids)
@@ -101,7 +88,7 @@ def test_overlong_tool_output_is_capped_with_a_marker(tmp_path, tokenizer):
     call = 'call=<tool_call>{"name": "dump", "arguments": {"n": 500}}</tool_call>'
     result = run(
         tokenizer,
-        make_args(tmp_path, max_tool_output_tokens=20, max_completion_length=200),
+        agent_args(tmp_path, max_tool_output_tokens=20, max_completion_length=200),
         [f"q calls=1\n{call}"],
         tools=[dump],
     )
@@ -111,7 +98,7 @@ def test_overlong_tool_output_is_capped_with_a_marker(tmp_path, tokenizer):
     # Without a cap, the same output does not fit: the rollout ends, truncated, and the observation is not kept.
     result = run(
         tokenizer,
-        make_args(tmp_path, max_tool_output_tokens=None, max_completion_length=200),
+        agent_args(tmp_path, max_tool_output_tokens=None, max_completion_length=200),
         [f"q calls=1\n{call}"],
         tools=[dump],
     )
@@ -120,7 +107,7 @@ def test_overlong_tool_output_is_capped_with_a_marker(tmp_path, tokenizer):
 
 
 def test_max_tool_calling_iterations_ends_the_rollout(tmp_path, tokenizer):
-    result = run(tokenizer, make_args(tmp_path, max_tool_calling_iterations=2), ["q calls=5"])
+    result = run(tokenizer, agent_args(tmp_path, max_tool_calling_iterations=2), ["q calls=5"])
     assert result.metrics["rollout/tool_rounds_mean"] == 2.0
     assert result.metrics["rollout/termination/max_turns"] == 1.0
     assert result.completions[0][-1]["role"] == "assistant" and "tool_calls" in result.completions[0][-1]
@@ -149,10 +136,11 @@ def test_max_tool_calling_iterations_ends_the_rollout(tmp_path, tokenizer):
     ],
 )
 def test_malformed_calls_go_back_to_the_model_and_are_counted(tmp_path, tokenizer, call, kind, says):
-    result = run(tokenizer, make_args(tmp_path), [f"q calls=1\ncall={call}"])
+    result = run(tokenizer, agent_args(tmp_path), [f"q calls=1\ncall={call}"])
     assert result.metrics[f"tools/errors/{kind}"] == 2.0  # both rollouts of the group
     assert result.metrics["tools/failure_frequency"] == 1.0
-    assert says in result.completions[0][1]["content"]
+    observation = [t for t, m in zip(result.completion_ids[0], result.completion_mask[0]) if m == 0]
+    assert says in tokenizer.decode(observation)  # the model is told what went wrong
     assert result.completions[0][-1]["content"] == "The answer is 42."  # the episode went on
 
 
@@ -178,7 +166,7 @@ def test_hanging_and_async_tools(tmp_path, tokenizer):
     start = time.perf_counter()
     result = run(
         tokenizer,
-        make_args(tmp_path, tool_timeout=0.5, num_generations=4, per_device_train_batch_size=4),
+        agent_args(tmp_path, tool_timeout=0.5, num_generations=4, per_device_train_batch_size=4),
         ['q calls=1\ncall=<tool_call>{"name": "slow", "arguments": {"seconds": 30}}</tool_call>'],
         tools=[slow, lookup],
     )
@@ -187,7 +175,7 @@ def test_hanging_and_async_tools(tmp_path, tokenizer):
     assert "did not return within 0.5 s" in result.completions[0][1]["content"]
     result = run(
         tokenizer,
-        make_args(tmp_path),
+        agent_args(tmp_path),
         ['q calls=2\ncall=<tool_call>{"name": "lookup", "arguments": {"key": "a"}}</tool_call>'],
         tools=[slow, lookup],
     )
@@ -199,12 +187,12 @@ def test_tool_without_schema_is_refused_at_start(tmp_path, tokenizer):
         return x
 
     with pytest.raises(ValueError, match="cannot build the JSON schema of tool `undocumented`"):
-        AgentRollouts(tokenizer, make_args(tmp_path), [undocumented])
+        AgentRollouts(tokenizer, agent_args(tmp_path), [undocumented])
 
 
 def test_tools_run_again_after_the_executor_is_closed(tmp_path, tokenizer):
     """Training closes the executor at its end; the held-out evaluation after it still calls tools."""
-    args = make_args(tmp_path)
+    args = agent_args(tmp_path)
     agent = AgentRollouts(tokenizer, args, [calculator])
     rows = [{"prompt": [{"role": "user", "content": "q calls=1"}]}]
     from hf_grpo.generation import SamplingParams
@@ -217,6 +205,8 @@ def test_tools_run_again_after_the_executor_is_closed(tmp_path, tokenizer):
 
 def test_a_prompt_over_max_prompt_length_with_its_tool_schemas_is_named(tmp_path, tokenizer):
     with pytest.raises(
-        ValueError, match="prompt 0 of this round is .* tokens with its tool descriptions, over max_prompt_length=64"
+        ValueError,
+        match=r"prompt 0 of this round is \d+ tokens \(\d+ of the prompt, \d+ of tool descriptions\), over the 64 "
+        r"tokens a prompt may have: max_prompt_length=64; raise it",
     ):
-        run(tokenizer, make_args(tmp_path, max_prompt_length=64), ["q calls=1"])
+        run(tokenizer, agent_args(tmp_path, max_prompt_length=64), ["q calls=1"])

@@ -2,6 +2,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hf_grpo.config import GRPOConfig
 from hf_grpo.config.recipes import RecipeError, parse_config, read_recipe
@@ -92,3 +93,22 @@ def test_every_field_has_help():
 def test_eval_datasets_json_on_cli(tmp_path):
     config = parse_config(["--eval_datasets", '{"dev": "a.jsonl"}', "--output_dir", str(tmp_path)])
     assert config.eval_datasets == {"dev": "a.jsonl"}
+
+
+def test_max_prompt_length_is_set_only_where_the_user_set_it(tmp_path):
+    """Agent prompts count their tool descriptions toward max_prompt_length only when it was set, even to the default's
+    own number: from Python, a recipe or a flag. Left alone, it reads as the default everywhere."""
+    out = ["--output_dir", str(tmp_path)]
+    default = parse_config(out)
+    assert default.max_prompt_length == 512 and not default.max_prompt_length_is_set
+    assert type(default.max_prompt_length) is int  # a plain int to YAML, JSON and wandb
+    assert yaml.safe_load(yaml.safe_dump(default.to_dict()))["max_prompt_length"] == 512
+    default.max_prompt_length = 1024  # set after construction: counts as set
+    assert default.max_prompt_length_is_set
+    assert not GRPOConfig(output_dir=str(tmp_path)).max_prompt_length_is_set
+    assert GRPOConfig(output_dir=str(tmp_path), max_prompt_length=512).max_prompt_length_is_set
+    assert GRPOConfig(output_dir=str(tmp_path), max_prompt_length=None).max_prompt_length_is_set
+    assert parse_config([*out, "--max_prompt_length", "512"]).max_prompt_length_is_set
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("max_prompt_length: 512\n")
+    assert parse_config(["--recipe", str(recipe), *out]).max_prompt_length_is_set

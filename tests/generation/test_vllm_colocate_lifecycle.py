@@ -8,8 +8,8 @@ behind. The finalizer is called here by hand, which is what a late collection do
 import pytest
 from accelerate import Accelerator
 
-from hf_grpo import GRPOConfig
 from hf_grpo.generation import SamplingParams
+from tests.helpers.models import colocated_vllm_config
 
 pytestmark = pytest.mark.slow
 
@@ -19,16 +19,7 @@ def test_an_earlier_engine_is_shut_down_before_a_later_one_is_built(vllm_tiny_pa
 
     from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        generation_backend="vllm",
-        vllm_enforce_eager=True,
-        vllm_kv_cache_gib=0.25,
-        max_prompt_length=64,
-        max_completion_length=4,
-        use_cpu=True,
-        report_to="none",
-    )
+    args = colocated_vllm_config(tmp_path, max_prompt_length=64, max_completion_length=4)
     prompts, sampling = [tokenizer("hello")["input_ids"]], SamplingParams(max_tokens=4)
     first = VLLMColocateGenerator(args, Accelerator(cpu=True), vllm_tiny_path)
     late_collection = first.llm.llm_engine.engine_core._finalizer  # vLLM's: EngineCore.shutdown

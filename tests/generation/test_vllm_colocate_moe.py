@@ -10,8 +10,8 @@ import torch
 from accelerate import Accelerator
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from hf_grpo import GRPOConfig
 from hf_grpo.generation import SamplingParams
+from tests.helpers.models import colocated_vllm_config
 from tests.helpers.scoring import trainer_logprobs
 
 pytestmark = pytest.mark.slow
@@ -59,16 +59,7 @@ def test_weight_sync_reaches_the_experts(tiny_moe, tokenizer, tmp_path):
     from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
 
     path, model = tiny_moe
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        generation_backend="vllm",
-        vllm_enforce_eager=True,
-        vllm_kv_cache_gib=0.25,
-        max_prompt_length=64,
-        max_completion_length=8,
-        use_cpu=True,
-        report_to="none",
-    )
+    args = colocated_vllm_config(tmp_path, max_prompt_length=64, max_completion_length=8)
     generator = VLLMColocateGenerator(args, Accelerator(cpu=True), path)
     prompt = tokenizer("What is 12+7?")["input_ids"]
     completion = generator.generate([prompt], 1, SamplingParams(max_tokens=8, greedy=True)).completion_ids[0]

@@ -12,6 +12,7 @@ from hf_grpo import GRPOConfig
 from hf_grpo.errors import InputError
 from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.nccl_sync import group_port
+from tests.helpers.models import colocated_vllm_config
 
 REGEX = "[0-9]{3}"
 
@@ -20,16 +21,11 @@ REGEX = "[0-9]{3}"
 def engine(vllm_tiny_path, tmp_path_factory):
     from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path_factory.mktemp("opts")),
-        generation_backend="vllm",
+    args = colocated_vllm_config(
+        tmp_path_factory.mktemp("opts"),
         vllm_structured_outputs_regex=REGEX,
-        vllm_enforce_eager=True,
-        vllm_kv_cache_gib=0.25,
         max_prompt_length=64,
         max_completion_length=8,
-        use_cpu=True,
-        report_to="none",
     )
     generator = VLLMColocateGenerator(args, Accelerator(cpu=True), vllm_tiny_path)
     yield generator, args

@@ -51,3 +51,18 @@ def save_tiny_classifier(path, tokenizer, num_labels=1) -> str:
     LlamaForSequenceClassification(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+def colocated_vllm_config(output_dir, **overrides):
+    """A GRPOConfig for a test's colocated vLLM engine on this CPU: eager (no compile), a 0.25 GiB KV cache, gloo."""
+    from hf_grpo import GRPOConfig
+
+    settings = dict(
+        output_dir=str(output_dir),
+        generation_backend="vllm",
+        vllm_enforce_eager=True,
+        vllm_kv_cache_gib=0.25,
+        use_cpu=True,
+        report_to="none",
+    )
+    return GRPOConfig(**{**settings, **overrides})

@@ -16,7 +16,40 @@ import re
 
 import torch
 
+from hf_grpo.config import GRPOConfig
 from hf_grpo.generation import GenerationResult, Generator, SamplingParams
+
+
+def agent_args(tmp_path, **kw) -> GRPOConfig:
+    """The loop tests' config: two rollouts per prompt on the HF backend, room for a few tool rounds."""
+    base = dict(
+        output_dir=str(tmp_path),
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_completion_length=256,
+        generation_backend="hf",
+        report_to=[],
+    )
+    return GRPOConfig(**{**base, **kw})
+
+
+def call(name, **arguments):
+    """A tool call in TRL's message shape."""
+    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# A few-shot tool exchange with two tools: Arrow stores the column's messages as one struct type.
+EXCHANGE = [
+    {"role": "system", "content": "Use the tools."},
+    {"role": "user", "content": "What is 23 * 41?"},
+    {"role": "assistant", "content": "", "tool_calls": [call("calculator", expression="23 * 41")]},
+    {"role": "tool", "name": "calculator", "content": "943"},
+    {"role": "assistant", "content": "", "tool_calls": [call("search", query="Paris")]},
+    {"role": "tool", "name": "search", "content": "the capital of France"},
+    {"role": "assistant", "content": "943; Paris is the capital of France."},
+    {"role": "user", "content": "What is 512 * 37?"},
+]
+
 
 DEFAULT_CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6 * 7"}}</tool_call>'
 
