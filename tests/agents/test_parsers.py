@@ -47,6 +47,23 @@ def test_each_family_is_detected_parsed_and_answered_by_its_template(tokenizer, 
     assert protocol.parse(answer, prompt + call + obs, TOOLS)[1] == []  # the answer is not a call
 
 
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_every_template_answers_two_calls_with_arguments_of_any_type(tokenizer, family):
+    """Llama 3.1's template raises on a turn with two calls; others iterate arguments as they expect them. Whatever
+    the model's calls hold, every result reaches the model (rendered against one plain call if need be)."""
+    from hf_grpo.agents.tools import ToolCall
+
+    tok = family_tokenizer(tokenizer, family)
+    protocol = ToolProtocol.for_tokenizer(tok)
+    calls = [
+        ToolCall("add", {"a": 2, "b": 3}),
+        ToolCall("add", {"a": [1, {"x": None}], "b": "\u00fc<|im_end|>", "c": 1e300}, id="not-nine"),
+    ]
+    stop = tok(family.call, add_special_tokens=False)["input_ids"][-1]
+    obs = tok.decode(protocol.observation_ids(calls, [ToolResult("add", "5"), ToolResult("add", "73")], stop))
+    assert "5" in obs and "73" in obs
+
+
 def test_the_config_knows_every_parser():
     assert set(TOOL_PARSERS) == {"transformers", *PARSERS}
 
