@@ -16,28 +16,14 @@ from hf_grpo import DistributedGRPOTrainer as GRPOTrainer  # was: from trl impor
 from hf_grpo.agents import calculator
 from hf_grpo.learner.batching import build_samples
 from tests.helpers.rewards import even_token_reward
-from tests.helpers.scripted_agent import ScriptedToolUse
-from tests.helpers.trainers import make_config
-
-
-def config(tmp_path, **kw):
-    return make_config(
-        tmp_path, **{"per_device_train_batch_size": 4, "num_generations": 2, "max_completion_length": 200, **kw}
-    )
+from tests.helpers.scripted_agent import agent_trainer_config as config
+from tests.helpers.scripted_agent import scripted
 
 
 def questions(n=8, calls=1):
     return Dataset.from_list(
         [{"prompt": [{"role": "user", "content": f"q{i} calls={calls}"}], "answer": i} for i in range(n)]
     )
-
-
-def scripted(trainer, **kw):
-    """The scripted policy over the trainer's own backend (which still receives every weight sync)."""
-    trainer.generator = trainer.collector.generator = ScriptedToolUse(
-        trainer.processing_class, vary=True, inner=trainer.generator, **kw
-    )
-    return trainer
 
 
 def logs(trainer):

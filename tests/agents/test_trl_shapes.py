@@ -19,20 +19,8 @@ from hf_grpo.config import GRPOConfig
 from hf_grpo.data import DataFormatError
 from hf_grpo.data.checks import prepare_datasets
 from hf_grpo.generation import SamplingParams
-from tests.helpers.scripted_agent import EXCHANGE, ScriptedToolUse, agent_args
-from tests.helpers.trainers import make_config
-
-
-def config(tmp_path, **kw):
-    return make_config(
-        tmp_path, **{"per_device_train_batch_size": 4, "num_generations": 2, "max_completion_length": 200, **kw}
-    )
-
-
-def scripted(trainer):
-    """The scripted policy in place of the trainer's generation."""
-    trainer.generator = trainer.collector.generator = ScriptedToolUse(trainer.processing_class)
-    return trainer
+from tests.helpers.scripted_agent import EXCHANGE, ScriptedToolUse, agent_args, scripted
+from tests.helpers.scripted_agent import agent_trainer_config as config
 
 
 def user(text):
@@ -74,7 +62,8 @@ def test_reward_functions_get_the_prompt_with_the_reset_text(tiny_llama_path, tm
             args=config(tmp_path),
             train_dataset=dataset,
             environment_factory=Briefing,
-        )
+        ),
+        real_backend=False,
     )
     trainer.collector.collect([dataset[0], dataset[1]])
     assert seen == [user("Count. calls=0 Brief: detail detail detail detail")] * 4
@@ -183,7 +172,8 @@ def test_a_130_word_question_with_three_tool_schemas_trains_at_the_default_limit
             train_dataset=long_questions(),
             processing_class=qwen_tokenizer,
             tools=THREE_TOOLS,
-        )
+        ),
+        real_backend=False,
     )
     assert len(trainer.train_dataset) == 8  # none dropped
     batch = trainer.collector.collect([trainer.train_dataset[0], trainer.train_dataset[1]])
@@ -256,7 +246,8 @@ def test_reset_text_over_the_limit_names_the_environment_sizes_and_field(
             args=config(tmp_path, **kw),
             train_dataset=dataset,
             environment_factory=Briefing,
-        )
+        ),
+        real_backend=False,
     )
     if error is None:
         batch = trainer.collector.collect([dataset[0], dataset[1]])

@@ -51,6 +51,23 @@ EXCHANGE = [
 ]
 
 
+def agent_trainer_config(tmp_path, **kw):
+    """The trainer tests' config (`tests.helpers.trainers.make_config`): 2 prompts x 2 rollouts, 200-token budget."""
+    from tests.helpers.trainers import make_config
+
+    return make_config(
+        tmp_path, **{"per_device_train_batch_size": 4, "num_generations": 2, "max_completion_length": 200, **kw}
+    )
+
+
+def scripted(trainer, real_backend: bool = True, **kw):
+    """The scripted policy in place of the trainer's generation. ``real_backend``: over the trainer's own backend
+    (`ScriptedToolUse` ``inner``, which still runs and receives every weight sync), with varied answers."""
+    inner = {"vary": True, "inner": trainer.generator} if real_backend else {}
+    trainer.generator = trainer.collector.generator = ScriptedToolUse(trainer.processing_class, **inner, **kw)
+    return trainer
+
+
 DEFAULT_CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6 * 7"}}</tool_call>'
 
 

@@ -36,9 +36,9 @@ checkpoint (64-dim heads for vLLM's CPU kernels, tied embeddings); only the valu
 
 Every attention pattern is one-hot to within ``exp(-HEAD_GAP)``, so every feature is an exact unit code and the
 construction is computed on the side (`_Design`), not by running the model. The saved model is then checked by
-teacher forcing (`verify`: every target must lead by `MARGIN`; HF's incremental decoding and vLLM's kernels move
-logits by far less). fp32 only: in bf16 (3 significant digits) some targets flip (5 of 1074 with 1000-token
-contexts).
+teacher forcing (`tests.helpers.scripted_model_check.verify`: every target must lead by `MARGIN`; HF's incremental
+decoding and vLLM's kernels move logits by far less). fp32 only: in bf16 (3 significant digits) some targets flip
+(5 of 1074 with 1000-token contexts).
 
 Limits (ValueError, with the two contexts): two sequences sharing a context must want the same next token there;
 two contexts that want different tokens must differ in their last 33 tokens or by a flag, which fails for a run of
@@ -65,7 +65,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import LlamaConfig
+
+from tests.helpers.scripted_model_check import verify
 
 VERSION = 1  # part of the cache key: bump when the construction changes
 OFFSETS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)  # how far back each layer-0 head looks
@@ -80,7 +82,6 @@ HEAD_GAP = 24.0  # attention logit lead of the attended position: the rest share
 NEURON_Z = 24.0  # an MLP neuron's gate at its own context; <= -NEURON_Z where it must stay silent
 OUTPUT_SCALE = 100.0  # a memory neuron's output norm, far above the rest of the residual (~4.7)
 FINAL_GAIN = 4.0  # the final norm's weight on the output subspace: leads of 4 * ~19.6 logits (less the cosines)
-MARGIN = 2.0  # every target's logit lead over the runner-up, checked on the saved model
 MIN_POSITIONS = 4096
 EPS = 1e-6  # RMSNorm's
 
@@ -440,74 +441,6 @@ def _save(path, config, state, tokenizer, eos_ids, pad_id):
     # Both backends stop on any id of generation_config's eos_token_id list (vLLM adds them to its stop ids).
     GenerationConfig(eos_token_id=eos_ids, pad_token_id=pad_id).save_pretrained(path)
     tokenizer.save_pretrained(path)
-
-
-class _Capture(torch.nn.Module):
-    """Stands in for the last layer's MLP in `verify`: records its input, adds nothing. The MLP then runs at the
-    targets only, which is exact for the last layer (its output at one position reaches no other)."""
-
-    def forward(self, x):
-        self.seen = x
-        return torch.zeros_like(x)
-
-
-class _Sparse(torch.nn.Module):
-    """An MLP restricted to its neurons with a non-zero gate (the others add exactly silu(0) * 0 = 0)."""
-
-    def __init__(self, mlp):
-        super().__init__()
-        keep = torch.nonzero(mlp.gate_proj.weight.abs().sum(1)).flatten()
-        self.gate, self.up = mlp.gate_proj.weight[keep], mlp.up_proj.weight[keep]
-        self.down = mlp.down_proj.weight[:, keep]
-
-    def forward(self, x):
-        return (torch.nn.functional.silu(x @ self.gate.T) * (x @ self.up.T)) @ self.down.T
-
-
-def verify(path: str, sequences: Sequence[tuple[Sequence[int], Sequence[int]]]) -> float:
-    """Reload the saved model and check by teacher forcing that every continuation token is the argmax after its
-    context, by at least `MARGIN` over the whole vocabulary. Returns the smallest lead; raises AssertionError.
-
-    The model's own modules, with exact shortcuts: layer 0's all-zero MLP neurons are skipped, the last MLP runs at
-    continuation positions only, and tokens whose (tied) head row is all zero get their logit, 0, without a product
-    (Llama's head has no bias)."""
-    sequences = [([int(t) for t in p], [int(t) for t in c]) for p, c in sequences]
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    head = model.get_output_embeddings().weight
-    rows = torch.nonzero(head.abs().sum(1)).flatten()
-    row_of = {int(t): i for i, t in enumerate(rows)}
-    first, last = model.model.layers
-    mlps = first.mlp, last.mlp
-    ids = torch.zeros(len(sequences), max(len(p) + len(c) for p, c in sequences), dtype=torch.long)
-    for r, (p, c) in enumerate(sequences):
-        ids[r, : len(p) + len(c)] = torch.tensor(p + c)
-    out = {}
-    hook = last.register_forward_hook(lambda mod, args, o: out.setdefault("x", o[0] if isinstance(o, tuple) else o))
-    try:
-        first.mlp, last.mlp = _Sparse(mlps[0]), _Capture()
-        with torch.no_grad():
-            # Right padding needs no attention mask: causal attention never looks at the later pad positions.
-            model.model(input_ids=ids, use_cache=False)
-        seen, residual = last.mlp.seen, out["x"]  # the last MLP's input, and the layer's output without it
-    finally:
-        hook.remove()
-        first.mlp, last.mlp = mlps
-    smallest = math.inf
-    with torch.no_grad():
-        for r, (p, c) in enumerate(sequences):
-            span = slice(len(p) - 1, len(p) + len(c) - 1)
-            logits = model.model.norm(residual[r, span] + mlps[1](seen[r, span])) @ head[rows].T
-            logits = torch.cat([logits, torch.zeros(len(c), 1)], dim=1)  # the all-zero rows' logit
-            wanted = torch.tensor([row_of[t] for t in c])
-            lead = logits.gather(1, wanted[:, None])[:, 0] - logits.scatter(1, wanted[:, None], -math.inf).max(1)[0]
-            i = int(lead.argmin())
-            if lead[i] < MARGIN:
-                raise AssertionError(
-                    f"scripted model at {path}: sequence {r}, continuation token {i} ({c[i]}) leads by "
-                    f"{lead[i].item():.3f} < {MARGIN} (argmax {int(rows[logits[i, :-1].argmax()])})"
-                )
-            smallest = min(smallest, float(lead[i]))
-    return smallest
 
 
 @contextlib.contextmanager
