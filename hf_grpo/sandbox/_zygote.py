@@ -18,7 +18,8 @@ the rlimits-only fallback (no namespaces) runner and zygote are child subreapers
 Protocol on the control socket (fd given in the config), both ways a 4-byte big-endian length + JSON:
 zygote -> ``{"ready": true, "isolation": "namespaces"|"rlimits", "seccomp": bool, "warnings": [...]}``;
 host -> request (with the program's stdin, stdout, stderr and, when the request asks for a report channel, report
-socket ends attached as SCM_RIGHTS to the length prefix; they become the program's fds 0-3);
+attached as SCM_RIGHTS to the length prefix; they become the program's fds 0-3: socket ends, except stdin without a
+report channel, a sealed memfd holding the whole input);
 zygote -> ``{"pid": runner_pid}`` as soon as it forked, then ``{"exit": code, "confined": bool}`` (code: 128 +
 signal when killed; ``confined``: the program reported that its confinement was complete before the source ran,
 so an exit code of 125 can be told apart from a confinement failure).
@@ -43,7 +44,6 @@ if __name__ == "__main__":
 
 import fcntl  # noqa: E402
 import gc  # noqa: E402
-import io  # noqa: E402
 import json  # noqa: E402
 import select  # noqa: E402
 import shutil  # noqa: E402
@@ -135,24 +135,22 @@ def _exit_code(exit_value) -> int:
     return 1
 
 
+def _std_stream(fd: int, mode: str, name: str, errors: str, buffering: int = -1):
+    stream = open(fd, mode, buffering, encoding="utf-8", errors=errors, closefd=False)
+    stream.buffer.raw.name = name  # what sys.stdin.name and friends say in a normal interpreter
+    return stream
+
+
 def _run_source(source: str, nonce: str | None) -> int:
     module = types.ModuleType("__main__")
     module.__file__ = os.path.join(os.getcwd(), "main.py")
     sys.modules["__main__"] = module
     sys.argv = ["main.py"]
     sys.path.insert(0, os.getcwd())
-    sys.stdin = io.TextIOWrapper(
-        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace"
-    )
-    sys.stdout = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
-    )
-    sys.stderr = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
+    # Made by open(), like the interpreter's own, so they have what programs ask of them (``mode``: PyRival's FastIO).
+    sys.stdin = _std_stream(0, "r", "<stdin>", errors="replace")
+    sys.stdout = _std_stream(1, "w", "<stdout>", errors="backslashreplace")
+    sys.stderr = _std_stream(2, "w", "<stderr>", errors="backslashreplace", buffering=1)  # line-buffered
     try:
         exec(compile(source, "main.py", "exec"), module.__dict__)
         if nonce:  # assert-style tests pass only if the whole program ran to its end, not on an early exit(0)

@@ -25,6 +25,7 @@ interpreter start.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -98,6 +99,29 @@ class RunResult:
     @property
     def passed(self) -> bool:
         return self.status == "ok"
+
+
+def _sealed_stdin(data: bytes) -> int:
+    """A memfd holding ``data``, at offset 0, sealed against writing, growing, shrinking and further seals: the
+    program reads it as a regular file (fstat() gives its size) and neither it nor anyone else can change it."""
+    fd = os.memfd_create("stdin", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)
 
 
 class SandboxError(RuntimeError):
@@ -245,9 +269,19 @@ class Sandbox:
         # Socket pairs, not pipes: a pipe end can be reopened through /proc/<pid>/fd/<n> (for reading, too, from a
         # write end), by any process of the owner's uid; a socket cannot be opened by path at all (ENXIO). So the
         # program holds exactly the ends it was given, and nobody reaches the ends we hold.
-        pairs = [socket.socketpair() for _ in range(4 if job.report else 3)]
-        ours = [a.detach() for a, _ in pairs]
-        theirs = [b.detach() for _, b in pairs]
+        data = job.stdin.encode()
+        if job.report:
+            # The harness's tests' process reads its secret (the tests) from stdin after forking the candidate's
+            # process: a socket, which no process of the run can reopen through /proc/<pid>/fd/0.
+            stdin_ours, stdin_theirs = (end.detach() for end in socket.socketpair())
+        else:
+            # A plain program's stdin holds nothing secret, so it gets what a judge gives: a regular file, sized by
+            # fstat() (``os.read(0, os.fstat(0).st_size)``, PyRival's FastIO), sealed so nobody can write it. It holds
+            # the whole input already: nothing is fed through _pump.
+            stdin_ours, stdin_theirs, data = -1, _sealed_stdin(data), b""
+        pairs = [socket.socketpair() for _ in range(3 if job.report else 2)]  # stdout, stderr (, report)
+        ours = [stdin_ours, *(a.detach() for a, _ in pairs)]
+        theirs = [stdin_theirs, *(b.detach() for _, b in pairs)]
         nproc = self.limits.max_processes + 2  # + zygote and runner, which share the program's (namespace, uid)
         if self.isolation == "rlimits":
             nproc = nproc * self.processes_per_uid if os.geteuid() == 0 else None
@@ -266,18 +300,16 @@ class Sandbox:
             socket.send_fds(self._sock, [struct.pack(">I", len(body))], theirs)
             self._sock.sendall(body)
         except OSError as e:
-            for fd in ours:
-                os.close(fd)
+            _close(ours)
             raise SandboxError(f"the sandbox zygote is gone: {e}") from None
         finally:
             for fd in theirs:
                 os.close(fd)
         started = self._receive(time.monotonic() + 10.0)
         if started is None or "pid" not in started:
-            for fd in ours:
-                os.close(fd)
+            _close(ours)
             raise SandboxError(f"the sandbox zygote did not start the program (got {started})")
-        outputs, status = self._pump(started["pid"], ours[0], ours[1:], job.stdin.encode(), deadline)
+        outputs, status = self._pump(started["pid"], ours[0], ours[1:], data, deadline)
         late = status is None and time.monotonic() >= deadline  # ended past its time (we were slow to look, say)
         # Killed already: the exit report follows at once. Else the program may have closed its output and go on.
         finished = self._receive(time.monotonic() + 10.0 if status else deadline)
@@ -308,8 +340,8 @@ class Sandbox:
     def _pump(
         self, pid: int, in_w: int, readers: list[int], data: bytes, deadline: float
     ) -> tuple[list[bytes], str | None]:
-        """Feed stdin and collect the outputs (stdout, stderr, report) until all close, the deadline passes or one
-        overflows."""
+        """Feed stdin (``in_w``, -1 when stdin is a memfd already holding it) and collect the outputs (stdout, stderr,
+        report) until all close, the deadline passes or one overflows."""
         buffers = {fd: bytearray() for fd in readers}
         status = None
         with selectors.DefaultSelector() as selector:
@@ -318,7 +350,7 @@ class Sandbox:
             if data:
                 os.set_blocking(in_w, False)
                 selector.register(in_w, selectors.EVENT_WRITE)
-            else:
+            elif in_w >= 0:
                 os.close(in_w)
                 in_w = -1
             open_outputs = len(readers)

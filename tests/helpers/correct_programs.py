@@ -330,6 +330,74 @@ MBPP: list[tuple[str, str, list[str]]] = [
     ),
 ]
 
+# PyRival's FastIO template (github.com/cheran-senthil/PyRival, templates): it sizes its reads by fstat() of the fd
+# and asks the file it wraps for its ``mode``, like many competitive programs that start from it.
+PYRIVAL_FASTIO = """import os
+import sys
+from io import BytesIO, IOBase
+
+BUFSIZE = 8192
+
+
+class FastIO(IOBase):
+    newlines = 0
+
+    def __init__(self, file):
+        self._fd = file.fileno()
+        self.buffer = BytesIO()
+        self.writable = "x" in file.mode or "r" not in file.mode
+        self.write = self.buffer.write if self.writable else None
+
+    def read(self):
+        while True:
+            b = os.read(self._fd, max(os.fstat(self._fd).st_size, BUFSIZE))
+            if not b:
+                break
+            ptr = self.buffer.tell()
+            self.buffer.seek(0, 2), self.buffer.write(b), self.buffer.seek(ptr)
+        self.newlines = 0
+        return self.buffer.read()
+
+    def readline(self):
+        while self.newlines == 0:
+            b = os.read(self._fd, max(os.fstat(self._fd).st_size, BUFSIZE))
+            self.newlines = b.count(b"\\n") + (not b)
+            ptr = self.buffer.tell()
+            self.buffer.seek(0, 2), self.buffer.write(b), self.buffer.seek(ptr)
+        self.newlines -= 1
+        return self.buffer.readline()
+
+    def flush(self):
+        if self.writable:
+            os.write(self._fd, self.buffer.getvalue())
+            self.buffer.truncate(0), self.buffer.seek(0)
+
+
+class IOWrapper(IOBase):
+    def __init__(self, file):
+        self.buffer = FastIO(file)
+        self.flush = self.buffer.flush
+        self.writable = self.buffer.writable
+        self.write = lambda s: self.buffer.write(s.encode("ascii"))
+        self.read = lambda: self.buffer.read().decode("ascii")
+        self.readline = lambda: self.buffer.readline().decode("ascii")
+
+
+sys.stdin, sys.stdout = IOWrapper(sys.stdin), IOWrapper(sys.stdout)
+input = lambda: sys.stdin.readline().rstrip("\\r\\n")
+
+
+def main():
+    t = int(input())
+    for _ in range(t):
+        a, b = map(int, input().split())
+        print(a + b)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
 STDIN: list[tuple[str, str, dict, float | None]] = [
     (
         "read until EOFError",
@@ -408,4 +476,12 @@ STDIN: list[tuple[str, str, dict, float | None]] = [
         {"inputs": ["abc\n"], "outputs": ["ABC"]},
         None,
     ),
+    (
+        "os.read(0, os.fstat(0).st_size)",
+        "import os\ndata = os.read(0, os.fstat(0).st_size).split()\nn = int(data[0])\n"
+        "print(sum(map(int, data[1 : n + 1])))\n",
+        {"inputs": ["3\n4 5 6\n", "1\n-7\n"], "outputs": ["15", "-7"]},
+        None,
+    ),
+    ("PyRival FastIO", PYRIVAL_FASTIO, {"inputs": ["2\n1 2\n30 12\n"], "outputs": ["3\n42"]}, None),
 ]

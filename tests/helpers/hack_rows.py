@@ -88,7 +88,7 @@ WEAKER = {
     "imports not locked": "import _hf_grpo_trusted\n_hf_grpo_trusted.lock_imports = lambda: None\n",
     "prompt not pinned": (
         "import _hf_grpo_harness as _h\n_b = _h.build_scope\n"
-        "_h.build_scope = lambda c, r, s, p, u: _b(c, r, dict(s, expose=None), '', u)\n"
+        "_h.build_scope = lambda c, p, s, u, m: _b(c, None, dict(s, expose=None), u, m)\n"
     ),
 }
 

@@ -177,3 +177,34 @@ def test_a_message_cut_by_a_deadline_is_received_whole_later():
     assert sandbox._receive(time.monotonic() - 1.0) == {}  # past its deadline, a message already here counts
     sandbox._sock.close()
     zygote.close()
+
+
+_STDIN_PROBE = (
+    "import os, stat, sys\nst = os.fstat(0)\n"
+    "print(st.st_size, stat.S_ISREG(st.st_mode), stat.S_ISSOCK(st.st_mode), len(sys.stdin.buffer.read()))\n"
+    "for change in (lambda: os.write(0, b'x'), lambda: os.ftruncate(0, 0)):\n"
+    "    try:\n        change()\n        print('changed')\n    except OSError as e:\n        print(e.errno)\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["namespaces", "rlimits"])
+def test_a_plain_runs_stdin_is_a_sealed_file_and_a_report_jobs_a_socket(mode, request):
+    """Judges give stdin as a regular file, and programs size their reads by it (``os.read(0, os.fstat(0).st_size)``,
+    PyRival's FastIO): a plain run's stdin is a sealed memfd of the input's size, several MiB too, that nobody can
+    write. A report job's stdin (the harness's tests) stays a socket, which cannot be reopened through /proc."""
+    executor = request.getfixturevalue("reward" if mode == "namespaces" else "fallback").executor
+    big = "12345 67890\n" * 400_000  # 4.8 MB
+    plain, unread, report, report_unread = executor.run(
+        [
+            Job(_STDIN_PROBE, big),
+            Job("print('done')", big),  # never reads its stdin: must not hang
+            Job(_STDIN_PROBE, "secret tests", report=True),
+            Job("print('done')", big, report=True),
+        ]
+    )
+    assert plain.status == "ok", plain.stderr
+    assert plain.stdout.split() == [str(len(big)), "True", "False", str(len(big)), "1", "1"]  # EPERM twice
+    assert (unread.status, unread.stdout) == ("ok", "done\n")
+    assert report.status == "ok", report.stderr
+    assert report.stdout.split()[1:4] == ["False", "True", "12"]
+    assert (report_unread.status, report_unread.stdout) == ("ok", "done\n")

@@ -1,40 +1,29 @@
-"""The test harness of assert-style code rows. Standard library only.
+"""The test harness of assert-style code rows: the tests' process. Standard library only.
 
-The zygote imports this file once (as ``_hf_grpo_harness``, after ``_wire.py`` and ``_trusted.py``; compiled once,
-inherited by every program it forks); an assert-style run's program is ``_hf_grpo_harness.run(<the candidate's
-source>, <the prompt's pinned code>)``, started with a report channel (fd 3, see ``hf_grpo.sandbox.Job.report``).
+The zygote imports this file once (as ``_hf_grpo_harness``, after ``_wire.py``, ``_trusted.py`` and ``_serve.py``;
+compiled once, inherited by every program it forks); an assert-style run's program is ``_hf_grpo_harness.run(<the
+candidate's source>, <the prompt's pinned code>, <the row's setup code>)``, started with a report channel (fd 3, see
+``hf_grpo.sandbox.Job.report``). docs/sandbox.md ("Verdicts a program cannot forge") is the design; in short:
 
-Why it exists: run in one process, the candidate's code can forge the verdict of tests that share that process.
-It can walk frames (``sys._getframe``, tracebacks, generators) or ``gc`` to the secret that marks "ran to the end",
-print it and exit; it can return an object whose ``__eq__`` is always True; it can patch builtins or the test
-functions. Here the candidate and the tests never share a process, a secret or a channel:
-
-1. The program starts from this trusted file with the candidate's source as a string. It makes itself non-dumpable
-   (so ``/proc/<pid>/mem``, ``/proc/<pid>/fd`` and ``process_vm_readv`` are closed to the child without
-   ``CAP_SYS_PTRACE``, which the sandbox never grants) and forks.
-2. The child closes the report channel, points its stdin at ``/dev/null``, keeps only its two protocol pipes, stdout
-   and stderr, executes the prompt's pinned code and then the candidate's source (as module ``solution``) and serves
-   requests: ``(op, ref, payload)`` messages in, results out.
-3. Only then does the parent lock its imports (``_trusted.py``: nothing the candidate can write is importable) and
-   read its stdin, where the trainer put the tests, the call that runs them, the names they may use and the nonce.
-   None of them ever exists in the child's memory. The tests run in the parent, in a scope of: the builtins; a proxy
-   per exposed top-level callable of the candidate (all of them for MBPP rows, the entry point alone for HumanEval
-   rows), which forwards calls over the pipes; the modules the candidate imported under their own name (``math``,
-   ``numpy as np``), imported anew here; and, last, the prompt's pinned code executed here, so the helpers a prompt
-   gives (``poly``, ``encode_cyclic``) are the prompt's even when the candidate redefines them. Names of builtins are
-   never proxies: a candidate's own ``abs`` would otherwise answer the tests' ``abs()``.
-4. Values cross the pipes as text (``_wire.py``) and are rebuilt here by a whitelist, never ``eval``: plain data
-   and common value types (collections, Fraction, Decimal, namedtuples, dataclass records, numpy arrays), built by
-   this process's own constructors, so the tests compare with trusted code. Anything else arrives as a handle: it
-   can be called, iterated (``list(generator)``), indexed, measured, passed back and have attributes read, each a
-   request to the child; comparing it or taking its truth value counts as a suspected hack (that is how an
-   always-equal object shows) and is False.
-5. The parent writes ``<nonce> PASS|FAIL suspected=<n>`` (and why, when it refused a style) to the report channel,
-   which the child closed before any of the candidate's code ran: nothing else holds it, and being a socket it
-   cannot be reopened through ``/proc``. A child that dies in a call (``os._exit(0)`` to skip the asserts) fails the
-   test and counts as a suspected hack. So do a candidate that defines names of builtins (they are kept out of the
-   tests' scope) and, as reported by the child (a hint for the logs, never part of the verdict), one that patched
-   the child's builtins.
+1. This process makes itself non-dumpable (``/proc/<pid>/mem``, ``/proc/<pid>/fd`` and ``process_vm_readv`` then
+   need ``CAP_SYS_PTRACE``, which the sandbox never grants) and forks the candidate's process, which closes the
+   report channel and points its stdin at ``/dev/null`` before any of its code runs (``_serve.py``). When the
+   prompt gives code of its own (a helper the tests call), a second process runs that code alone: the prompt's
+   code is never executed here either, since a prompt may quote a model's earlier attempt.
+2. Only then does it lock its imports (``_trusted.py``) and read its stdin: the tests, the call that runs them, the
+   names they may see and the nonce, none of which ever existed in the other processes.
+3. The tests run here, in a scope of: the builtins; a proxy per exposed top-level callable of the candidate (the
+   entry point alone for HumanEval rows; an entry point keeps its name even when a builtin has it, any other name
+   of a builtin stays the builtin's); stdlib modules (and numpy) the tests use as ``module.attr``, imported here,
+   never the candidate's objects of that name; the prompt's names (proxies into the prompt's process); the names
+   the row's setup code defined (in the candidate's process, after its code, as MBPP runs it).
+4. Values cross as text (``_wire.py``) and are rebuilt here by a whitelist; comparisons run this process's code on
+   them. What is not a value stays a handle in its process; comparing a handle with a value of the tests, or taking
+   its truth value, is False and counted as a suspected hack; two different handles compared is a style the harness
+   refuses (only the candidate's code could judge). Exceptions come back with their type and arguments; a
+   ``StopIteration`` out of a call becomes ``RuntimeError`` (PEP 479's rule: it would end the tests' loop early);
+   prints come back with each answer; mutated arguments are written back onto the tests' objects.
+5. It writes ``<nonce> PASS|FAIL suspected=<n>`` (and why, when it refused a style) to the report channel.
 """
 
 import builtins
@@ -46,153 +35,208 @@ import sys
 import traceback
 import types
 
+import _hf_grpo_serve as serving
 import _hf_grpo_trusted as trusted
 import _hf_grpo_wire as wire
 
 REPORT_FD = 3
-# `import numpy as np`: an alias the tests may use for a module the candidate imported, besides the module's name.
+# `import numpy as np`: an alias the tests may use for a module, besides the module's name.
 ALIASES = {"np": "numpy"}
 ALLOWED_PACKAGES = ("numpy",)
+_STOPS = (StopIteration, StopAsyncIteration)
 
 
-# ---- the child: the candidate's code ------------------------------------------------------------------------------
-def _serve(code, prelude, rfd, wfd):
-    objects = []
-
-    def handle_of(value):
-        objects.append(value)
-        return f"H({len(objects) - 1})"
-
-    def original(i):
-        return objects[i]
-
-    original.originals = True
-
-    # Patching builtins cannot change the verdict (the tests use the parent's). Patches are undone after the
-    # candidate's code has run (so this harness keeps working) and reported, for the logs only: a report from this
-    # process is a hint, never trusted for the verdict. ``table`` and ``original`` are bound before the candidate runs.
-    table = vars(builtins)
-    saved = dict(table)
-
-    def tampered():
-        patched = [k for k, v in saved.items() if table.get(k) is not v]
-        table.update(saved)
-        return bool(patched)
-
-    namespace = {"__name__": "solution", "__builtins__": builtins}
-    try:
-        if prelude:  # the prompt's helpers, as in "prompt + completion"; the candidate may use or redefine them
-            exec(compile(prelude, "prompt.py", "exec"), namespace)
-        exec(compile(code, "solution.py", "exec"), namespace)
-    except BaseException as error:  # noqa: BLE001 - the candidate failed to load: say so, the tests will fail
-        patched = tampered()
-        traceback.print_exc()
-        wire.send(wfd, repr(("error", f"{type(error).__name__}: {error}"[:2000], patched)))
-        return
-    patched = tampered()  # first: the code below uses builtins
-    names = [k for k, v in namespace.items() if callable(v) and k.isidentifier() and not k.startswith("__")]
-    modules = {
-        k: v.__name__
-        for k, v in namespace.items()
-        if isinstance(v, types.ModuleType) and type(v.__name__) is str and k.isidentifier()
-    }
-    wire.send(wfd, repr(("ready", names, modules, patched)))
-    while True:
-        message = wire.recv(rfd)
-        if message is None:
-            return
-        op, ref, payload = wire.decode(message, original)
-        try:
-            target = namespace[ref] if type(ref) is str else ref
-            if op == "call":
-                args, kwargs = payload
-                result = target(*args, **kwargs)
-            elif op == "getattr":
-                result = getattr(target, payload)
-            elif op == "iter":
-                result = iter(target)
-            elif op == "next":
-                result = next(target)
-            elif op == "len":
-                result = len(target)
-            elif op == "getitem":
-                result = target[payload]
-            elif op == "contains":
-                result = payload in target
-            else:
-                raise ValueError(f"unknown request {op!r}")
-            patched = tampered()
-            reply = "('ok'," + wire.encode(result, handle_of) + "," + repr(patched) + ")"
-        except Exception as error:  # noqa: BLE001 - the candidate raised: the test sees the same exception type
-            patched = tampered()  # (its own classes' names too: the tests' side takes the first builtin one)
-            kinds = [c.__name__ for c in type(error).__mro__ if type(c.__name__) is str]
-            reply = repr(("raise", kinds, str(error)[:2000], patched))
-        wire.send(wfd, reply)
-
-
-# ---- the parent: the tests ----------------------------------------------------------------------------------------
 class CandidateGone(Exception):
     """The candidate's process ended in the middle of a call."""
 
 
-class Candidate:
-    """The parent's side of the pipes: forwards requests, decodes answers, counts suspected hacks."""
+class Endpoint:
+    """This side of the pipes to one process (the candidate's or the prompt's): forwards requests, decodes answers
+    (its references resolve to ``Handle``/``Proxy`` here), runs the tests' callbacks, counts suspected hacks."""
 
-    def __init__(self, wfd, rfd):
-        self.wfd, self.rfd = wfd, rfd
+    originals = False
+
+    def __init__(self, wfd, rfd, pid):
+        self.wfd, self.rfd, self.pid = wfd, rfd, pid
         self.suspected = 0
         self.refusals = []
         self.tamper_seen = False
-        self.handle = lambda i: Handle(self, i)
-        self.handle.originals = False
+        self.handles = {}
+        self.callbacks, self.callback_ids = [], {}
+        self.exceptions = {}
+        self.ready = ("", [], {}, False, [], [], {})
 
-    def request(self, op, ref, payload):
-        wire.send(self.wfd, "(" + repr(op) + "," + self.encode(ref) + "," + self.encode(payload) + ")")
-        return self.answer()
+    # -- references in what the other side sends --
+    def H(self, index):
+        if index not in self.handles:  # one Handle per object: `is` and identity equality hold
+            self.handles[index] = Handle(self, index)
+        return self.handles[index]
 
-    def answer(self):
+    def N(self, name):
+        return Proxy(self, name)
+
+    def CB(self, index):
+        return self.callbacks[index]
+
+    IT = CB
+
+    def odd(self):
+        self.suspected += 1
+
+    def CO(self, handle):
+        async def awaited():
+            return self.request("await", handle, None)
+
+        return awaited()
+
+    # -- references in what this side sends --
+    def ref_of(self, value):
+        kind = type(value)
+        if kind in (Handle, Proxy) and value._owner is self:
+            return f"H({value._id})" if kind is Handle else f"N({value.__name__!r})"
+        if kind in (Handle, Proxy):
+            raise TypeError("an object of the prompt's process cannot reach the candidate's, or back")
+        if callable(value) or hasattr(value, "__next__"):
+            index = self.callback_ids.get(id(value))
+            if index is None:
+                index = self.callback_ids[id(value)] = len(self.callbacks)
+                self.callbacks.append(value)
+            return f"{'CB' if callable(value) else 'IT'}({index})"
+        raise TypeError(f"the tests can pass data, functions and iterators to the candidate, not {kind.__name__}")
+
+    def mirror_of(self, value):
+        """A mirror (namedtuple, record, subclass value) from this process goes back as its own object."""
         try:
-            message = wire.recv(self.rfd)
-        except (OSError, ValueError):
-            message = None
-        if message is None:
-            self.suspected += 1  # ended instead of answering: the exit-before-the-asserts hack
-            raise CandidateGone("the candidate's process ended during a call")
-        reply = wire.decode(message, self.handle, trusted.import_module)
-        if reply[-1] is True and not self.tamper_seen:  # the candidate patched builtins: counted once
-            self.tamper_seen = True
-            self.suspected += 1
-        if reply[0] == "ok":
-            return reply[1]
-        if reply[0] == "raise":
-            names = reply[1] if type(reply[1]) is list else [reply[1]]
-            kinds = [getattr(builtins, n, None) for n in names if type(n) is str]
-            kind = next((k for k in kinds if isinstance(k, type) and issubclass(k, Exception)), RuntimeError)
-            raise kind(f"{reply[2]} (raised by the candidate as {names[0]})")
-        return reply
+            handle = object.__getattribute__(value, "_hf_handle")
+        except AttributeError:
+            return None
+        return self.ref_of(handle) if handle is not None else None
 
     def encode(self, value):
-        def handle_of(obj):
-            if type(obj) is Handle and obj._owner is self:
-                return f"H({obj._id})"
-            raise TypeError(f"the tests can pass only data to the candidate, not {type(obj).__name__}")
+        return wire.encode(value, self.ref_of, self.mirror_of)
 
-        def mirror_of(obj):  # a namedtuple or record that came from the candidate goes back as its own object
+    # -- requests --
+    def request(self, op, ref, payload):
+        wire.send(self.wfd, f"({op!r},{self.encode(ref)},{self.encode(payload)})")
+        reply = self.answer()
+        if reply[0] == "raise":
+            raise self._exception(op, reply[1], reply[2])
+        if reply[5] is not None and op == "call":
+            _sync(payload, reply[5])
+        return reply[1]
+
+    def answer(self):
+        while True:
             try:
-                mirrored = object.__getattribute__(obj, "_hf_handle")
-            except AttributeError:
-                return None
-            return handle_of(mirrored) if mirrored is not None else None
+                message = wire.recv(self.rfd)
+            except (OSError, ValueError):
+                message = None
+            if message is None:
+                self.suspected += 1  # ended instead of answering: the exit-before-the-asserts hack
+                raise CandidateGone("the candidate's process ended during a call")
+            reply = wire.decode(message, self, trusted.import_module)
+            if reply[0] == "cb":
+                self._callback(*reply[1:])
+                continue
+            if reply[0] in ("ok", "raise"):
+                if reply[2] is True and not self.tamper_seen:  # the candidate patched builtins: counted once
+                    self.tamper_seen = True
+                    self.suspected += 1
+                if reply[3]:
+                    sys.stdout.write(reply[3])
+                if reply[4]:
+                    sys.stderr.write(reply[4])
+            return reply
 
-        return wire.encode(value, handle_of, mirror_of)
+    def _callback(self, op, index, payload):
+        try:
+            target = self.callbacks[index]
+            if op == "call":
+                result = target(*payload[0], **payload[1])
+            else:
+                result = next(target)
+            reply = f"('cbret',{self.encode(result)},None)"
+        except Exception as error:  # noqa: BLE001 - the tests' callable raised: the candidate sees it raised
+            names = [c.__name__ for c in type(error).__mro__]
+            try:
+                arguments = self.encode(error.args)
+            except (TypeError, ValueError):
+                arguments = repr((str(error),))
+            reply = f"('cberr',{names!r},{arguments})"
+        wire.send(self.wfd, reply)
+
+    def _exception(self, op, names, arguments):
+        names = [n for n in names if type(n) is str] if type(names) is list else []
+        kind = RuntimeError
+        for name in names:
+            found = self.exceptions.get(name) or getattr(builtins, name, None)
+            if isinstance(found, type) and issubclass(found, Exception):
+                kind = found
+                break
+        if issubclass(kind, _STOPS) and op != "next":
+            error = RuntimeError(f"the candidate raised {kind.__name__} out of a {op} (as PEP 479 does in generators)")
+        else:
+            try:
+                error = kind(*arguments) if type(arguments) is tuple else kind(str(arguments))
+            except Exception:  # noqa: BLE001 - a type whose constructor wants other arguments
+                error = kind()
+        if names:
+            error.add_note(f"raised in the candidate's process as {names[0]}")
+        return error
 
     def proxy(self, name):
         return Proxy(self, name)
 
+    def mirror_exceptions(self, classes):
+        """Exception classes of the candidate, as classes here (``except InsufficientFunds``), built in MRO order."""
+        pending = {k: v for k, v in classes.items() if type(k) is str and type(v) is list and k.isidentifier()}
+        for name, mro in sorted(pending.items(), key=lambda item: len(item[1])):
+            base = Exception
+            for parent in mro[1:]:
+                found = self.exceptions.get(parent) or getattr(builtins, parent, None)
+                if isinstance(found, type) and issubclass(found, Exception):
+                    base = found
+                    break
+            self.exceptions[name] = type(name, (base,), {"__module__": "solution"})
+
+
+def _sync(old, new):
+    """Write what the candidate did to its copy of the arguments onto the tests' objects (Python's semantics for a
+    function that mutates its argument, or must not)."""
+    for before, after in ((old, new),):
+        if type(before) is list and type(after) is list:
+            for i in range(min(len(before), len(after))):
+                before[i] = _merged(before[i], after[i])
+            del before[len(after) :]
+            before.extend(after[len(before) :])
+        elif isinstance(before, dict) and type(after) is type(before):
+            for key in [k for k in before if k not in after]:
+                del before[key]
+            for key, value in after.items():
+                before[key] = _merged(before[key], value) if key in before else value
+        elif type(before) in (set, bytearray) and type(after) is type(before):
+            before.clear() if type(before) is set else None
+            before.update(after) if type(before) is set else before.__setitem__(slice(None), after)
+        elif type(before) is tuple and type(after) is tuple and len(before) == len(after):
+            for a, b in zip(before, after):
+                _sync(a, b)
+        elif type(before).__name__ == "deque" and type(after) is type(before):
+            before.clear()
+            before.extend(after)
+        elif hasattr(before, "__array_ufunc__") and getattr(before, "shape", None) == getattr(after, "shape", 0):
+            before[...] = after
+
+
+def _merged(before, after):
+    if type(before) is type(after) and type(before) in (list, dict, set, bytearray, tuple):
+        _sync(before, after)
+        return before
+    return after
+
 
 class Proxy:
-    """A top-level name of the candidate in the tests' scope: calling it or reading an attribute (a class's
-    static method, a module-level object's method) is a request to the candidate's process."""
+    """A top-level name of the candidate (or the prompt) in the tests' scope: calling it, reading an attribute (a
+    class's static method, ``Color.RED``) or ``isinstance(x, Stack)`` is a request to its process."""
 
     def __init__(self, owner, name):
         self._owner, self.__name__ = owner, name
@@ -205,14 +249,22 @@ class Proxy:
             raise AttributeError(attribute)
         return self._owner.request("getattr", self.__name__, attribute)
 
+    def __instancecheck__(self, value):
+        if isinstance(value, Handle) and value._owner is not self._owner:
+            return False
+        try:
+            return self._owner.request("isinstance", self.__name__, value) is True
+        except TypeError:  # a value of the tests' own that cannot cross: not an instance of the candidate's class
+            return False
+
     def __repr__(self):
         return f"<candidate's {self.__name__}>"
 
 
 class Handle:
-    """A value of the candidate that is not data. It can be called, iterated, indexed, measured, passed back and have
-    attributes read (each a request to the candidate's process); comparing it or using it as a truth value is
-    counted as a suspected hack and is False."""
+    """An object of the candidate that is not a value. It can be called, iterated, indexed, measured, printed, passed
+    back and have attributes read (each a request to its process); comparing it with a value of the tests or using
+    it as a truth value is counted as a suspected hack and is False; the same object is equal to itself."""
 
     def __init__(self, owner, ident):
         self._owner, self._id = owner, ident
@@ -240,9 +292,25 @@ class Handle:
     def __contains__(self, item):
         return self._owner.request("contains", self, item)
 
+    def _hf_str(self):
+        return self._owner.request("str", self, None)
+
+    def _hf_repr(self):
+        return self._owner.request("repr", self, None)
+
+    __str__ = _hf_str
+
+    def __repr__(self):
+        try:
+            return self._hf_repr()
+        except Exception:  # noqa: BLE001 - a repr for a traceback must not raise
+            return f"<candidate object #{self._id}>"
+
     def _compared(self, other):
         # Two of the candidate's own objects: only its __eq__ could say, and it cannot judge itself; a refusal, not a
         # hack. One of its objects against a value of the tests: how an always-equal object shows.
+        if other is self:
+            return
         if isinstance(other, Handle):
             self._owner.refusals.append(
                 "the tests compare two objects of the candidate's own classes (their __eq__ "
@@ -265,9 +333,6 @@ class Handle:
 
     __hash__ = object.__hash__
 
-    def __repr__(self):
-        return f"<candidate object #{self._id}>"
-
 
 _libc = ctypes.CDLL(None, use_errno=True)  # loaded once, in the zygote
 
@@ -286,10 +351,21 @@ def _global_names(code):
     return names
 
 
-def _module_for(alias, module):
-    """The module the tests may see under ``alias`` when the candidate imported ``module`` as it, or None."""
-    if type(module) is not str or ALIASES.get(alias, alias) != module:
-        return None
+def _module_names(sources):
+    """Names the tests use as ``name.attribute`` (``math.isclose``): where a module is meant."""
+    import ast  # noqa: PLC0415 - loaded by _wire already
+
+    found = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                found.add(node.value.id)
+    return found
+
+
+def _trusted_module(name):
+    """The module the tests mean by ``name`` (a stdlib module, numpy, or ``np``), imported here; else None."""
+    module = ALIASES.get(name, name)
     top = module.partition(".")[0]
     if top not in sys.stdlib_module_names and top not in ALLOWED_PACKAGES:
         return None
@@ -299,34 +375,57 @@ def _module_for(alias, module):
         return None
 
 
-def build_scope(candidate, ready, spec, prelude, used):
+def build_scope(candidate, prompt, spec, used, as_modules):
     """The tests' globals (see the module docstring, step 3)."""
+    ready = candidate.ready
+    entry = {name for name in spec.get("entry") or () if type(name) is str}
     names = [name for name in ready[1] if type(name) is str and name.isidentifier()]
-    # Never a proxy under a builtin's name: a candidate defining `abs` must not answer the tests' own abs().
-    shadowing = [name for name in names if hasattr(builtins, name)]
+    # Never a proxy under a builtin's name unless it is the entry point: a candidate defining `abs` must not answer
+    # the tests' own abs(), and a task whose function is named `pow` must still call the candidate's.
+    shadowing = [name for name in names if hasattr(builtins, name) and name not in entry]
     candidate.suspected += bool(shadowing)
     expose = spec.get("expose")
     if expose is not None:
-        names = [name for name in names if name in expose]
+        names = [name for name in names if name in expose or name in entry]
     scope = {"__name__": "__test__", "__builtins__": builtins}
     scope.update({name: candidate.proxy(name) for name in names if name not in shadowing})
+    candidate.mirror_exceptions(ready[6] if type(ready[6]) is dict else {})
+    scope.update({name: kind for name, kind in candidate.exceptions.items() if name in scope})
+    # A name the tests use as a module is the module, imported here: never the candidate's object of that name (a
+    # class named `math` with an `isclose` that always agrees).
     modules = ready[2] if type(ready[2]) is dict else {}
-    for alias, module in modules.items():
-        if type(alias) is str and alias in used and alias not in scope:
-            found = _module_for(alias, module)
-            if found is not None:
-                scope[alias] = found
-    if prelude:
-        exec(compile(prelude, "prompt.py", "exec"), scope)
+    for name in sorted(as_modules & used - entry):
+        module = _trusted_module(name)
+        if module is not None:
+            if name in ready[1] and modules.get(name) != module.__name__:
+                candidate.suspected += 1
+            scope[name] = module
+    if prompt is not None:  # the prompt's helpers: its process's, never the candidate's versions
+        for name in prompt.ready[1]:
+            if type(name) is str and name not in entry and name not in as_modules:
+                scope[name] = prompt.proxy(name)
+        for name in prompt.ready[4]:
+            if type(name) is str and name in used and name not in entry:
+                scope[name] = prompt.request("get", name, None)
+    for name in ready[5]:  # the row's setup code ran last in the candidate's process: its names win
+        if type(name) is str and name.isidentifier():
+            scope[name] = candidate.request("get", name, None)
+    for name in spec.get("unpinned") or ():
+        if name in used and name not in entry:
+            scope.pop(name, None)
+            candidate.refusals.append(
+                f"the tests use {name!r}, which the prompt defines in code that could not be pinned (the candidate's "
+                f"version never stands in for it)"
+            )
     return scope
 
 
-def _refusal(error, ready, spec, candidate):
+def _refusal(error, spec, endpoints):
     """Why a failure is the harness refusing a style rather than the candidate failing, or None."""
-    if trusted.refusals:
-        return trusted.refusals[0]
-    if candidate.refusals:
-        return candidate.refusals[0]
+    for reasons in (trusted.refusals, wire.refusals, *(e.refusals for e in endpoints)):
+        if reasons:
+            return reasons[0]
+    ready = endpoints[0].ready
     if isinstance(error, NameError) and spec.get("expose") is not None and getattr(error, "name", None) in ready[1]:
         return (
             f"the tests use {error.name!r}, which the candidate defines but the prompt does not pin (a HumanEval "
@@ -335,8 +434,8 @@ def _refusal(error, ready, spec, candidate):
     return None
 
 
-def run(code, prelude=""):
-    _non_dumpable()
+def _start(code, prelude, setup):
+    """Fork a process serving ``code`` (``_serve.serve``); its Endpoint here."""
     to_child_r, to_child_w = os.pipe()
     to_parent_r, to_parent_w = os.pipe()
     sys.stdout.flush()
@@ -351,37 +450,57 @@ def run(code, prelude=""):
             os.dup2(null, 0)
             os.close(null)
             sys.stdin = open(os.devnull)
-            _serve(code, prelude, to_child_r, to_parent_w)
+            serving.serve(code, prelude, setup, to_child_r, to_parent_w)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(0)
     os.close(to_child_r)
     os.close(to_parent_w)
+    return Endpoint(to_child_w, to_parent_r, pid)
+
+
+def _load(endpoint, what):
+    endpoint.ready = endpoint.answer()
+    if endpoint.ready[-1] is True or (len(endpoint.ready) == 7 and endpoint.ready[3] is True):
+        endpoint.tamper_seen = True  # the code patched builtins while loading: counted once
+        endpoint.suspected += 1
+    if endpoint.ready[0] != "ready" or len(endpoint.ready) != 7 or type(endpoint.ready[1]) is not list:
+        raise RuntimeError(f"the {what} did not load: {endpoint.ready[1]}")
+
+
+def run(code, prelude="", setup=""):
+    _non_dumpable()
+    candidate = _start(code, prelude, setup)
+    # The prompt's own code, alone in its process: its helpers answer the tests, the candidate cannot redefine them.
+    prompt = _start("", prelude, "") if prelude else None
+    endpoints = [candidate] + ([prompt] if prompt else [])
     trusted.lock_imports()
-    spec = json.loads(sys.stdin.read())  # read only now: the child was forked without it
-    candidate = Candidate(to_child_w, to_parent_r)
-    verdict, refused, ready = "FAIL", None, ("", [], {})
+    spec = json.loads(sys.stdin.read())  # read only now: the other processes were forked without it
+    verdict, refused = "FAIL", None
     try:
-        ready = candidate.answer()
-        if ready[0] != "ready" or type(ready[1]) is not list:
-            raise RuntimeError(f"the candidate did not load: {ready[1]}")
+        _load(candidate, "candidate")
+        if prompt is not None:
+            _load(prompt, "prompt's code")
         test = compile(spec["test"], "test.py", "exec")
         call = compile(spec["call"], "test_call.py", "exec")
-        scope = build_scope(candidate, ready, spec, prelude, _global_names(test) | _global_names(call))
+        used = _global_names(test) | _global_names(call)
+        scope = build_scope(candidate, prompt, spec, used, _module_names((spec["test"], spec["call"])))
         exec(test, scope)
         exec(call, scope)
         verdict = "PASS"
     except BaseException as error:  # noqa: BLE001 - a failed assert or any other error fails the test
-        refused = _refusal(error, ready, spec, candidate)
+        refused = _refusal(error, spec, endpoints)
         traceback.print_exc()
     finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except OSError:
-            pass
-        line = f"{spec['nonce']} {verdict} suspected={candidate.suspected}"
+        for endpoint in endpoints:
+            try:
+                os.kill(endpoint.pid, signal.SIGKILL)
+                os.waitpid(endpoint.pid, 0)
+            except OSError:
+                pass
+        suspected = sum(e.suspected for e in endpoints)
+        line = f"{spec['nonce']} {verdict} suspected={suspected}"
         report = json.dumps({"line": line, "refused": refused})
         with os.fdopen(REPORT_FD, "w", encoding="utf-8") as channel:
             channel.write(report)

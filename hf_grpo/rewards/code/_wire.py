@@ -1,22 +1,33 @@
-"""Values between the candidate's process and the tests' process, as text. Standard library only (numpy on demand).
+"""Values between the processes of an assert-style run, as text. Standard library only (numpy on demand).
 
-Preloaded into the sandbox zygote as ``_hf_grpo_wire`` (before ``_harness.py``, which uses it on both sides).
+Preloaded into the sandbox zygote as ``_hf_grpo_wire`` (before ``_serve.py`` and ``_harness.py``, which use it).
 
 A value crosses as a Python literal of exact built-in types (None, bool, int, float, complex, str, bytes, list,
-tuple, dict, set), or as one of a few constructor calls for the value types programs commonly return: ``FS``
-frozenset, ``C`` Counter, ``OD`` OrderedDict, ``DD`` defaultdict (factory: a builtin type's name), ``DQ`` deque,
-``FR`` Fraction, ``DEC`` Decimal, ``RG`` range, ``SL`` slice, ``NT`` namedtuple, ``DC`` dataclass instance, ``NP``
-numpy array, ``NS`` numpy scalar, and ``H(<id>)``, a handle on an object that is not data. A big int crosses in hex
-(decimal repr is capped by ``sys.int_max_str_digits``).
+tuple, dict, set), or as one of a few constructor calls, each rebuilt by the receiver's own constructors from a
+whitelist over ``ast`` (never ``eval``):
 
-The receiving side parses with a whitelist over ``ast`` and never ``eval``s: whatever the sender wrote becomes plain
-data of those types, built by the receiver's own (trusted) constructors, or a handle. So the tests compare values
-with their own code: a namedtuple arrives as a namedtuple built here, a dataclass instance as a record whose
-equality is field by field (``Record``), never with the candidate's ``__eq__``. Namedtuples and dataclass instances
-keep their handle, so passing one back to the candidate gives it its own object again.
+* value types: ``FS`` frozenset, ``BA`` bytearray, ``C`` Counter, ``OD`` OrderedDict, ``DD`` defaultdict (its
+  factory a builtin, or a reference to the sender's callable), ``DQ`` deque, ``FR`` Fraction, ``DEC`` Decimal, ``RG``
+  range, ``SL`` slice, ``DK``/``DV``/``DI`` dict views, ``NP``/``NS`` numpy arrays and scalars of plain dtypes;
+* ``BI(name)``: a builtin type or function (``int`` passed as an argument), the receiver's own;
+* objects of the other side, by reference: ``H(n)`` a handle on an object of the candidate (or the prompt's
+  process), ``N(name)`` one of its top-level names, ``CB(n)``/``IT(n)`` a callable or iterator of the tests (a
+  ``key=lambda`` argument), called back across the pipes; ``CO(H(n))`` a coroutine of the candidate, awaited there;
+* mirrors, which carry their handle so passing one back gives the sender its own object again: ``NT`` a namedtuple
+  (its items read with ``tuple``'s own slots, so a lying ``__iter__`` is not asked), ``DC`` a dataclass instance (a
+  record whose equality is over its ``compare=True`` fields, never the candidate's ``__eq__``; a dataclass with no
+  compared field is a plain handle), ``SUB`` an instance of a subclass of a built-in value type (``IntEnum``, a
+  ``str`` or ``list`` subclass), its value read with the base type's own slots. Attributes a mirror does not have
+  (a method) are read from the object it mirrors.
+
+So comparisons in the tests' process run trusted code on values that Python's own base types define; whatever the
+candidate's classes override is asked only for what is not a comparison (a method, ``str()``). A big int crosses in
+hex (decimal repr is capped by ``sys.int_max_str_digits``). A received numpy array refuses to broadcast empty against
+a non-empty operand (``np.empty((0, 1))`` would make every element-wise check vacuously true).
 """
 
 import ast
+import builtins
 import collections
 import dataclasses
 import decimal
@@ -27,11 +38,36 @@ import os
 import re
 import struct
 import sys
+import types
 
 MAX_MESSAGE = 16 << 20
 DATA_TYPES = (type(None), bool, int, float, complex, str, bytes)
 FACTORIES = {t.__name__: t for t in (int, float, complex, str, bytes, list, tuple, dict, set, frozenset, bool)}
 _DTYPE = re.compile(r"[<>|=]?(b1|[iu][1248]|f[248]|c(8|16)|U\d{1,6})")
+# Builtin types and functions as the zygote found them: they cross by name (``BI``) and resolve to this table on the
+# receiving side, so the tests' ``int`` reaches the candidate as its ``int`` (``isinstance(x, int)`` works there).
+BUILTINS = {k: v for k, v in vars(builtins).items() if isinstance(v, (type, types.BuiltinFunctionType))}
+_BUILTIN_NAMES = {id(v): k for k, v in BUILTINS.items()}
+# Built-in value types a subclass instance crosses as (``SUB``), each with the base type's own reader (never the
+# subclass's overrides).
+_BASES = {
+    int: int.__int__,
+    float: float.__float__,
+    complex: complex.__complex__,
+    str: str.__str__,
+    bytes: bytes.__bytes__,
+    list: lambda v: list(list.__iter__(v)),
+    tuple: lambda v: tuple(tuple.__iter__(v)),
+    dict: lambda v: dict(dict.items(v)),
+    set: lambda v: set(set.__iter__(v)),
+    frozenset: lambda v: frozenset(frozenset.__iter__(v)),
+}
+# Overriding one of these is how an object pretends to be a value: a hint for the logs (``odd``), never the verdict.
+_VALUE_DUNDERS = frozenset(
+    "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __len__ __iter__ __contains__ __getitem__".split()
+)
+_VIEWS = {type({}.keys()): "DK", type({}.values()): "DV", type({}.items()): "DI"}
+refusals = []  # why a received value refused an operation (the empty broadcast), read by the tests' process
 
 
 # ---- framing ------------------------------------------------------------------------------------------------------
@@ -65,12 +101,24 @@ def recv(fd):
 
 
 # ---- encoding -----------------------------------------------------------------------------------------------------
-def _seq(values, handle_of, mirror_of, depth):
-    return "[" + ",".join(encode(v, handle_of, mirror_of, depth + 1) for v in values) + "]"
+def _odd(kind, base):
+    """Whether a class between ``kind`` and its built-in ``base`` overrides how a value compares or iterates."""
+    for klass in kind.__mro__:
+        if klass is base or klass is object:
+            return False
+        if _VALUE_DUNDERS.intersection(vars(klass)):
+            return True
+    return False
 
 
-def _tup(values, handle_of, mirror_of, depth):
-    return "(" + "".join(encode(v, handle_of, mirror_of, depth + 1) + "," for v in values) + ")"
+def _ref(value, ref_of):
+    """The sender's reference for a mirrored object (the candidate's handle), or ``None`` where it has none."""
+    if ref_of is None:
+        return "None"
+    try:
+        return ref_of(value)
+    except TypeError:
+        return "None"
 
 
 def _numpy_literal(value, kind):
@@ -79,50 +127,80 @@ def _numpy_literal(value, kind):
     if numpy is None or not kind.__module__.startswith("numpy"):
         return None
     if isinstance(value, numpy.ndarray) and _DTYPE.fullmatch(value.dtype.str):
-        return f"NP({value.dtype.str!r},{tuple(value.shape)!r},{encode(value.ravel().tolist(), None)})"
+        flat = numpy.ndarray.tolist(numpy.ndarray.ravel(numpy.asarray(value)))
+        return f"NP({value.dtype.str!r},{tuple(value.shape)!r},{encode(flat, None)})"
     if isinstance(value, numpy.generic) and _DTYPE.fullmatch(value.dtype.str):
         return f"NS({value.dtype.str!r},{encode(value.item(), None)})"
     return None
 
 
-def encode(value, handle_of, mirror_of=None, depth=0):
-    """``value`` as a literal. ``handle_of(obj)`` gives ``H(<id>)`` for what is not data (None: not allowed);
-    ``mirror_of(obj)`` the handle a received namedtuple/record carries (None: it has none)."""
+def comparable(compared):
+    """Whether a dataclass with these ``compare`` flags crosses as a record: with nothing to compare, every instance
+    would equal every other, so it crosses as a handle (and two of them compared is refused)."""
+    return any(compared)
+
+
+def tuple_items(value):
+    """A namedtuple's items as ``tuple`` itself holds them (what ``tuple.__eq__`` compares), not what an overridden
+    ``__iter__`` yields."""
+    return tuple(tuple.__iter__(value))
+
+
+def _namedtuple_fields(kind):
+    fields = getattr(kind, "_fields", None)
+    if issubclass(kind, tuple) and type(fields) is tuple and all(type(f) is str for f in fields):
+        return fields
+    return None
+
+
+def encode(value, ref_of, mirror_of=None, depth=0):
+    """``value`` as a literal. ``ref_of(obj)`` gives the reference (``H(n)``, ``N(name)``, ``CB(n)``...) for what is
+    not data, or raises TypeError (None: nothing but data); ``mirror_of(obj)`` the reference a received mirror
+    carries (None: it has none)."""
     kind = type(value)
     if depth > 200:
         raise ValueError("value nested too deeply")
+
+    def inner(v):
+        return encode(v, ref_of, mirror_of, depth + 1)
+
+    def items(values):
+        return ",".join(map(inner, values))
+
+    def tup(values):
+        return "(" + "".join(inner(v) + "," for v in values) + ")"
+
     if kind in DATA_TYPES:
         try:
             return repr(value)
         except ValueError:  # an int past sys.int_max_str_digits: hex has no such cap
             return hex(value)
     if kind is list:
-        return _seq(value, handle_of, mirror_of, depth)
+        return "[" + items(value) + "]"
     if kind is tuple:
-        return _tup(value, handle_of, mirror_of, depth)
+        return tup(value)
     if kind is dict:
-        return (
-            "{"
-            + ",".join(
-                encode(k, handle_of, mirror_of, depth + 1) + ":" + encode(v, handle_of, mirror_of, depth + 1)
-                for k, v in value.items()
-            )
-            + "}"
-        )
+        return "{" + ",".join(inner(k) + ":" + inner(v) for k, v in value.items()) + "}"
     if kind is set:
-        return "{" + _seq(value, handle_of, mirror_of, depth)[1:-1] + "}" if value else "set()"
+        return "{" + items(value) + "}" if value else "set()"
     if kind is frozenset:
-        return "FS(" + _seq(value, handle_of, mirror_of, depth) + ")"
+        return "FS([" + items(value) + "])"
+    if kind is bytearray:
+        return f"BA({bytes(value)!r})"
     if kind is collections.Counter:
-        return "C(" + encode(dict(value), handle_of, mirror_of, depth + 1) + ")"
+        return "C(" + inner(dict(value)) + ")"
     if kind is collections.OrderedDict:
-        return "OD(" + _seq(list(value.items()), handle_of, mirror_of, depth) + ")"
+        return "OD([" + items(value.items()) + "])"
     if kind is collections.defaultdict:
         factory = value.default_factory
-        name = factory.__name__ if FACTORIES.get(getattr(factory, "__name__", None)) is factory else None
-        return f"DD({name!r}," + encode(dict(value), handle_of, mirror_of, depth + 1) + ")"
+        name = _BUILTIN_NAMES.get(id(factory))
+        if factory is None or (name in FACTORIES and FACTORIES[name] is factory):
+            factory = repr(name if factory is not None else None)
+        else:  # a lambda or the candidate's own function: called back where it lives when a key is missing
+            factory = ref_of(factory) if ref_of is not None else "None"
+        return f"DD({factory}," + inner(dict(value)) + ")"
     if kind is collections.deque:
-        return "DQ(" + _seq(value, handle_of, mirror_of, depth) + f",{value.maxlen!r})"
+        return "DQ([" + items(value) + f"],{value.maxlen!r})"
     if kind is fractions.Fraction:
         return f"FR({encode(value.numerator, None)},{encode(value.denominator, None)})"
     if kind is decimal.Decimal:
@@ -130,41 +208,76 @@ def encode(value, handle_of, mirror_of=None, depth=0):
     if kind is range:
         return f"RG({encode(value.start, None)},{encode(value.stop, None)},{encode(value.step, None)})"
     if kind is slice:
-        return "SL" + _tup((value.start, value.stop, value.step), handle_of, mirror_of, depth)
+        return "SL(" + ",".join(inner(v) for v in (value.start, value.stop, value.step)) + ")"
+    if kind in _VIEWS:
+        return _VIEWS[kind] + "([" + items(value) + "])"
+    name = _BUILTIN_NAMES.get(id(value))
+    if name is not None and BUILTINS[name] is value:
+        return f"BI({name!r})"
     mirror = mirror_of(value) if mirror_of is not None else None
     if mirror is not None:
         return mirror
-    if kind.__bases__ == (tuple,) and type(getattr(kind, "_fields", None)) is tuple:  # a namedtuple
-        handle = handle_of(value) if handle_of is not None else "None"
-        return (
-            f"NT({handle},{kind.__name__!r},{tuple(map(str, kind._fields))!r},"
-            + _tup(tuple(value), handle_of, mirror_of, depth)
-            + ")"
-        )
+    if kind is types.CoroutineType:
+        return f"CO({ref_of(value)})" if ref_of is not None else _refuse(kind)
+    fields = _namedtuple_fields(kind)
+    if fields is not None:
+        values = tuple_items(value)
+        return f"NT({_ref(value, ref_of)},{kind.__name__!r},{fields!r},{tup(values)},{_odd(kind, tuple)!r})"
     params = getattr(kind, "__dataclass_params__", None)
     if params is not None and params.eq and dataclasses.is_dataclass(value):
-        names = tuple(f.name for f in dataclasses.fields(value))
-        handle = handle_of(value) if handle_of is not None else "None"
-        return (
-            f"DC({handle},{kind.__name__!r},{names!r},"
-            + _tup(tuple(getattr(value, n) for n in names), handle_of, mirror_of, depth)
-            + f",{params.frozen!r})"
-        )
+        declared = dataclasses.fields(value)
+        compared = tuple(f.compare for f in declared)
+        if comparable(compared):
+            names = tuple(f.name for f in declared)
+            values = tuple(object.__getattribute__(value, n) for n in names)
+            ref = _ref(value, ref_of)
+            return f"DC({ref},{kind.__name__!r},{names!r},{tup(values)},{params.frozen!r},{compared!r})"
     literal = _numpy_literal(value, kind)
     if literal is not None:
         return literal
-    if handle_of is None:
-        raise TypeError(f"not data: {kind.__name__}")
-    return handle_of(value)
+    base = next((b for b in kind.__mro__ if b in _BASES), None)
+    if base is not None and params is None:
+        plain = _BASES[base](value)
+        return f"SUB({_ref(value, ref_of)},{kind.__name__!r},{inner(plain)},{_odd(kind, base)!r})"
+    if ref_of is None:
+        return _refuse(kind)
+    return ref_of(value)
+
+
+def _refuse(kind):
+    raise TypeError(f"not data: {kind.__name__}")
 
 
 # ---- decoding -----------------------------------------------------------------------------------------------------
+def _forward(self, name):
+    """Attributes a mirror does not have (a method of the candidate's class) are read from the object it mirrors."""
+    handle = vars(self).get("_hf_handle") if hasattr(self, "__dict__") else None
+    if handle is None or name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(handle, name)
+
+
+def _mirror_text(method):
+    """``str``/``repr`` of a mirror: the candidate's own text where the mirror has a handle (a dataclass's
+    ``__str__``, an enum's repr), else the base type's."""
+
+    def text(self):
+        handle = vars(self).get("_hf_handle") if hasattr(self, "__dict__") else None
+        if handle is None:
+            return getattr(super(type(self), self), method)()
+        return getattr(handle, "_hf_" + method)()
+
+    return text
+
+
 class Record:
-    """A dataclass instance as the tests see it: fields by name, equal to a record of the same class name and
-    fields with equal values. Attributes that are not fields go to the candidate's object (``_hf_handle``)."""
+    """A dataclass instance as the tests see it: fields by name, equal to a record of the same class name and fields
+    whose compared fields (``compare=True``) hold equal values. Attributes that are not fields, ``str()`` and
+    ``repr()`` go to the candidate's object (``_hf_handle``)."""
 
     __slots__ = ("_hf_values", "_hf_handle")
     _hf_fields = ()
+    _hf_compared = ()
 
     def __init__(self, values, handle):
         object.__setattr__(self, "_hf_values", tuple(values))
@@ -178,12 +291,20 @@ class Record:
             return getattr(self._hf_handle, name)
         raise AttributeError(name)
 
+    def _key(self):
+        return tuple(v for v, c in zip(self._hf_values, type(self)._hf_compared) if c)
+
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        return self._hf_values == other._hf_values
+        return self._key() == other._key()
+
+    def __str__(self):
+        return self._hf_handle._hf_str() if self._hf_handle is not None else repr(self)
 
     def __repr__(self):
+        if self._hf_handle is not None:
+            return self._hf_handle._hf_repr()
         pairs = ", ".join(f"{f}={v!r}" for f, v in zip(type(self)._hf_fields, self._hf_values))
         return f"{type(self).__name__}({pairs})"
 
@@ -209,27 +330,49 @@ def _names(name, fields, private=False):
         raise ValueError("duplicate field names")
 
 
-def namedtuple_value(handle, name, fields, values):
+def namedtuple_value(handle, name, fields, values, odd):
     _names(name, fields)
-    if len(values) != len(fields):
+    if len(values) != len(fields) or type(odd) is not bool:
         raise ValueError("namedtuple arity")
     key = ("NT", name, fields)
     if key not in _classes:  # a subclass with a __dict__, to carry the handle back
-        _classes[key] = type(name, (collections.namedtuple(name, fields),), {})
+        _classes[key] = type(name, (collections.namedtuple(name, fields),), {"__getattr__": _forward})
     value = _classes[key](*values)
     value._hf_handle = handle
     return value
 
 
-def record_value(handle, name, fields, values, frozen):
+def record_value(handle, name, fields, values, frozen, compared):
     _names(name, fields, private=True)
-    if len(values) != len(fields) or type(frozen) is not bool:
+    if len(values) != len(fields) or type(frozen) is not bool or type(compared) is not tuple:
         raise ValueError("record arity")
-    key = ("DC", name, fields, frozen)
+    if len(compared) != len(fields) or not all(type(c) is bool for c in compared):
+        raise ValueError("record compare flags")
+    if not comparable(compared):  # a sender that did not send a handle (see encode)
+        if handle is None:
+            raise ValueError("a record with no compared field")
+        return handle
+    key = ("DC", name, fields, frozen, compared)
     if key not in _classes:
-        hash_ = (lambda self: hash((type(self).__name__, self._hf_values))) if frozen else None
-        _classes[key] = type(name, (Record,), {"__slots__": (), "_hf_fields": fields, "__hash__": hash_})
+        hash_ = (lambda self: hash((type(self).__name__, self._key()))) if frozen else None
+        namespace = {"__slots__": (), "_hf_fields": fields, "_hf_compared": compared, "__hash__": hash_}
+        _classes[key] = type(name, (Record,), namespace)
     return _classes[key](values, handle)
+
+
+def subclass_value(handle, name, plain, odd):
+    base = type(plain)
+    if base not in _BASES or type(name) is not str or not name.isidentifier() or type(odd) is not bool:
+        raise ValueError("bad subclass value")
+    if handle is None:
+        return plain
+    key = ("SUB", name, base)
+    if key not in _classes:
+        namespace = {"__getattr__": _forward, "__str__": _mirror_text("str"), "__repr__": _mirror_text("repr")}
+        _classes[key] = type(name, (base,), namespace)
+    value = _classes[key](plain)
+    value._hf_handle = handle
+    return value
 
 
 def _numpy(importer):
@@ -239,32 +382,84 @@ def _numpy(importer):
     return numpy
 
 
-def _call(name, args, handle, importer):
+_array_class = None
+
+
+def candidate_array_class(numpy):
+    """``ndarray`` for arrays received from the candidate: an element-wise operation that broadcasts one of them
+    empty against a non-empty operand is refused (``np.empty((0, 1, 1))`` against ``[1, 2, 3]`` compares nothing,
+    and ``allclose``/``.all()`` would call that a match)."""
+    global _array_class
+    if _array_class is None:
+
+        class CandidateArray(numpy.ndarray):
+            def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+                if method == "__call__" and len(inputs) > 1:
+                    empty = any(isinstance(x, CandidateArray) and x.size == 0 for x in inputs)
+                    if empty and any(numpy.size(x) > 0 for x in inputs):
+                        refusals.append(
+                            "an empty array of the candidate was broadcast against a non-empty value (an "
+                            "element-wise check over nothing)"
+                        )
+                        raise ValueError("empty array broadcast against a non-empty value")
+                inputs = tuple(numpy.asarray(x) if isinstance(x, CandidateArray) else x for x in inputs)
+                if "out" in kwargs:
+                    kwargs["out"] = tuple(
+                        numpy.asarray(o) if isinstance(o, CandidateArray) else o for o in kwargs["out"]
+                    )
+                return getattr(ufunc, method)(*inputs, **kwargs)
+
+        _array_class = CandidateArray
+    return _array_class
+
+
+def _call(name, args, refs, importer):
     kinds = tuple(type(a) for a in args)
     if name == "set" and not args:
         return set()
-    if name == "H" and kinds == (int,):
-        return handle(args[0])
+    if name in ("H", "CB", "IT") and kinds == (int,):
+        return getattr(refs, name)(args[0])
+    if name == "N" and kinds == (str,) and args[0].isidentifier():
+        return refs.N(args[0])
+    if name == "CO" and len(args) == 1:
+        return refs.CO(args[0])
+    if name == "BI" and kinds == (str,) and args[0] in BUILTINS:
+        return BUILTINS[args[0]]
     if name == "FS" and kinds == (list,):
         return frozenset(args[0])
+    if name == "BA" and kinds == (bytes,):
+        return bytearray(args[0])
     if name == "C" and kinds == (dict,):
         return collections.Counter(args[0])
     if name == "OD" and kinds == (list,) and all(type(p) is tuple and len(p) == 2 for p in args[0]):
         return collections.OrderedDict(args[0])
-    if name == "DD" and len(args) == 2 and (args[0] is None or args[0] in FACTORIES) and kinds[1] is dict:
-        return collections.defaultdict(FACTORIES.get(args[0]), args[1])
+    if name == "DD" and len(args) == 2 and kinds[1] is dict:
+        factory = FACTORIES[args[0]] if type(args[0]) is str and args[0] in FACTORIES else args[0]
+        if factory is not None and not callable(factory):
+            raise ValueError("bad defaultdict factory")
+        return collections.defaultdict(factory, args[1])
     if name == "DQ" and len(args) == 2 and kinds[0] is list and (args[1] is None or kinds[1] is int):
         return collections.deque(args[0], args[1])
+    if name == "DK" and kinds == (list,):
+        return dict.fromkeys(args[0]).keys()
+    if name == "DV" and kinds == (list,):
+        return dict(enumerate(args[0])).values()
+    if name == "DI" and kinds == (list,) and all(type(p) is tuple and len(p) == 2 for p in args[0]):
+        return dict(args[0]).items()
     if name == "FR" and kinds == (int, int) and args[1]:
         return fractions.Fraction(*args)
     if name == "DEC" and kinds == (str,) and len(args[0]) < 10000:
         return decimal.Decimal(args[0])
     if name in ("RG", "SL") and len(args) == 3 and all(k in (int, type(None)) for k in kinds):
         return range(*args) if name == "RG" and None not in args and args[2] else slice(*args)
-    if name == "NT" and len(args) == 4 and kinds[1:] == (str, tuple, tuple):
-        return args[0] if handle.originals and args[0] is not None else namedtuple_value(*args)
-    if name == "DC" and len(args) == 5 and kinds[1:] == (str, tuple, tuple, bool):
-        return args[0] if handle.originals and args[0] is not None else record_value(*args)
+    if name in ("NT", "SUB") and args and args[-1] is True:
+        refs.odd()  # overrides how it compares or iterates: a hint for the logs
+    if name == "NT" and len(args) == 5 and kinds[1:] == (str, tuple, tuple, bool):
+        return args[0] if refs.originals and args[0] is not None else namedtuple_value(*args)
+    if name == "DC" and len(args) == 6 and kinds[1:] == (str, tuple, tuple, bool, tuple):
+        return args[0] if refs.originals and args[0] is not None else record_value(*args)
+    if name == "SUB" and len(args) == 4:
+        return args[0] if refs.originals and args[0] is not None else subclass_value(*args)
     if name == "NP" and kinds == (str, tuple, list) and _DTYPE.fullmatch(args[0]):
         if not all(type(n) is int and n >= 0 for n in args[1]):
             raise ValueError("bad shape")
@@ -272,17 +467,20 @@ def _call(name, args, handle, importer):
         array = numpy.array(args[2], dtype=numpy.dtype(args[0]))
         if array.size != len(args[2]) or array.ndim != 1:
             raise ValueError("bad array data")
-        return array.reshape(args[1])
+        array = array.reshape(args[1])
+        return array if refs.originals else array.view(candidate_array_class(numpy))
     if name == "NS" and len(args) == 2 and _DTYPE.fullmatch(args[0]) and kinds[1] in DATA_TYPES:
         numpy = _numpy(importer)
         return numpy.dtype(args[0]).type(args[1])
     raise ValueError(f"not a data constructor: {name}{kinds}")
 
 
-def decode(text, handle, importer=None):
-    """The value of a literal from the other side, building only data and ``handle(<id>)``; ValueError otherwise.
-    ``handle.originals``: the handle gives back original objects (the candidate's side), so a namedtuple or record
-    with a handle becomes that object. ``importer(name)`` imports numpy where a value needs it."""
+def decode(text, refs, importer=None):
+    """The value of a literal from the other side, building only data and references resolved by ``refs`` (``H``,
+    ``N``, ``CB``, ``IT``, ``CO``; ``refs.odd()`` hears of a mirror whose class overrides comparison or iteration);
+    ValueError otherwise. ``refs.originals``: references resolve to this side's own
+    objects (the candidate's side), so a mirror with a handle becomes that object. ``importer(name)`` imports numpy
+    where a value needs it."""
     try:
         tree = ast.parse(text, mode="eval").body
     except (SyntaxError, RecursionError, MemoryError) as error:
@@ -303,8 +501,8 @@ def decode(text, handle, importer=None):
             return float(node.id)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
             try:
-                return _call(node.func.id, [build(a) for a in node.args], handle, importer)
-            except (TypeError, ArithmeticError, decimal.InvalidOperation) as error:
+                return _call(node.func.id, [build(a) for a in node.args], refs, importer)
+            except (TypeError, ArithmeticError, decimal.InvalidOperation, KeyError) as error:
                 raise ValueError(f"bad {node.func.id}(...): {error}") from None
         if isinstance(node, ast.List):
             return [build(e) for e in node.elts]

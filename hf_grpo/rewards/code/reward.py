@@ -33,8 +33,10 @@ kept in ``last_stats`` for logging instead of being folded silently into the sco
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,15 +46,16 @@ from ...data.schema import DataFormatError, validate_test_cases
 from ...sandbox import Job, Limits, LocalExecutor, RemoteExecutor, RunResult, make_nonce
 from ..extract import completion_text
 from .extract import extract_code, outputs_match
-from .prompt import pinned_prelude
+from .prompt import entry_points, pinned_prelude, unpinned_definitions
 
 logger = logging.getLogger(__name__)
+_ENTRY_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # The assert-style harness, loaded once by every zygote of this reward's pools (local, or the server's) before it
 # confines itself; an assert-style run's source is then two lines (see ``__call__``).
-# Order matters: the harness imports the other two.
+# Order matters: each imports the ones before it.
 HARNESS_PRELOAD = {
-    f"_hf_grpo_{name}": str(Path(__file__).with_name(f"_{name}.py")) for name in ("wire", "trusted", "harness")
+    f"_hf_grpo_{name}": str(Path(__file__).with_name(f"_{name}.py")) for name in ("wire", "trusted", "serve", "harness")
 }
 # Third-party packages programs may import (bound read-only into the sandbox when installed; see docs/sandbox.md).
 PACKAGES = ("numpy",)
@@ -68,6 +71,14 @@ STAT_KEYS = (
     "no_code",
     "suspected_hacks",
 )
+
+
+def _defined(source: str) -> set[str]:
+    """Top-level function and class names of pinned code (which parses: it was unparsed from a tree)."""
+    if not source:
+        return set()
+    tree = ast.parse(source)
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
 class CodeReward:
@@ -137,6 +148,7 @@ class CodeReward:
         test: list | None = None,
         entry_point: list | None = None,
         test_list: list | None = None,
+        test_setup_code: list | None = None,
         prompts: list | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
@@ -157,7 +169,7 @@ class CodeReward:
         plans: list[list[tuple[int, str | None]] | None] = []  # per completion: (job index, expected stdout or None)
         no_code = 0
         for row, completion in enumerate(completions):
-            tests = self._tests(row, test_cases, test, entry_point, test_list)
+            tests = self._tests(row, test_cases, test, entry_point, test_list, prompts)
             if tests is None:
                 plans.append(None)
                 continue
@@ -168,20 +180,31 @@ class CodeReward:
                 continue
             plan = []
             prelude = None
-            for test_source, call, stdin, expected, expose in tests:
+            setup = self._setup(row, test_setup_code) if test_list is not None else ""
+            for test_source, call, stdin, expected, expose, entry in tests:
                 plan.append((len(jobs), expected))
                 if expected is not None:
                     jobs.append(Job(code, stdin))
                     continue
                 if prelude is None:  # the prompt's helpers, pinned for the tests (see prompt.py)
-                    prelude = pinned_prelude(prompts[row], expose and expose[0]) if prompts is not None else ""
+                    prelude = pinned_prelude(prompts[row], entry) if prompts is not None else ""
+                    unpinned = unpinned_definitions(prompts[row], entry) if prompts is not None else ()
                 # The nonce and the tests reach the harness on stdin, after it has forked the candidate's process;
                 # its verdict comes back on the report channel, which only the tests' process holds.
                 nonces[len(jobs)] = make_nonce()
                 jobs.append(
                     Job(
-                        f"import _hf_grpo_harness\n_hf_grpo_harness.run({code!r}, {prelude!r})\n",
-                        json.dumps({"nonce": nonces[len(jobs)], "test": test_source, "call": call, "expose": expose}),
+                        f"import _hf_grpo_harness\n_hf_grpo_harness.run({code!r}, {prelude!r}, {setup!r})\n",
+                        json.dumps(
+                            {
+                                "nonce": nonces[len(jobs)],
+                                "test": test_source,
+                                "call": call,
+                                "expose": expose,
+                                "entry": list(entry),
+                                "unpinned": list(unpinned),
+                            }
+                        ),
                         report=True,
                     )
                 )
@@ -209,11 +232,12 @@ class CodeReward:
         self._record(results, tests_passed, no_code, suspected_total)
         return scores
 
-    def _tests(self, row: int, test_cases, test, entry_point, test_list) -> list[tuple] | None:
-        """``[(test source, call, stdin, expected stdout, exposed names), ...]`` for one row (test source and call
-        None for stdin/stdout cases; stdin ``""`` and expected None for assert-style ones, whose exposed names are the
-        candidate's names the tests see: the entry point for HumanEval rows, None (all) for MBPP rows), or None when
-        its test column is None."""
+    def _tests(self, row: int, test_cases, test, entry_point, test_list, prompts=None) -> list[tuple] | None:
+        """``[(test source, call, stdin, expected stdout, exposed names, entry points), ...]`` for one row (test source
+        and call None for stdin/stdout cases; stdin ``""`` and expected None for assert-style ones, whose exposed
+        names are the candidate's names the tests see: the entry point for HumanEval rows, None (all) for MBPP rows;
+        the entry points are the tested functions, which keep their name even when a builtin has it and which the
+        prompt never pins), or None when its test column is None."""
         where = f"'{self.__name__}' reward, completion {row}"
         if test_cases is not None and test_cases[row] is not None:
             cases = test_cases[row]
@@ -225,14 +249,22 @@ class CodeReward:
             cases = validate_test_cases(cases, where)
             if not cases["inputs"]:
                 raise DataFormatError(f"{where}: key 'test_cases': has no test cases (empty 'inputs')")
-            return [(None, None, i, o, None) for i, o in zip(cases["inputs"], cases["outputs"])]
+            return [(None, None, i, o, None, ()) for i, o in zip(cases["inputs"], cases["outputs"])]
         if test is not None and test[row] is not None:
             if not isinstance(test[row], str) or not isinstance(entry_point[row], str) or not entry_point[row]:
                 raise DataFormatError(
                     f"{where}: keys 'test'/'entry_point': expected strings, got "
                     f"{type(test[row]).__name__}/{type(entry_point[row]).__name__}"
                 )
-            return [(test[row], f"check({entry_point[row]})", "", None, [entry_point[row]])]
+            # LeetCode rows name a method: ``Solution().twoSum``; the tests see the class.
+            head = _ENTRY_HEAD.match(entry_point[row])
+            if head is None:
+                raise DataFormatError(
+                    f"{where}: key 'entry_point': expected a function name (or Class().method), "
+                    f"got {entry_point[row]!r}"
+                )
+            name = head.group(0)
+            return [(test[row], f"check({entry_point[row]})", "", None, [name], (name,))]
         if test_list is not None and test_list[row] is not None:
             asserts = test_list[row]
             if not isinstance(asserts, list) or not asserts or not all(isinstance(a, str) for a in asserts):
@@ -240,8 +272,27 @@ class CodeReward:
                     f"{where}: key 'test_list': expected a non-empty list of assert statements "
                     f"(str), got {asserts!r:.200}"
                 )
-            return [("", a, "", None, None) for a in asserts]
+            given = entry_point[row] if entry_point is not None and entry_point[row] else None
+            entry = (given,) if isinstance(given, str) else entry_points(asserts)
+            if len(entry) > 1 and prompts is not None:
+                # `assert close(add(0.1, 0.2), 0.3)`: both are called in every assert, but `close` is a helper the
+                # prompt gives in full, so `add` is the tested function. A prompt that shows the tested function
+                # itself (a repair task) defines every candidate: then all stay entry points.
+                helpers = _defined(pinned_prelude(prompts[row], ()))
+                entry = tuple(name for name in entry if name not in helpers) or entry
+            return [("", a, "", None, None, entry) for a in asserts]
         return None
+
+    def _setup(self, row: int, test_setup_code) -> str:
+        """MBPP's ``test_setup_code`` of the row (run after the candidate's code, in its process), or ``""``."""
+        if test_setup_code is None or test_setup_code[row] is None:
+            return ""
+        if not isinstance(test_setup_code[row], str):
+            raise DataFormatError(
+                f"'{self.__name__}' reward, completion {row}: key 'test_setup_code': expected a string of Python, "
+                f"got {type(test_setup_code[row]).__name__}"
+            )
+        return test_setup_code[row].replace("\r\n", "\n")
 
     def _verdict(
         self, index: int, expected: str | None, result: RunResult, nonce: str | None

@@ -1,4 +1,5 @@
-"""Correct programs in ordinary styles (tests/helpers/correct_programs.py) score 1.0 with no suspected hack, on
+"""Correct programs in ordinary styles (tests/helpers/correct_programs.py, and tests/helpers/correct_styles.py for the
+styles round 3 found scoring 0) score 1.0 with no suspected hack, on
 HumanEval, MBPP and stdin/stdout rows, with the namespaces sandbox and the rlimits fallback; the styles that cannot
 be judged safely are refused with their reason."""
 
@@ -7,7 +8,11 @@ import pytest
 from hf_grpo.rewards.code import CodeReward
 from hf_grpo.rewards.code.reward import HARNESS_PRELOAD, PACKAGES
 from hf_grpo.sandbox import LocalExecutor
-from tests.helpers.correct_programs import HUMANEVAL, MBPP, STDIN
+from tests.helpers import correct_programs, correct_styles
+from tests.helpers.correct_programs import STDIN
+
+HUMANEVAL = correct_programs.HUMANEVAL + correct_styles.HUMANEVAL
+MBPP = correct_programs.MBPP + correct_styles.MBPP
 
 MODES = ["namespaces", "rlimits"]
 
@@ -93,8 +98,8 @@ def test_a_crash_after_correct_output_still_fails(reward):
 
 
 def test_prompt_helpers_come_from_the_datasets_messages_only():
-    """Pinned code runs in the tests' process: an assistant turn of a conversational prompt (maybe the policy's own
-    words) is never a source of it; system and user messages are."""
+    """Pinned code answers the tests (from its own process): an assistant turn of a conversational prompt (maybe the
+    policy's own words) is never a source of it; system and user messages are."""
     from hf_grpo.rewards.code.prompt import pinned_prelude
 
     helper = "```python\ndef close(x, y):\n    return abs(x - y) < 1e-9\n```"

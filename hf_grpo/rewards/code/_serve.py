@@ -1,0 +1,224 @@
+"""The candidate's side of an assert-style run: load its code, answer the tests' requests. Standard library only.
+
+Preloaded into the sandbox zygote as ``_hf_grpo_serve`` (after ``_wire.py``); ``_harness.py`` forks a process that
+calls :func:`serve` for the candidate's code (and, when the prompt gives code of its own, another for that code).
+Nothing here is trusted by the tests' process: whatever this process sends is parsed as data by ``_wire.decode``,
+and the verdict never depends on it telling the truth. It tries to be faithful so that honest programs pass:
+
+* the code runs as a real module ``solution`` (in ``sys.modules``: ``dataclasses`` with ``from __future__ import
+  annotations`` and ``sys.modules[__name__]`` need that), the prompt's pinned code first, the row's
+  ``test_setup_code`` last (MBPP: the setup builds its objects with the candidate's classes);
+* a request's prints go back with its answer, so the tests' ``redirect_stdout`` sees them;
+* arguments the call mutated go back too, so the tests see the mutation (or its absence) on their own objects;
+* an exception goes back with its type names and its arguments, unchanged (the message a test checks);
+* a callable or iterator of the tests (``key=lambda``) is called back across the pipes when the candidate uses it;
+* a coroutine is run to its end here when the tests await it.
+
+Patching builtins cannot change the verdict (the tests use their own process's); patches are undone after each
+request so this file keeps working, and reported as a hint for the logs.
+"""
+
+import asyncio  # loaded in the zygote: under the rlimits fallback a run's uid may not read the stdlib's files
+import builtins
+import io
+import sys
+import traceback
+import types
+
+import _hf_grpo_wire as wire
+
+
+def _kinds(error):
+    return [c.__name__ for c in type(error).__mro__ if type(c.__name__) is str]
+
+
+class Remote:
+    """A callable or iterator of the tests, used by the candidate: each use is a request back to the tests' process,
+    answered while this process keeps serving the tests' nested requests."""
+
+    def __init__(self, server, tag, index):
+        self._server, self._tag, self._index = server, tag, index
+
+    def __call__(self, *args, **kwargs):
+        return self._server.callback("call", self, (args, kwargs))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._server.callback("next", self, None)
+
+
+class Server:
+    originals = True  # references resolve to this process's own objects (see wire.decode)
+
+    def __init__(self, rfd, wfd, namespace):
+        self.rfd, self.wfd, self.namespace = rfd, wfd, namespace
+        self.objects, self.ids = [], {}
+        self.table = vars(builtins)
+        self.saved = dict(self.table)
+
+    # -- references (wire.decode / wire.encode) --
+    def H(self, index):
+        return self.objects[index]
+
+    def N(self, name):
+        return self.namespace[name]
+
+    def CB(self, index):
+        return Remote(self, "CB", index)
+
+    def IT(self, index):
+        return Remote(self, "IT", index)
+
+    def CO(self, value):
+        return value
+
+    def odd(self):
+        pass
+
+    def ref_of(self, value):
+        if type(value) is Remote:
+            return f"{value._tag}({value._index})"
+        index = self.ids.get(id(value))
+        if index is None:  # one handle per object (the list keeps it alive, so its id stays its own)
+            index = self.ids[id(value)] = len(self.objects)
+            self.objects.append(value)
+        return f"H({index})"
+
+    def encode(self, value):
+        return wire.encode(value, self.ref_of)
+
+    def tampered(self):
+        patched = [k for k, v in self.saved.items() if self.table.get(k) is not v]
+        self.table.update(self.saved)
+        return bool(patched)
+
+    # -- the loop --
+    def serve(self, nested=False):
+        """Answer requests until the pipe closes, or (``nested``) until the tests answer our callback."""
+        while True:
+            message = wire.recv(self.rfd)
+            if message is None:
+                if nested:
+                    raise SystemExit(0)
+                return None
+            head, first, second = wire.decode(message, self)
+            if head == "cbret" and nested:
+                return first
+            if head == "cberr" and nested:
+                kind = next((wire.BUILTINS.get(n) for n in first if n in wire.BUILTINS), RuntimeError)
+                raise kind(*second) if isinstance(kind, type) and issubclass(kind, BaseException) else RuntimeError()
+            wire.send(self.wfd, self.answer(head, first, second))
+
+    def callback(self, op, remote, payload):
+        wire.send(self.wfd, f"('cb',{op!r},{remote._index},{self.encode(payload)})")
+        return self.serve(nested=True)
+
+    def answer(self, op, ref, payload):
+        out, err = io.StringIO(), io.StringIO()
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = out, err
+        before = after = None
+        try:
+            target = self.namespace[ref] if type(ref) is str else ref
+            if op == "call":
+                before = self.encode(payload)
+                args, kwargs = payload
+                result = target(*args, **kwargs)
+            elif op == "get":
+                result = target
+            elif op == "getattr":
+                result = getattr(target, payload)
+            elif op == "iter":
+                result = iter(target)
+            elif op == "next":
+                result = next(target)
+            elif op == "len":
+                result = len(target)
+            elif op == "getitem":
+                result = target[payload]
+            elif op == "contains":
+                result = payload in target
+            elif op == "str":
+                result = str(target)
+            elif op == "repr":
+                result = repr(target)
+            elif op == "isinstance":
+                result = isinstance(payload, target)
+            elif op == "await":
+                loop = asyncio.new_event_loop()
+                try:
+                    result = loop.run_until_complete(target)
+                finally:
+                    loop.close()
+            else:
+                raise ValueError(f"unknown request {op!r}")
+            value = self.encode(result)
+            kind, body = "ok", value
+        except Exception as error:  # noqa: BLE001 - the candidate raised: the tests get the same type and arguments
+            try:
+                arguments = self.encode(error.args)
+            except (TypeError, ValueError):
+                arguments = repr((str(error)[:2000],))
+            kind, body = "raise", repr(_kinds(error)) + "," + arguments
+        finally:
+            sys.stdout, sys.stderr = saved
+        if before is not None:
+            try:
+                now = self.encode(payload)
+                after = now if now != before else None
+            except (TypeError, ValueError):
+                after = None
+        patched = self.tampered()
+        return f"({kind!r},{body},{patched!r},{out.getvalue()!r},{err.getvalue()!r},{after or 'None'})"
+
+
+def _exception_classes(namespace):
+    return {
+        name: [c.__name__ for c in value.__mro__]
+        for name, value in namespace.items()
+        if isinstance(value, type) and issubclass(value, BaseException) and name.isidentifier()
+    }
+
+
+def serve(code, prelude, setup, rfd, wfd):
+    """Load ``prelude`` (the prompt's pinned code), ``code`` (the candidate's) and ``setup`` (the row's setup code)
+    as module ``solution``, say what it defines, then answer requests."""
+    module = types.ModuleType("solution")
+    module.__file__ = "solution.py"
+    sys.modules["solution"] = module
+    namespace = module.__dict__
+    namespace["__builtins__"] = builtins
+    server = Server(rfd, wfd, namespace)
+    setup_names = []
+    try:
+        if prelude:  # the prompt's helpers, as in "prompt + completion"; the candidate may use or redefine them
+            exec(compile(prelude, "prompt.py", "exec"), namespace)
+        if code:
+            exec(compile(code, "solution.py", "exec"), namespace)
+        if setup:
+            before = dict(namespace)
+            exec(compile(setup, "test_setup.py", "exec"), namespace)
+            setup_names = [k for k, v in namespace.items() if k not in before or before[k] is not v]
+    except BaseException as error:  # noqa: BLE001 - the code failed to load: say so, the tests will fail
+        patched = server.tampered()
+        traceback.print_exc()
+        wire.send(wfd, repr(("error", f"{type(error).__name__}: {error}"[:2000], patched)))
+        return
+    patched = server.tampered()  # first: the code below uses builtins
+    names, others = [], []
+    for key, value in namespace.items():
+        if type(key) is str and key.isidentifier() and not key.startswith("__"):
+            if callable(value):
+                names.append(key)
+            elif not isinstance(value, types.ModuleType):
+                others.append(key)
+    modules = {
+        k: v.__name__
+        for k, v in namespace.items()
+        if isinstance(v, types.ModuleType) and type(v.__name__) is str and type(k) is str and k.isidentifier()
+    }
+    exceptions = _exception_classes(namespace)
+    wire.send(wfd, repr(("ready", names, modules, patched, others, setup_names, exceptions)))
+    server.serve()
