@@ -10,10 +10,11 @@ Then every reward hack of tests/helpers/reward_hacks.py (a wrong solution that t
 HumanEval-style row, scored by the ``code`` reward's harness (tests in a separate process, see
 hf_grpo/rewards/code/_harness.py) and, as the peer, by a same-process harness (the candidate's code, the tests and
 ``check(add)`` in one program that passes when a nonce printed at its end appears: the previous design, and the usual
-one). Ends with
+one). Then every hack of tests/helpers/semantic_hacks.py (Python's own semantics at the harness's boundary) on its
+own row, scored by ours and by ours with that hack's one defence switched off. Ends with
 
     RESULT sandbox_table contained=<n>/<total> isolation=<namespaces|rlimits> hacks_held=<n>/<total>
-        same_process_held=<n>/<total>
+        same_process_held=<n>/<total> semantic_held=<n>/<total> defence_off_held=<n>/<total>
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from hf_grpo.sandbox import LocalExecutor  # noqa: E402
 from tests.helpers.hack_rows import same_process_scores, score_styles  # noqa: E402
 from tests.helpers.reward_hacks import HACKS, SIBLING  # noqa: E402
 from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret  # noqa: E402
+from tests.helpers.semantic_hacks import CASES, score, weakened  # noqa: E402
 
 TIMEOUT_S = 1.0
 
@@ -62,6 +64,7 @@ def main() -> None:
         contained += breach is None
         rows.append((attack.name, "yes" if breach is None else "NO", seconds, breach or ""))
     hacks = reward_hacks(reward)
+    semantic = semantic_hacks(reward)
     reward.close()
     print(
         f"isolation: {sandbox.isolation}, seccomp: {sandbox.seccomp}"
@@ -75,11 +78,18 @@ def main() -> None:
     print(f"\n{'reward hack':<{width}}  ours (score, suspected)  same-process harness")
     for name, (ours, suspected, peer) in hacks.items():
         print(f"{name:<{width}}  {ours:<5} {suspected:<18} {peer}")
+    width = max(len(name) for name in semantic)
+    print(f"\n{'semantic hack':<{width}}  ours (score, suspected/refused)  that defence off")
+    for name, (ours, details, off) in semantic.items():
+        print(f"{name:<{width}}  {ours:<5} {details:<26} {off}")
     held = sum(ours == 0.0 for ours, _, _ in hacks.values())
     peer_held = sum(peer == 0.0 for _, _, peer in hacks.values())
+    semantic_held = sum(ours == 0.0 for ours, _, _ in semantic.values())
+    off_held = sum(off == 0.0 for _, _, off in semantic.values())
     print(
         f"RESULT sandbox_table contained={contained}/{len(rows)} isolation={sandbox.isolation} "
-        f"hacks_held={held}/{len(hacks)} same_process_held={peer_held}/{len(hacks)}"
+        f"hacks_held={held}/{len(hacks)} same_process_held={peer_held}/{len(hacks)} "
+        f"semantic_held={semantic_held}/{len(semantic)} defence_off_held={off_held}/{len(semantic)}"
     )
 
 
@@ -98,6 +108,18 @@ def reward_hacks(reward: CodeReward) -> dict[str, tuple[float, int, float]]:
         )
         for i, name in enumerate(HACKS)
     }
+
+
+def semantic_hacks(reward: CodeReward) -> dict[str, tuple[float, str, float]]:
+    """{hack: (our score, suspected/refused in short, the score with that hack's defence switched off)}."""
+    out = {}
+    for name, case in CASES.items():
+        ours, details = score(reward, case, case.hack)
+        with weakened(reward, case):
+            off, _ = score(reward, case, case.hack)
+        note = f"{details.get('suspected_hacks', 0)}" + (" refused" if details.get("refused") else "")
+        out[name] = (ours, note, off)
+    return out
 
 
 if __name__ == "__main__":

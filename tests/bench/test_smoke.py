@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.semantic_hacks import CASES as SEMANTIC
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 # Modules the scripts import; they have no RESULT line of their own.
@@ -167,7 +169,12 @@ SMOKES = {
         expect=("passed=1", "total=1"),
     ),
     "sampling_filters.py": Smoke("sampling_filters", "--model {tiny} --prompts 1 --generations 2 --max_tokens 8", 22),
-    "sandbox_table.py": Smoke("sandbox_table", "", 8),
+    "sandbox_table.py": Smoke(
+        "sandbox_table",
+        "",
+        9,
+        expect=(f"semantic_held={len(SEMANTIC)}/{len(SEMANTIC)}", f"defence_off_held=0/{len(SEMANTIC)}"),
+    ),
     "transformers_paged.py": Smoke(
         "transformers_paged", "--model {tiny} --prompts 1 --n 2 --max-tokens 8 --repeats 1", 8
     ),

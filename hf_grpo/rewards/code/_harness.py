@@ -95,6 +95,10 @@ class Endpoint:
         if kind in (Handle, Proxy) and value._owner is self:
             return f"H({value._id})" if kind is Handle else f"N({value.__name__!r})"
         if kind in (Handle, Proxy):
+            self.refusals.append(
+                "the tests pass an object built by the prompt's code to the candidate, or back (they live in "
+                "separate processes)"
+            )
             raise TypeError("an object of the prompt's process cannot reach the candidate's, or back")
         if callable(value) or hasattr(value, "__next__"):
             index = self.callback_ids.get(id(value))

@@ -5,18 +5,25 @@ Tests come from dataset columns, first match wins per row:
 * ``test_cases`` = ``{"inputs": [str], "outputs": [str]}`` (ColossalChat code rows): one run per case with the
   input on stdin; a case passes when its stdout matches (:func:`.extract.outputs_match`) and the run exited 0, or
   ended only by an ``EOFError`` from reading past its input.
-* ``test`` + ``entry_point`` (HumanEval): one run of ``check(<entry_point>)``; the tests see the entry point and the
-  helpers the row's prompt defines (``prompts``, pinned by :mod:`.prompt`), never the candidate's versions of those.
-* ``test_list`` = ``[assert statement, ...]`` (MBPP): one run per statement; the asserts see every top-level
-  callable of the candidate and the modules it imported under their own names (``math``, ``np``).
+* ``test`` + ``entry_point`` (HumanEval): one run of ``check(<entry_point>)``; the tests see the entry point (a
+  LeetCode ``Solution().twoSum`` entry: the class) and the helpers the row's prompt defines (``prompts``, pinned by
+  :mod:`.prompt`), never the candidate's versions of those.
+* ``test_list`` = ``[assert statement, ...]`` (MBPP), with ``test_setup_code`` when the row has one: one run per
+  statement; the asserts see every top-level callable of the candidate, stdlib modules they use as ``module.attr``,
+  the prompt's helpers and the names the setup code defines (run after the candidate's code, as MBPP does). The
+  entry points (the functions the asserts test: an ``entry_point`` column, else the names every assert calls) keep
+  their names even when a builtin has them and are never taken from the prompt.
 
-Assert-style rows run under a harness (``_harness.py``): the candidate's code runs in a child process and the tests
-in its parent, which calls the candidate's functions over pipes, receives data back, imports nothing the candidate
-could have written, and alone holds the tests, the nonce and the report channel its ``PASS``/``FAIL`` goes out on.
-Frame walking, ``gc``, always-equal objects, patched builtins or test functions, planted modules, redefined prompt
-helpers and an early ``exit(0)`` cannot produce a pass; the detectable ones are counted as ``suspected_hacks`` (see
-``docs/sandbox.md``), in total in ``last_stats`` and per completion in ``last_details``, where a style the harness
-refuses to judge (e.g. two of the candidate's objects compared) is named under ``refused``.
+Assert-style rows run under a harness (``_harness.py``, ``_serve.py``, ``_wire.py``): the candidate's code runs in a
+child process (the prompt's own code in another) and the tests in their parent, which calls the candidate's
+functions over pipes, compares only values Python's built-in types define, asks the owning process for everything
+else (methods, ``str``, ``isinstance``, awaiting, what a call printed, raised or did to its arguments), imports
+nothing the candidate could have written, and alone holds the tests, the nonce and the report channel its
+``PASS``/``FAIL`` goes out on. Frame walking, ``gc``, always-equal objects, patched builtins or test functions,
+planted modules, redefined prompt helpers, names that stand in for modules or builtins and an early ``exit(0)``
+cannot produce a pass; the detectable ones are counted as ``suspected_hacks`` (see ``docs/sandbox.md``), in total in
+``last_stats`` and per completion in ``last_details``, where a style the harness refuses to judge (e.g. two of the
+candidate's objects compared) is named under ``refused``.
 
 The score is the fraction of passing tests, or with ``all_or_nothing`` 1.0/0.0. A completion without a program
 scores 0.0; a row whose test column is None scores None (not applicable). Every run of a batch goes to the executor
