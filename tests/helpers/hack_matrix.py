@@ -18,6 +18,7 @@ from hf_grpo.rewards.code.reward import HARNESS_PRELOAD, PACKAGES
 from hf_grpo.sandbox import Job, LocalExecutor
 from tests.helpers.hack_rows import score_styles
 from tests.helpers.reward_hacks import HACKS, MAIN, RIGHT, SIBLING
+from tests.helpers.semantic_hacks import CASES, score
 
 NAMES = list(HACKS)
 PROGRAMS = [SIBLING] + [HACKS[name] for name in NAMES] + [RIGHT + MAIN]
@@ -32,10 +33,15 @@ def reward_for(namespaces: bool) -> CodeReward:
 
 def scored(namespaces: bool) -> dict:
     """{style: [(score, details)] for the sibling, each hack in NAMES order, and the right solution},
-    plus ``isolation`` and the zygote's ``warnings``."""
+    ``semantic``: {case: (the hack's score, the right program's score)} for tests/helpers/semantic_hacks.py, plus
+    ``isolation`` and the zygote's ``warnings``."""
     reward = reward_for(namespaces)
     try:
         out = score_styles(reward, PROGRAMS)
+        out["semantic"] = {
+            name: (score(reward, case, case.hack)[0], score(reward, case, case.right)[0])
+            for name, case in CASES.items()
+        }
         (sandbox,) = reward.executor.sandboxes
         out["isolation"], out["warnings"] = sandbox.isolation, sandbox.warnings
         return out

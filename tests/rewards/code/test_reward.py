@@ -160,6 +160,22 @@ def test_malformed_assert_list(code):
         code([fenced(DOUBLE)], test_list=["assert True"])
 
 
+def test_malformed_setup_code_and_entry_point_name_the_row_and_key(code):
+    with pytest.raises(DataFormatError, match="completion 0: key 'test_setup_code': expected a string of Python"):
+        code([fenced(DOUBLE)], test_list=[["assert True"]], test_setup_code=[["x = 1"]])
+    with pytest.raises(DataFormatError, match="completion 0: key 'entry_point': expected a function name"):
+        code([fenced(DOUBLE)], test=["def check(c): pass"], entry_point=["().f"])
+
+
+def test_setup_code_runs_after_the_program_and_its_names_reach_the_asserts(code):
+    """MBPP's test_setup_code builds its objects with the candidate's classes; the asserts see the setup's names."""
+    program = "class Box:\n    def __init__(self, v):\n        self.v = v\n\ndef unbox(b):\n    return b.v\n"
+    scores = code(
+        [fenced(program)] * 2, test_list=[["assert unbox(box) == 3"]] * 2, test_setup_code=["box = Box(3)", ""]
+    )
+    assert scores == [1.0, 0.0]
+
+
 # ---- registry and the TRL contract ------------------------------------------------------------------------------
 def test_builtin_and_configured_instances_follow_the_reward_contract():
     assert load_reward_function("code") is BUILTIN_REWARDS["code"]

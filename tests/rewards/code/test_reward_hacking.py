@@ -80,6 +80,15 @@ def test_every_hack_scores_zero(matrix, trainer, mode, style):
 
 
 @pytest.mark.parametrize("trainer,mode", [(t, m) for t in ("root", "non-root") for m in ("namespaces", "rlimits")])
+def test_every_semantic_hack_scores_zero(matrix, trainer, mode):
+    """tests/helpers/semantic_hacks.py (Python's semantics at the harness's boundary) as root and as a non-root
+    trainer: each hack 0, its right program 1 on the same row."""
+    cell = _cell(matrix, trainer, mode)
+    wrong = {name: scores for name, scores in cell["semantic"].items() if tuple(scores) != (0.0, 1.0)}
+    assert not wrong, f"{trainer}/{mode}: (hack, right program) scores: {wrong}"
+
+
+@pytest.mark.parametrize("trainer,mode", [(t, m) for t in ("root", "non-root") for m in ("namespaces", "rlimits")])
 def test_suspected_hacks_are_counted_for_logging(matrix, trainer, mode):
     cell = _cell(matrix, trainer, mode)
     for style in ("humaneval", "mbpp"):
