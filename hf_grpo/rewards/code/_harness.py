@@ -121,7 +121,7 @@ class Endpoint:
 
     # -- requests --
     def request(self, op, ref, payload):
-        wire.send(self.wfd, f"({op!r},{self.encode(ref)},{self.encode(payload)})")
+        wire.send(self.wfd, f"({op!r},{self.encode(ref)})\n{self.encode(payload)}")
         reply = self.answer()
         if reply[0] == "raise":
             raise self._exception(op, reply[1], reply[2])
@@ -159,14 +159,14 @@ class Endpoint:
                 result = target(*payload[0], **payload[1])
             else:
                 result = next(target)
-            reply = f"('cbret',{self.encode(result)},None)"
+            reply = f"('cbret',None)\n{self.encode(result)}"
         except Exception as error:  # noqa: BLE001 - the tests' callable raised: the candidate sees it raised
             names = [c.__name__ for c in type(error).__mro__]
             try:
                 arguments = self.encode(error.args)
             except (TypeError, ValueError):
                 arguments = repr((str(error),))
-            reply = f"('cberr',{names!r},{arguments})"
+            reply = f"('cberr',{names!r})\n{arguments}"
         wire.send(self.wfd, reply)
 
     def _exception(self, op, names, arguments):
@@ -355,18 +355,6 @@ def _global_names(code):
     return names
 
 
-def _module_names(sources):
-    """Names the tests use as ``name.attribute`` (``math.isclose``): where a module is meant."""
-    import ast  # noqa: PLC0415 - loaded by _wire already
-
-    found = set()
-    for source in sources:
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                found.add(node.value.id)
-    return found
-
-
 def _trusted_module(name):
     """The module the tests mean by ``name`` (a stdlib module, numpy, or ``np``), imported here; else None."""
     module = ALIASES.get(name, name)
@@ -489,7 +477,8 @@ def run(code, prelude="", setup=""):
         test = compile(spec["test"], "test.py", "exec")
         call = compile(spec["call"], "test_call.py", "exec")
         used = _global_names(test) | _global_names(call)
-        scope = build_scope(candidate, prompt, spec, used, _module_names((spec["test"], spec["call"])))
+        as_modules = {name for name in spec.get("modules") or () if type(name) is str}
+        scope = build_scope(candidate, prompt, spec, used, as_modules)
         exec(test, scope)
         exec(call, scope)
         verdict = "PASS"

@@ -18,7 +18,6 @@ Patching builtins cannot change the verdict (the tests use their own process's);
 request so this file keeps working, and reported as a hint for the logs.
 """
 
-import asyncio  # loaded in the zygote: under the rlimits fallback a run's uid may not read the stdlib's files
 import builtins
 import io
 import sys
@@ -103,19 +102,23 @@ class Server:
                 if nested:
                     raise SystemExit(0)
                 return None
-            head, first, second = wire.decode(message, self)
+            # `(op, ref)`, a newline, then the payload (encoded values never hold a raw newline): the payload's text
+            # as sent is kept, to tell whether a call changed its arguments.
+            head, _, body = message.partition("\n")
+            head, first = wire.decode(head, self)
+            second = wire.decode(body, self)
             if head == "cbret" and nested:
-                return first
+                return second
             if head == "cberr" and nested:
                 kind = next((wire.BUILTINS.get(n) for n in first if n in wire.BUILTINS), RuntimeError)
                 raise kind(*second) if isinstance(kind, type) and issubclass(kind, BaseException) else RuntimeError()
-            wire.send(self.wfd, self.answer(head, first, second))
+            wire.send(self.wfd, self.answer(head, first, second, body))
 
     def callback(self, op, remote, payload):
         wire.send(self.wfd, f"('cb',{op!r},{remote._index},{self.encode(payload)})")
         return self.serve(nested=True)
 
-    def answer(self, op, ref, payload):
+    def answer(self, op, ref, payload, sent):
         out, err = io.StringIO(), io.StringIO()
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = out, err
@@ -123,7 +126,7 @@ class Server:
         try:
             target = self.namespace[ref] if type(ref) is str else ref
             if op == "call":
-                before = self.encode(payload)
+                before = sent
                 args, kwargs = payload
                 result = target(*args, **kwargs)
             elif op == "get":
@@ -147,6 +150,9 @@ class Server:
             elif op == "isinstance":
                 result = isinstance(payload, target)
             elif op == "await":
+                # Imported here, not in the zygote: asyncio (with ssl) makes every fork of the zygote ~15% slower.
+                import asyncio  # noqa: PLC0415
+
                 loop = asyncio.new_event_loop()
                 try:
                     result = loop.run_until_complete(target)

@@ -41,6 +41,7 @@ kept in ``last_stats`` for logging instead of being folded silently into the sco
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import logging
 import re
@@ -78,6 +79,22 @@ STAT_KEYS = (
     "no_code",
     "suspected_hacks",
 )
+
+
+@functools.lru_cache(maxsize=4096)  # one parse per row, not per completion
+def _module_names(test: str, call: str) -> list[str]:
+    """Names the tests use as ``name.attribute`` (``math.isclose``): where a module is meant. The harness binds the
+    ones that are stdlib modules (or numpy, ``np``) to its own imports, whatever the candidate bound to them."""
+    found = set()
+    for source in (test, call):
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue  # the harness reports the syntax error when it compiles the tests
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                found.add(node.value.id)
+    return sorted(found)
 
 
 def _defined(source: str) -> set[str]:
@@ -209,6 +226,7 @@ class CodeReward:
                                 "call": call,
                                 "expose": expose,
                                 "entry": list(entry),
+                                "modules": _module_names(test_source, call),
                                 "unpinned": list(unpinned),
                             }
                         ),
