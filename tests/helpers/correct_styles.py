@@ -32,6 +32,13 @@ HUMANEVAL: list[tuple[str, str, str, str, str]] = [
         LEETCODE_PROMPT + '        """Indices of the two numbers that add up to target."""\n',
     ),
     (
+        "HumanEval continuation: only the body",
+        "    return s == s[::-1]\n",
+        H + "    assert candidate('aba') is True\n    assert candidate('ab') is False\n",
+        "is_palindrome",
+        'def is_palindrome(s: str) -> bool:\n    """Whether s reads the same backwards."""\n',
+    ),
+    (
         "exception message checked",
         "def withdraw(balance, amount):\n    if amount > balance:\n        raise ValueError('insufficient funds')\n"
         "    return balance - amount\n",
@@ -43,6 +50,32 @@ HUMANEVAL: list[tuple[str, str, str, str, str]] = [
 ]
 
 MBPP: list[tuple[str, str, list[str]]] = [
+    # found by our own round-3 red team
+    (
+        "a context manager class",
+        "class Counter:\n    def __init__(self):\n        self.n = 0\n\n    def __enter__(self):\n"
+        "        self.n += 1\n        return self\n\n    def __exit__(self, *exc):\n        self.n += 10\n"
+        "        return False\n\ndef make():\n    return Counter()\n",
+        ["c = make()\nwith c as inside:\n    assert inside.n == 1\nassert c.n == 11"],
+    ),
+    (
+        "arithmetic between its own objects",
+        "from math import gcd\n\nclass Frac:\n    def __init__(self, n, d):\n        g = gcd(n, d)\n"
+        "        self.n, self.d = n // g, d // g\n\n    def __add__(self, other):\n"
+        "        return Frac(self.n * other.d + other.n * self.d, self.d * other.d)\n\n"
+        "    def __neg__(self):\n        return Frac(-self.n, self.d)\n\ndef half():\n    return Frac(1, 2)\n",
+        ["s = half() + Frac(1, 3)\nassert (s.n, s.d) == (5, 6)", "assert (-half()).n == -1"],
+    ),
+    (
+        "a million-element result",
+        "def squares(n):\n    return [i * i for i in range(n)]\n",
+        ["assert squares(10 ** 6)[-1] == 999998000001 and len(squares(10 ** 6)) == 10 ** 6"],
+    ),
+    (
+        "a NaN result checked with isnan",
+        "import math\n\ndef mean(xs):\n    return sum(xs) / len(xs) if xs else math.nan\n",
+        ["import math\nassert math.isnan(mean([]))", "assert mean([1, 3]) == 2"],
+    ),
     (
         "defaultdict(lambda: 0) result",
         "from collections import defaultdict\n\ndef tally(s):\n    d = defaultdict(lambda: 0)\n"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 WIRE = "import _hf_grpo_wire as _w\n"
 HARNESS = "import _hf_grpo_harness as _h\n"
 NO_ENTRY = HARNESS + "_b = _h.build_scope\n_h.build_scope = lambda c, p, s, u, m: _b(c, p, dict(s, entry=[]), u, m)\n"
+NO_JUDGES = HARNESS + "_b = _h.build_scope\n_h.build_scope = lambda c, p, s, u, m: _b(c, p, dict(s, judges=[]), u, m)\n"
 # The prompt's code executed in the tests' process, as the round-2 harness did.
 PROMPT_IN_TESTS = (
     HARNESS
@@ -94,6 +95,7 @@ CASES = {
         },
         "def close(x, y):\n    return True\n\ndef add(a, b):\n    return a - b\n",
         "def add(a, b):\n    return a + b\n",
+        NO_JUDGES,  # `close` also judges `add`'s result: the judges rule is a second layer, switched off with pinning
         trainer=("pin",),
     ),
     # 4: MBPP's test_setup_code dropped: `root` resolves to the candidate's
@@ -149,6 +151,20 @@ CASES = {
         "def sorted_copy(xs):\n    xs.sort()\n    return xs\n",
         "def sorted_copy(xs):\n    return sorted(xs)\n",
         HARNESS + "_h._sync = lambda old, new: None\n",
+    ),
+    # our round-3 red team: the function that judges the tested result, supplied by the candidate
+    "a judge the candidate defines": Case(
+        mbpp("area(r) of a circle", ["assert isclose(area(1), 3.14159, rel_tol=1e-3)"]),
+        "def isclose(*args, **kwargs):\n    return True\n\ndef area(r):\n    return 0.0\n",
+        "from math import isclose, pi\n\ndef area(r):\n    return pi * r * r\n",
+        NO_JUDGES,
+    ),
+    # our round-3 red team: NaN makes every comparison False, so a negated check passes
+    "NaN against a negated check": Case(
+        mbpp("mean(xs)", ["assert not abs(mean([1, 2, 3]) - 2) > 1e-9", "assert not abs(mean([2, 4]) - 3) > 1e-9"]),
+        "def mean(xs):\n    return float('nan')\n",
+        "def mean(xs):\n    return sum(xs) / len(xs)\n",
+        WIRE + "_w.CandidateNaN = float\n",
     ),
     # the design note: a user turn quoting an earlier attempt whose class body forges the verdict where it runs
     "quoted code in the prompt forges the verdict": Case(

@@ -64,7 +64,7 @@ class Endpoint:
         self.handles = {}
         self.callbacks, self.callback_ids = [], {}
         self.exceptions = {}
-        self.ready = ("", [], {}, False, [], [], {})
+        self.ready = ("", [], {}, False, [], [], {}, {})
 
     # -- references in what the other side sends --
     def H(self, index):
@@ -331,11 +331,56 @@ class Handle:
         self._compared(other)
         return self is not other
 
+    # Two of the candidate's objects ordered by its own __lt__ is the same as comparing them: refused.
+    __lt__ = __le__ = __gt__ = __ge__ = lambda self, other: self._compared(other) or False
+
     def __bool__(self):
         self._owner.suspected += 1
         return False
 
     __hash__ = object.__hash__
+
+    def __enter__(self):
+        return self._owner.request("enter", self, None)
+
+    def __exit__(self, *exc_info):  # the exception (if any) stays here: the candidate's __exit__ sees a clean exit
+        return self._owner.request("exit", self, None) is True
+
+
+def _forwarded(name):
+    """Arithmetic on the candidate's objects (``-frac``, ``Frac(1, 2) + Frac(1, 3)``) is computed by their class, in
+    their process; the result comes back like any value. Never with a value of the tests as the other operand: that
+    would show the candidate what it is compared against (``abs(f(x) - 0.75)`` with a ``__sub__`` that returns 0)."""
+
+    def operation(self, *other):
+        if other and not (type(other[0]) is Handle and other[0]._owner is self._owner):
+            self._owner.suspected += 1
+            return NotImplemented
+        return self._owner.request("operator", self, (name, *other))
+
+    operation.__name__ = name
+    return operation
+
+
+for _name in (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "matmul",
+    "and",
+    "or",
+    "xor",
+    "lshift",
+    "rshift",
+):
+    setattr(Handle, f"__{_name}__", _forwarded(f"__{_name}__"))
+    setattr(Handle, f"__r{_name}__", _forwarded(f"__r{_name}__"))
+for _name in ("neg", "pos", "abs", "invert", "int", "float", "index"):
+    setattr(Handle, f"__{_name}__", _forwarded(f"__{_name}__"))
 
 
 _libc = ctypes.CDLL(None, use_errno=True)  # loaded once, in the zygote
@@ -402,6 +447,22 @@ def build_scope(candidate, prompt, spec, used, as_modules):
     for name in ready[5]:  # the row's setup code ran last in the candidate's process: its names win
         if type(name) is str and name.isidentifier():
             scope[name] = candidate.request("get", name, None)
+    imports = ready[7] if type(ready[7]) is dict else {}
+    for name in spec.get("judges") or ():  # what judges the tested result is never the candidate's own code
+        binding = scope.get(name)
+        if type(binding) is not Proxy or binding._owner is not candidate:
+            continue
+        source = imports.get(name)
+        valid = type(source) is list and len(source) == 2 and all(type(part) is str for part in source)
+        found = _trusted_module(source[0]) if valid else None
+        if found is not None and hasattr(found, source[1]):
+            scope[name] = getattr(found, source[1])  # `from math import isclose`: the tests' own math.isclose
+        else:
+            scope.pop(name)
+            candidate.refusals.append(
+                f"the tests judge the tested function's result with {name!r}, which the candidate defines (its own "
+                f"code cannot judge itself)"
+            )
     for name in spec.get("unpinned") or ():
         if name in used and name not in entry:
             scope.pop(name, None)
@@ -454,10 +515,10 @@ def _start(code, prelude, setup):
 
 def _load(endpoint, what):
     endpoint.ready = endpoint.answer()
-    if endpoint.ready[-1] is True or (len(endpoint.ready) == 7 and endpoint.ready[3] is True):
+    if endpoint.ready[-1] is True or (len(endpoint.ready) == 8 and endpoint.ready[3] is True):
         endpoint.tamper_seen = True  # the code patched builtins while loading: counted once
         endpoint.suspected += 1
-    if endpoint.ready[0] != "ready" or len(endpoint.ready) != 7 or type(endpoint.ready[1]) is not list:
+    if endpoint.ready[0] != "ready" or len(endpoint.ready) != 8 or type(endpoint.ready[1]) is not list:
         raise RuntimeError(f"the {what} did not load: {endpoint.ready[1]}")
 
 

@@ -149,6 +149,15 @@ class Server:
                 result = repr(target)
             elif op == "isinstance":
                 result = isinstance(payload, target)
+            elif op == "operator":  # `frac + other`, `-frac`, `int(frac)`: the class's own dunder, as Python would
+                name, *other = payload
+                result = getattr(target, name)(*other) if name in wire.OPERATORS else None
+                if result is NotImplemented:
+                    raise TypeError(f"unsupported operand for {name}")
+            elif op == "enter":
+                result = target.__enter__()
+            elif op == "exit":
+                result = target.__exit__(None, None, None)
             elif op == "await":
                 # Imported here, not in the zygote: asyncio (with ssl) makes every fork of the zygote ~15% slower.
                 import asyncio  # noqa: PLC0415
@@ -226,5 +235,11 @@ def serve(code, prelude, setup, rfd, wfd):
         if isinstance(v, types.ModuleType) and type(v.__name__) is str and type(k) is str and k.isidentifier()
     }
     exceptions = _exception_classes(namespace)
-    wire.send(wfd, repr(("ready", names, modules, patched, others, setup_names, exceptions)))
+    imports = {}  # `from math import isclose`: where a top-level callable came from, if a module has it by that name
+    for key in names:
+        value = namespace[key]
+        module = getattr(value, "__module__", None)
+        if type(module) is str and getattr(sys.modules.get(module), getattr(value, "__name__", ""), None) is value:
+            imports[key] = [module, value.__name__]
+    wire.send(wfd, repr(("ready", names, modules, patched, others, setup_names, exceptions, imports)))
     server.serve()

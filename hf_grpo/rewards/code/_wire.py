@@ -33,6 +33,7 @@ import dataclasses
 import decimal
 import fractions
 import importlib
+import json
 import keyword
 import os
 import re
@@ -66,7 +67,16 @@ _BASES = {
 _VALUE_DUNDERS = frozenset(
     "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __len__ __iter__ __contains__ __getitem__".split()
 )
+# ``J``: a list of these crosses as JSON (``ast`` needs ~100x the memory of the text for a list of a million ints).
+_JSON_TYPES = (type(None), bool, int, float, str)
 _VIEWS = {type({}.keys()): "DK", type({}.values()): "DV", type({}.items()): "DI"}
+# Operators a handle forwards to the candidate's object (computed by its class, in its process).
+BINARY_OPERATORS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul")
+BINARY_OPERATORS += ("and", "or", "xor", "lshift", "rshift")
+UNARY_OPERATORS = ("neg", "pos", "abs", "invert", "int", "float", "index")
+OPERATORS = frozenset(
+    [f"__{r}{name}__" for name in BINARY_OPERATORS for r in ("", "r")] + [f"__{name}__" for name in UNARY_OPERATORS]
+)
 refusals = []  # why a received value refused an operation (the empty broadcast), read by the tests' process
 
 
@@ -176,6 +186,11 @@ def encode(value, ref_of, mirror_of=None, depth=0):
         except ValueError:  # an int past sys.int_max_str_digits: hex has no such cap
             return hex(value)
     if kind is list:
+        if len(value) >= 256 and all(type(v) in _JSON_TYPES for v in value):  # a big flat list: JSON parses fast
+            try:
+                return "J(" + repr(json.dumps(value, allow_nan=False)) + ")"
+            except ValueError:  # a NaN or an infinity: the literal form keeps them
+                pass
         return "[" + items(value) + "]"
     if kind is tuple:
         return tup(value)
@@ -309,6 +324,30 @@ class Record:
         return f"{type(self).__name__}({pairs})"
 
 
+def _refuse_nan(self, *args):
+    refusals.append(
+        "a NaN from the candidate was compared (every comparison with NaN is False, so `not abs(x - 2) > eps` "
+        "would pass); test it with math.isnan"
+    )
+    raise ValueError("a NaN from the candidate was compared")
+
+
+def _still_nan(self, *args):
+    return CandidateNaN("nan")
+
+
+class CandidateNaN(float):
+    """A NaN the candidate sent. Python makes every ordering and equality with it False, which turns a negated check
+    (``assert not abs(f(x) - 2) > 1e-9``) into a pass for a program that returns NaN. Here such a comparison raises
+    (and is refused with the reason); arithmetic keeps the mark; ``math.isnan``/``isclose`` see a plain NaN."""
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse_nan
+    __hash__ = float.__hash__
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _still_nan
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = _still_nan
+    __neg__ = __pos__ = __abs__ = _still_nan
+
+
 _classes = {}
 
 
@@ -425,6 +464,11 @@ def _call(name, args, refs, importer):
         return refs.CO(args[0])
     if name == "BI" and kinds == (str,) and args[0] in BUILTINS:
         return BUILTINS[args[0]]
+    if name == "J" and kinds == (str,):
+        value = json.loads(args[0], parse_constant=_no_constant)
+        if type(value) is not list:
+            raise ValueError("J holds a list")
+        return [_json_value(v) for v in value]
     if name == "FS" and kinds == (list,):
         return frozenset(args[0])
     if name == "BA" and kinds == (bytes,):
@@ -475,6 +519,17 @@ def _call(name, args, refs, importer):
     raise ValueError(f"not a data constructor: {name}{kinds}")
 
 
+def _no_constant(name):
+    raise ValueError(f"{name} in JSON")
+
+
+def _json_value(value):
+    """An element of a ``J`` list: only the flat types it was made from (a nested list or dict is refused)."""
+    if type(value) not in _JSON_TYPES:
+        raise ValueError("J holds only flat values")
+    return value
+
+
 def decode(text, refs, importer=None):
     """The value of a literal from the other side, building only data and references resolved by ``refs`` (``H``,
     ``N``, ``CB``, ``IT``, ``CO``; ``refs.odd()`` hears of a mirror whose class overrides comparison or iteration);
@@ -495,14 +550,15 @@ def decode(text, refs, importer=None):
                 return -operand if isinstance(node.op, ast.USub) else operand
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
             left, right = build(node.left), build(node.right)
+            left = float(left) if type(left) is CandidateNaN else left  # (nan+1j): a complex, not a marked float
             if type(left) in (int, float) and type(right) is complex:
                 return left + right if isinstance(node.op, ast.Add) else left - right
         if isinstance(node, ast.Name) and node.id in ("nan", "inf"):
-            return float(node.id)
+            return CandidateNaN("nan") if node.id == "nan" and not refs.originals else float(node.id)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
             try:
                 return _call(node.func.id, [build(a) for a in node.args], refs, importer)
-            except (TypeError, ArithmeticError, decimal.InvalidOperation, KeyError) as error:
+            except (TypeError, ArithmeticError, decimal.InvalidOperation, KeyError, json.JSONDecodeError) as error:
                 raise ValueError(f"bad {node.func.id}(...): {error}") from None
         if isinstance(node, ast.List):
             return [build(e) for e in node.elts]

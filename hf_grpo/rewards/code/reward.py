@@ -54,7 +54,7 @@ from ...data.schema import DataFormatError, validate_test_cases
 from ...sandbox import Job, Limits, LocalExecutor, RemoteExecutor, RunResult, make_nonce
 from ..extract import completion_text
 from .extract import extract_code, outputs_match
-from .prompt import entry_points, pinned_prelude, unpinned_definitions
+from .prompt import entry_points, judges, pinned_prelude, unpinned_definitions
 
 logger = logging.getLogger(__name__)
 _ENTRY_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -95,6 +95,22 @@ def _module_names(test: str, call: str) -> list[str]:
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 found.add(node.value.id)
     return sorted(found)
+
+
+def _continued(prompt: str, code: str) -> str:
+    """HumanEval's own format: the completion continues the prompt (the function's indented body). A program that does
+    not compile alone but does after the prompt is that continuation; anything else is taken as it is."""
+    try:
+        compile(code, "solution.py", "exec", dont_inherit=True)
+        return code
+    except (SyntaxError, ValueError):
+        pass
+    joined = prompt + code
+    try:
+        compile(joined, "solution.py", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return code
+    return joined
 
 
 def _defined(source: str) -> set[str]:
@@ -202,9 +218,12 @@ class CodeReward:
                 no_code += 1
                 plans.append([])
                 continue
+            if test is not None and test[row] is not None and prompts is not None and isinstance(prompts[row], str):
+                code = _continued(prompts[row], code)
             plan = []
             prelude = None
             setup = self._setup(row, test_setup_code) if test_list is not None else ""
+            asserts_of_row = [t[1] for t in tests if t[0] == ""]  # MBPP rows: each test is one assert
             for test_source, call, stdin, expected, expose, entry in tests:
                 plan.append((len(jobs), expected))
                 if expected is not None:
@@ -227,6 +246,7 @@ class CodeReward:
                                 "expose": expose,
                                 "entry": list(entry),
                                 "modules": _module_names(test_source, call),
+                                "judges": list(judges(asserts_of_row, entry)) if asserts_of_row else [],
                                 "unpinned": list(unpinned),
                             }
                         ),

