@@ -412,6 +412,12 @@ def main() -> None:
             _confine.drop_bounding_set()
             os.chown(config["base"], config["uid"], config["uid"])
             _confine.drop_root(config["uid"])
+            stdlib = os.path.dirname(os.__file__)
+            if not os.access(stdlib, os.R_OK | os.X_OK):  # a Python installed under a private home (/root/.pyenv)
+                warnings.append(
+                    f"uid {config['uid']} cannot read the Python install ({stdlib}): programs can import only the "
+                    f"modules loaded before it (asyncio, threading, pathlib and the rest of the standard library fail)"
+                )
         # Programs share our uid here and see the host's /proc: non-dumpable, our /proc/<pid>/{mem,fd} (the control
         # socket, our memory) need CAP_SYS_PTRACE. Runners and programs inherit it (a program may undo it for itself).
         _confine.prctl(_confine.PR_SET_DUMPABLE, 0)

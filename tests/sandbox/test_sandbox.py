@@ -134,6 +134,18 @@ def test_fallback_without_namespaces_still_runs_and_limits(caplog, secret):
     assert "weaker isolation" in caplog.text
 
 
+def test_fallback_warns_exactly_when_its_uid_cannot_read_the_python_install():
+    """As root, the rlimits fallback runs programs as another uid, which may not read a Python installed under a
+    private home (this machine's /root/.pyenv): then only the modules the zygote loaded import, and the sandbox says
+    so. The warning and the failing import of an unloaded stdlib package go together."""
+    executor = LocalExecutor(Limits(timeout_s=TIMEOUT_S), workers=1, namespaces=False)
+    (result,) = executor.run([Job("import email.message\nprint('imported')")])
+    (sandbox,) = executor.sandboxes
+    executor.close()
+    warned = any("cannot read the Python install" in warning for warning in sandbox.warnings)
+    assert warned == (result.stdout.strip() != "imported"), (sandbox.warnings, result.stderr[-300:])
+
+
 def test_a_dead_zygote_is_replaced_and_the_job_still_runs():
     executor = LocalExecutor(workers=1)
     executor.run([Job("pass")])
