@@ -27,6 +27,7 @@ candidate's source>, <the prompt's pinned code>, <the row's setup code>)``, star
 """
 
 import builtins
+import collections
 import ctypes
 import json
 import os
@@ -204,31 +205,33 @@ class Endpoint:
             self.exceptions[name] = type(name, (base,), {"__module__": "solution"})
 
 
-def _sync(old, new):
+def _sync(before, after):
     """Write what the candidate did to its copy of the arguments onto the tests' objects (Python's semantics for a
     function that mutates its argument, or must not)."""
-    for before, after in ((old, new),):
-        if type(before) is list and type(after) is list:
-            for i in range(min(len(before), len(after))):
-                before[i] = _merged(before[i], after[i])
-            del before[len(after) :]
-            before.extend(after[len(before) :])
-        elif isinstance(before, dict) and type(after) is type(before):
-            for key in [k for k in before if k not in after]:
-                del before[key]
-            for key, value in after.items():
-                before[key] = _merged(before[key], value) if key in before else value
-        elif type(before) in (set, bytearray) and type(after) is type(before):
-            before.clear() if type(before) is set else None
-            before.update(after) if type(before) is set else before.__setitem__(slice(None), after)
-        elif type(before) is tuple and type(after) is tuple and len(before) == len(after):
-            for a, b in zip(before, after):
-                _sync(a, b)
-        elif type(before).__name__ == "deque" and type(after) is type(before):
-            before.clear()
-            before.extend(after)
-        elif hasattr(before, "__array_ufunc__") and getattr(before, "shape", None) == getattr(after, "shape", 0):
-            before[...] = after
+    kind = type(before)
+    if kind is list and type(after) is list:
+        for i in range(min(len(before), len(after))):
+            before[i] = _merged(before[i], after[i])
+        del before[len(after) :]
+        before.extend(after[len(before) :])
+    elif isinstance(before, dict) and type(after) is kind:
+        for key in [k for k in before if k not in after]:
+            del before[key]
+        for key, value in after.items():
+            before[key] = _merged(before[key], value) if key in before else value
+    elif kind is set and type(after) is set:
+        before.clear()
+        before.update(after)
+    elif kind is collections.deque and type(after) is kind:
+        before.clear()
+        before.extend(after)
+    elif kind is bytearray and type(after) is kind:
+        before[:] = after
+    elif kind is tuple and type(after) is tuple and len(before) == len(after):
+        for a, b in zip(before, after):
+            _sync(a, b)
+    elif hasattr(before, "__array_ufunc__") and getattr(before, "shape", None) == getattr(after, "shape", 0):
+        before[...] = after
 
 
 def _merged(before, after):

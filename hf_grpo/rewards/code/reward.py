@@ -223,7 +223,6 @@ class CodeReward:
             plan = []
             prelude = None
             setup = self._setup(row, test_setup_code) if test_list is not None else ""
-            asserts_of_row = [t[1] for t in tests if t[0] == ""]  # MBPP rows: each test is one assert
             for test_source, call, stdin, expected, expose, entry in tests:
                 plan.append((len(jobs), expected))
                 if expected is not None:
@@ -232,6 +231,8 @@ class CodeReward:
                 if prelude is None:  # the prompt's helpers, pinned for the tests (see prompt.py)
                     prelude = pinned_prelude(prompts[row], entry) if prompts is not None else ""
                     unpinned = unpinned_definitions(prompts[row], entry) if prompts is not None else ()
+                    # MBPP rows: what the asserts call with the tested call as an argument (`isclose(area(1), ...)`)
+                    judged = list(judges(test_list[row], entry)) if test_source == "" else []
                 # The nonce and the tests reach the harness on stdin, after it has forked the candidate's process;
                 # its verdict comes back on the report channel, which only the tests' process holds.
                 nonces[len(jobs)] = make_nonce()
@@ -246,7 +247,7 @@ class CodeReward:
                                 "expose": expose,
                                 "entry": list(entry),
                                 "modules": _module_names(test_source, call),
-                                "judges": list(judges(asserts_of_row, entry)) if asserts_of_row else [],
+                                "judges": judged,
                                 "unpinned": list(unpinned),
                             }
                         ),
