@@ -60,7 +60,7 @@ from .learner.packing import single_row
 from .learner.ptx import PTXBatches
 from .learner.scoring import PolicyScorer
 from .models.lm_head import cast_lm_head_to_fp32
-from .models.loading import load_model, load_tokenizer, prepare_policy, resolve_model_path
+from .models.loading import load_model, load_processing_class, prepare_policy, resolve_model_path, text_tokenizer
 from .models.ref_sync import SyncRefModelCallback
 from .models.reference import prepare_reference_model
 from .reporting.callbacks import PlotCallback, RichProgressCallback, write_rollout_log
@@ -76,6 +76,7 @@ from .runtime.distributed import any_rank, warn_if_fsdp_falls_back, zero3_init_d
 from .runtime.host_memory import ReleaseHostMemory
 from .runtime.time_budget import TimeBudgetCallback
 from .trl_attributes import TRLAttributes
+from .vision.policy import check_backend, check_vision_policy, vision_encoder
 
 logger = logging.getLogger(__name__)
 
@@ -114,26 +115,31 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)
         dtype = args.policy_dtype(peft_config is not None or args.use_peft)
         self._model_id = model_id
-        if processing_class is None:
-            processing_class = load_tokenizer(model_id)
-        if processing_class.pad_token is None:
-            processing_class.pad_token = processing_class.eos_token
+        if processing_class is None:  # a processor for a vision-language model, as TRL loads it
+            processing_class = load_processing_class(model_id)
+        tokenizer = self.text_tokenizer = text_tokenizer(processing_class)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
         # Multi-turn rollouts (hf_grpo.agents): tools and environments, or TRL's rollout_func.
         self.agent = None
         if tools or args.tools or environment_factory is not None:
-            self.agent = AgentRollouts(processing_class, args, tools, environment_factory, model_positions(model))
+            self.agent = AgentRollouts(tokenizer, args, tools, environment_factory, model_positions(model))
         train_dataset = environment_dataset(train_dataset, environment_factory, args, self.agent)
+        # A vision-language policy's prompts go through its processor with their images (hf_grpo.vision).
+        vision = vision_encoder(model, processing_class, args)
         # Every row checked and over-long prompts dropped and counted, before the model loads (hf_grpo.data.checks).
         train_dataset, eval_dataset = prepare_datasets(
             train_dataset,
             eval_dataset,
-            processing_class,
+            tokenizer,
             args,
             model_positions(model),
             environment_factory,
             encode=self.agent.encode_prompt if self.agent is not None else None,
+            vision=vision,
         )
         model, peft_config = prepare_policy(model, args, peft_config, dtype, init_kwargs)
+        check_vision_policy(model, vision, args, (train_dataset, eval_dataset), self.agent or rollout_func)
         self.rollout_func = rollout_func
         with zero3_init_disabled(args):  # reward models load whole on every rank, never partitioned
             funcs, self.reward_processing_classes = reward_functions(reward_funcs, reward_processing_classes, args)
@@ -199,19 +205,20 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         self.add_callback(ReleaseHostMemory())  # freed host memory back to the OS after each step
         self.step_log = StepLog(args, self.accelerator, self.clock)
         self.generator = build_generator(
-            args, self.accelerator, self.model_wrapped, processing_class, resolve_model_path(model_id)
+            args, self.accelerator, self.model_wrapped, tokenizer, resolve_model_path(model_id)
         )
+        check_backend(self.generator, vision)
         multi_turn = multi_turn_rollouts(
             args.num_generations,
             self.agent,
             rollout_func,
             self.generator,
-            processing_class,
+            tokenizer,
             self.accelerator,
             policy,
             trainer=self,
         )
-        self.collector = RolloutCollector(self.generator, processing_class, self.reward_runner, args, multi_turn)
+        self.collector = RolloutCollector(self.generator, tokenizer, self.reward_runner, args, multi_turn, vision)
         self.pipeline = None
         if args.max_staleness is not None:
             sampler, rank = self._get_train_sampler(), self.accelerator.process_index
@@ -223,7 +230,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
                 self._refill,
                 lambda: self.state,
             )
-        self.ptx = PTXBatches(args, processing_class) if args.ptx_dataset else None
+        self.ptx = PTXBatches(args, tokenizer) if args.ptx_dataset else None
         self.loss_step = LossStep(args, self.accelerator, self.scorer, self.step_log.metrics, terms, self.ptx)
         self._buffer: list[dict] = []
         self._micro_step: int | None = None
@@ -344,6 +351,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             batch.sampling_logprobs,
             batch.completion_mask,
             batch.completion_prompt_ids,
+            batch.media,
         )
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
         # Zero-advantage completions have exactly zero gradient unless a KL, entropy or MoE term pulls on them.
@@ -360,7 +368,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         attn_implementation = self.accelerator.unwrap_model(self.model).config._attn_implementation
         micro, padding = collate_microbatches(
             parts,
-            self.processing_class.pad_token_id,
+            self.text_tokenizer.pad_token_id,
             args.max_tokens_per_microbatch,
             single_row(attn_implementation),
             args.pad_to_multiple_of,
@@ -450,10 +458,11 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         sets = checked_eval_sets(
             eval_dataset,
             self.eval_dataset,
-            self.processing_class,
+            self.text_tokenizer,
             self.args,
             self.accelerator.unwrap_model(self.model),
             self.agent.encode_prompt if self.agent is not None else None,
+            self.collector.vision,
         )
         if sets is None:
             return {}
@@ -461,13 +470,14 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             self.args,
             self.accelerator,
             self.generator,
-            self.processing_class,
+            self.text_tokenizer,
             self.eval_reward_runner,
             self.reward_runner,
             self.scorer,
             self.model_wrapped,
             self.collector.multi_turn,
             self.state,
+            self.collector.vision,
         )
         # With the pipeline running, the engine is taken for the whole evaluation (its generate calls wait).
         engine = self.pipeline.lock if self.pipeline is not None else contextlib.nullcontext()

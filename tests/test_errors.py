@@ -137,7 +137,10 @@ def api(tiny_llama_path, tmp_path):
             [{"prompt": user("a")}, {"prompt": [{"role": "bot", "content": "b"}]}],
             r"train_dataset\[1\]: key 'prompt\[0\].role': expected one of system, user, assistant, tool, got 'bot'",
         ),
-        ([{"prompt": user("a"), "images": ["x.png"]}], r"train_dataset\[0\]: key 'images': multimodal prompts"),
+        (
+            [{"prompt": user("a"), "images": ["x.png"]}],
+            r"train_dataset\[0\]: key 'images\[0\]': image file '.*x.png' does not",
+        ),
         ([{"question_text": "a"}], r"train_dataset\[0\]: row matches no known format: it has keys \['question_text'\]"),
         ([{"prompt": "  "}], r"train_dataset\[0\]: key 'prompt': the prompt is empty"),
     ],

@@ -105,17 +105,26 @@ def test_missing_train_dataset_is_trl_error_at_init(tiny_llama_path, tmp_path):
     [
         (
             {"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what?"}]}]},
-            r"train_dataset\[1\]: key 'prompt\[0\].content\[0\]': a 'image' content part; multimodal",
+            r"train_dataset\[1\]: key 'prompt\[0\].content\[0\]': a 'image' content part; images go in the row's "
+            r"'image' or 'images' column",
         ),
         (
             {"prompt": [{"role": "user", "content": "what?"}], "image": "x.png"},
-            r"train_dataset\[1\]: key 'image': multimodal",
+            r"train_dataset\[1\]: key 'image': image file '.*x.png' does not exist",
         ),
     ],
 )
 def test_images_fail_at_start_naming_row_and_key(tiny_llama_path, tmp_path, row, message):
     with pytest.raises(DataFormatError, match=message):
         DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], make_config(tmp_path), [rows(1)[0], row])
+
+
+def test_images_for_a_text_only_model_fail_at_start(tiny_llama_path, tmp_path):
+    from PIL import Image
+
+    image_rows = [{"prompt": [{"role": "user", "content": "what?"}], "image": Image.new("RGB", (8, 8))}] * 2
+    with pytest.raises(ValueError, match=r"train_dataset has the image column 'image', but the model "):
+        DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], make_config(tmp_path), image_rows)
 
 
 # ---- dataloader workers under spawn -------------------------------------------------------------------------------

@@ -55,7 +55,8 @@ class GRPOConfig(GenerationFields):
         default="smollm2-135m",
         metadata={
             "help": "Hub id, local path, or `smollm2-135m` for the embedded SmolLM2-135M-Instruct shipped with the "
-            "install. Ignored when a model object is passed to the trainer."
+            "install (`smolvlm-135m`: the same language model with a small random vision tower, docs/vlm.md). "
+            "Ignored when a model object is passed to the trainer."
         },
     )
     dtype: str = field(
@@ -75,6 +76,13 @@ class GRPOConfig(GenerationFields):
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
     lora_target_modules: list[str] | None = field(
         default=None, metadata={"help": "Module names to adapt; None adapts all linear layers except the output head."}
+    )
+    freeze_vision_tower: bool = field(
+        default=False,
+        metadata={
+            "help": "Vision-language models: no gradient to the vision tower's weights (the projector and the language "
+            "model still train). TRL's GRPOConfig has no such field. Under LoRA the adapter's target_modules decide."
+        },
     )
 
     # ---- data ---------------------------------------------------------------------------------------

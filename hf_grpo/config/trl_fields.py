@@ -348,8 +348,8 @@ class TRLFields(TrainingArguments):
     log_multimodal: bool = field(
         default=True,
         metadata={
-            "help": "TRL's: log images with completions. Accepted; hf_grpo trains on text only, so it has nothing to "
-            "log."
+            "help": "TRL's: log the prompts' images with completions. Accepted; hf_grpo logs completions with their "
+            "text only (images are not logged either way)."
         },
     )
     log_completions_hub_repo: str | None = field(

@@ -29,6 +29,7 @@ from typing import Any
 from datasets import Dataset
 
 from ..errors import InputError
+from ..vision.data import columns_with_images
 from .loading import load_prompt_dataset
 from .locations import row_locations
 from .prompts import filter_long_prompts
@@ -114,12 +115,29 @@ def prepare_dataset(
     limit: int | None,
     reason: str | None,
     encode: Callable[..., list[int]] | None = None,
+    vision=None,
 ) -> Dataset:
-    """One prompt source, validated and length-filtered (see the module docstring)."""
+    """One prompt source, validated and length-filtered (see the module docstring). ``vision``: a vision-language
+    policy's `VisionPrompts` (prompts measured with their images expanded); without one, image rows are refused."""
     validated = isinstance(source, Dataset) and row_locations(source) is not None
     dataset = source if validated else load_prompt_dataset(source, prompt_column=args.prompt_column, name=name)
-    dataset, _ = filter_long_prompts(dataset, tokenizer, limit, name=name, limit_reason=reason, encode=encode)
+    if vision is None:
+        refuse_images(columns_with_images(dataset), name)
+    measure = vision.prompt_length if vision is not None else None
+    dataset, _ = filter_long_prompts(
+        dataset, tokenizer, limit, name=name, limit_reason=reason, encode=encode, measure=measure
+    )
     return dataset
+
+
+def refuse_images(columns: list[str], name: str) -> None:
+    """A text-only policy given image rows: an error before anything loads (the images would never reach it)."""
+    if columns:
+        raise InputError(
+            f"{name} has the image column {columns[0]!r}, but the model is text-only: the images would never reach "
+            f"it. Train a vision-language model (e.g. Qwen2-VL, SmolVLM, Gemma 3), or drop the column to train on "
+            f"the text alone"
+        )
 
 
 def prepare_datasets(
@@ -130,18 +148,20 @@ def prepare_datasets(
     max_position_embeddings: int | None,
     environment_factory=None,
     encode: Callable[..., list[int]] | None = None,
+    vision=None,
 ):
-    """``(train_dataset, eval_dataset)`` validated and filtered; ``eval_dataset`` keeps its shape (one set or a dict
-    of named sets). Without an ``eval_dataset``, ``args.eval_datasets`` (named paths) is loaded. A missing
-    ``train_dataset`` is an error here, at construction (TRL's wording), unless an environment supplies the prompts."""
+    """``(train_dataset, eval_dataset)`` validated and filtered (``vision``: see `prepare_dataset`); ``eval_dataset``
+    keeps its shape (one set or a dict of named sets). Without an ``eval_dataset``, ``args.eval_datasets`` (named
+    paths) is loaded. A missing ``train_dataset`` is an error here, at construction (TRL's wording), unless an
+    environment supplies the prompts."""
     if train_dataset is None and environment_factory is None:  # KEEP: checking eval sets only (evaluate())
         raise InputError("`train_dataset` is required unless an `environment_factory` is provided.")
     limit, reason = prompt_token_limit(args, max_position_embeddings, tools=encode is not None)
 
     def prepare(source, name: str):
         if not is_streaming(source):
-            return prepare_dataset(source, tokenizer, args, name, limit, reason, encode)
-        checker = RowChecker(tokenizer, args, name, limit, reason, encode)
+            return prepare_dataset(source, tokenizer, args, name, limit, reason, encode, vision)
+        checker = RowChecker(tokenizer, args, name, limit, reason, encode, vision)
         if train_dataset is KEEP:  # evaluate(): checked as drawn
             return LazyEvalSet(source, checker)
         if name != "train_dataset":  # kept as given (TRL), wrapped when evaluate() draws it

@@ -85,7 +85,9 @@ def read_jsonl(
     ``file:line`` is appended to ``locations`` when given)."""
     name = os.fspath(path)
     counts: dict[str, int] = {}
-    rows, fmt = normalize_rows(iter_jsonl(name, counts), prompt_column, locations)
+    rows, fmt = normalize_rows(
+        iter_jsonl(name, counts), prompt_column, locations, os.path.dirname(os.path.abspath(name))
+    )
     blank = counts.get("blank", 0)
     if blank:
         logger.debug("%s: skipped %d blank line(s)", name, blank)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import datasets
 from datasets import Dataset, DatasetDict, IterableDataset, load_from_disk
 
 from .arithmetic import arithmetic_rows
@@ -167,11 +168,19 @@ def _to_dataset(rows: list[dict], desc: str) -> Dataset:
     for key, values in columns.items():
         values.extend(row.get(key) for row in rows)
     try:
-        return Dataset.from_dict(columns)
+        dataset = Dataset.from_dict(columns)
     except Exception as err:  # pyarrow type inference errors
         raise DataFormatError(
             f"{desc}: rows could not be stored as one dataset (a column's nested type differs between rows): {err}"
         ) from err
+    # Image columns (paths, image dicts or PIL images) stored as datasets' Image feature: rows then give PIL images,
+    # which is what TRL's reward functions receive as ``image``/``images``.
+    if "image" in dataset.column_names and not isinstance(dataset.features["image"], datasets.Image):
+        dataset = dataset.cast_column("image", datasets.Image())
+    images = dataset.features.get("images")
+    if images is not None and not isinstance(getattr(images, "feature", None), datasets.Image):
+        dataset = dataset.cast_column("images", datasets.List(datasets.Image()))
+    return dataset
 
 
 def load_prompt_dataset(

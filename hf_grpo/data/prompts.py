@@ -134,9 +134,11 @@ def filter_long_prompts(
     name: str = "dataset",
     limit_reason: str | None = None,
     encode: Callable[..., list[int]] | None = None,
+    measure: Callable[[dict], int] | None = None,
 ) -> tuple[Dataset, int]:
     """Drop rows whose encoded prompt (``encode``, default `encode_prompts`; an agent's encodes with the tool
-    descriptions and ``encode(prompt, tools=False)`` without them) is longer than ``max_prompt_length``.
+    descriptions and ``encode(prompt, tools=False)`` without them) is longer than ``max_prompt_length``. ``measure``
+    (a vision-language policy's `VisionPrompts.prompt_length`) gives a row's length instead, its images expanded.
 
     Returns ``(kept_dataset, n_dropped)``; the dataset is returned unchanged (same object) when nothing is
     dropped or ``max_prompt_length`` is None. Drops are logged as a WARNING naming the first dropped row where it came
@@ -153,8 +155,11 @@ def filter_long_prompts(
         return locations[i] if locations is not None else f"{name}[{i}]"
 
     prompts = dataset["prompt"]
-    ids = [encode(p) for p in prompts] if encode is not None else encode_prompts(tokenizer, prompts)
-    lengths = [len(x) for x in ids]
+    if measure is not None:
+        lengths = [measure(row) for row in dataset]
+    else:
+        ids = [encode(p) for p in prompts] if encode is not None else encode_prompts(tokenizer, prompts)
+        lengths = [len(x) for x in ids]
     empty = next((i for i, n in enumerate(lengths) if n == 0), None)
     if empty is not None:
         raise DataFormatError(f"{where(empty)}: the prompt encodes to 0 tokens; generation needs at least one")

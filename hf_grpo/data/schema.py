@@ -30,13 +30,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import InputError
+from ..vision.data import UNSUPPORTED_PARTS, ImageRowError, row_images, with_image_parts
 
 # ``tool`` turns (and assistant ``tool_calls``) appear in multi-turn prompts, e.g. few-shot tool-use demonstrations.
 ROLES = ("system", "user", "assistant", "tool")
-# TRL's vision-language columns: refused rather than silently ignored (the images would never reach the model).
-MULTIMODAL_COLUMNS = ("image", "images")
-# Content-part types of a vision-language message (``{"type": "image", ...}`` in a content list): refused the same way.
-MULTIMODAL_PARTS = ("image", "image_url", "input_image", "video", "audio", "input_audio")
+# Content-part types of a vision-language message (``{"type": "image", ...}`` in a content list): accepted (with the
+# image columns, `hf_grpo.vision.data`) for images; other media are refused rather than silently ignored.
+MULTIMODAL_PARTS = ("image", *UNSUPPORTED_PARTS)
 
 
 def format_help(prompt_column: str) -> str:
@@ -68,8 +68,10 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def validate_messages(value: Any, where: str, key: str) -> list[dict]:
-    """Return ``value`` as a list of message dicts (a single dict is wrapped), or raise DataFormatError."""
+def validate_messages(value: Any, where: str, key: str, typed: bool = False) -> list[dict]:
+    """Return ``value`` as a list of message dicts (a single dict is wrapped), or raise DataFormatError. ``typed``
+    (rows with images): a content may also be a list of ``{"type": "text", "text": str}`` and ``{"type": "image"}``
+    parts."""
     if isinstance(value, Mapping):
         value = [value]
     if not isinstance(value, list):
@@ -98,15 +100,29 @@ def validate_messages(value: Any, where: str, key: str) -> list[dict]:
             )
         parts = message["content"] if isinstance(message["content"], list) else []
         media = next(
-            (j for j, part in enumerate(parts) if isinstance(part, Mapping) and part.get("type") in MULTIMODAL_PARTS),
+            (
+                j
+                for j, part in enumerate(parts)
+                if isinstance(part, Mapping)
+                and part.get("type") in MULTIMODAL_PARTS
+                and not typed
+                or isinstance(part, Mapping)
+                and part.get("type") in UNSUPPORTED_PARTS
+            ),
             None,
         )
         if media is not None:
             raise DataFormatError(
-                f"{where}: key '{item}.content[{media}]': a {parts[media]['type']!r} content part; multimodal prompts "
-                f"are not supported (the policy is a text-only causal LM). Give the message string content"
+                f"{where}: key '{item}.content[{media}]': a {parts[media]['type']!r} content part; "
+                + (
+                    "images go in the row's 'image' or 'images' column, with {'type': 'image'} parts"
+                    if parts[media]["type"] in MULTIMODAL_PARTS[:1] + UNSUPPORTED_PARTS[:2]
+                    else "only text and images are supported"
+                )
             )
-        if not isinstance(message["content"], str):
+        if typed and isinstance(message["content"], list):
+            message["content"] = _typed_parts(message["content"], where, item)
+        elif not isinstance(message["content"], str):
             raise DataFormatError(f"{where}: key '{item}.content': expected str, got {_type_name(message['content'])}")
         if "tool_calls" in message and (message["role"] != "assistant" or not _valid_tool_calls(message["tool_calls"])):
             raise DataFormatError(
@@ -115,6 +131,22 @@ def validate_messages(value: Any, where: str, key: str) -> list[dict]:
             )
         messages.append(dict(message))
     return messages
+
+
+def _typed_parts(parts: list, where: str, item: str) -> list[dict]:
+    out = []
+    for j, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            out.append({"type": "text", "text": part["text"]})
+        elif kind == "image":
+            out.append(dict(part))
+        else:
+            raise DataFormatError(
+                f"{where}: key '{item}.content[{j}]': expected {{'type': 'text', 'text': str}} or {{'type': 'image'}}, "
+                f"got {_short(part)}"
+            )
+    return out
 
 
 def without_nulls(value: Any) -> Any:
@@ -139,8 +171,9 @@ def _valid_tool_calls(calls: Any) -> bool:
     )
 
 
-def validate_prompt(value: Any, where: str, key: str) -> str | list[dict]:
-    """A prompt is a non-empty string or a conversation (message dict or list of message dicts)."""
+def validate_prompt(value: Any, where: str, key: str, typed: bool = False) -> str | list[dict]:
+    """A prompt is a non-empty string or a conversation (message dict or list of message dicts); ``typed``: see
+    `validate_messages`."""
     if isinstance(value, str):
         if not value.strip():
             raise DataFormatError(
@@ -149,7 +182,7 @@ def validate_prompt(value: Any, where: str, key: str) -> str | list[dict]:
             )
         return value
     if isinstance(value, (list, Mapping)):
-        return validate_messages(value, where, key)
+        return validate_messages(value, where, key, typed)
     raise DataFormatError(
         f"{where}: key {key!r}: expected a string or a list of message dicts, got {_type_name(value)}"
     )
@@ -211,16 +244,18 @@ def detect_format(row: Mapping, prompt_column: str) -> str | None:
     return None
 
 
-def normalize_row(row: Any, where: str, prompt_column: str) -> tuple[str, dict]:
-    """Validate one input row and return ``(format, canonical_row)``."""
+def normalize_row(row: Any, where: str, prompt_column: str, base_dir: str | None = None) -> tuple[str, dict]:
+    """Validate one input row and return ``(format, canonical_row)``. A row with TRL's ``image``/``images`` column
+    gets its images checked and its prompt's image parts placed (`hf_grpo.vision.data`); ``base_dir``: the folder
+    relative image paths resolve against (a JSONL file's)."""
     if not isinstance(row, Mapping):
         raise DataFormatError(f"{where}: expected a JSON object (dict) per row, got {_type_name(row)}")
-    for key in MULTIMODAL_COLUMNS:
-        if key in row and row[key] is not None:
-            raise DataFormatError(
-                f"{where}: key {key!r}: multimodal prompts (images) are not supported; the policy "
-                f"is a text-only causal LM. Remove the column to train on the text alone"
-            )
+    try:
+        images = row_images(row, base_dir)
+    except ImageRowError as e:
+        raise DataFormatError(f"{where}: {e}") from None
+    if images is not None:
+        return _normalize_image_row(row, where, prompt_column, *images)
     fmt = detect_format(row, prompt_column)
     if fmt is None:
         hint = ""
@@ -263,7 +298,37 @@ def normalize_row(row: Any, where: str, prompt_column: str) -> tuple[str, dict]:
     return fmt, out
 
 
+def _normalize_image_row(row: Mapping, where: str, prompt_column: str, column: str, images: list) -> tuple[str, dict]:
+    """A generic row with images: its conversation with TRL's image parts, its image column with checked images."""
+    if prompt_column not in row:
+        raise DataFormatError(
+            f"{where}: a row with {column!r} needs its prompt in {prompt_column!r} (TRL's format for images); it has "
+            f"keys {sorted(row)}"
+        )
+    prompt = validate_prompt(row[prompt_column], where, prompt_column, typed=True)
+    if isinstance(prompt, str):
+        raise DataFormatError(
+            f"{where}: key {prompt_column!r}: a row with images needs a conversational prompt (a list of "
+            f"{{'role', 'content'}} messages) so the images have a place; got a plain string"
+        )
+    try:
+        prompt = with_image_parts(prompt, len(images))
+    except ImageRowError as e:
+        raise DataFormatError(f"{where}: key {prompt_column!r}: {e}") from None
+    if prompt_column != "prompt" and "prompt" in row:
+        raise DataFormatError(
+            f"{where}: key 'prompt': row has both 'prompt' and prompt_column={prompt_column!r}; rename one of them"
+        )
+    out = {"prompt": prompt, column: images[0] if column == "image" else images}
+    for key, value in row.items():
+        if key not in (prompt_column, column, "prompt") and key not in out:
+            out[key] = validate_gt_answer(value, where) if key == "gt_answer" else value
+    return "generic", out
+
+
 def _kind(value: Any) -> str:
+    if type(value).__module__.startswith("PIL."):  # PngImageFile, JpegImageFile, Image: one kind
+        return "image"
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, (int, float)):
@@ -272,7 +337,10 @@ def _kind(value: Any) -> str:
 
 
 def normalize_rows(
-    rows: Iterable[tuple[str, Any]], prompt_column: str, locations: list[str] | None = None
+    rows: Iterable[tuple[str, Any]],
+    prompt_column: str,
+    locations: list[str] | None = None,
+    base_dir: str | None = None,
 ) -> tuple[list[dict], str | None]:
     """Normalise ``(where, row)`` pairs; all rows must share one format, prompt kind and column types.
 
@@ -284,7 +352,7 @@ def normalize_rows(
     first: tuple[str, str, str] | None = None  # (where, format, prompt kind)
     column_kinds: dict[str, tuple[str, str]] = {}  # column -> (kind, where first seen)
     for where, row in rows:
-        fmt, canon = normalize_row(row, where, prompt_column)
+        fmt, canon = normalize_row(row, where, prompt_column, base_dir)
         kind = "chat" if isinstance(canon["prompt"], list) else "string"
         if first is None:
             first = (where, fmt, kind)

@@ -32,6 +32,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
+from ..vision.data import image_column
 from .prompts import encode_prompts, prompt_size
 from .schema import DataFormatError, normalize_row
 
@@ -87,9 +88,10 @@ class RowChecker:
         limit: int | None,
         reason: str | None,
         encode: Callable[..., list[int]] | None = None,
+        vision=None,
     ):
         self.tokenizer, self.prompt_column, self.name = tokenizer, args.prompt_column, name
-        self.limit, self.reason, self.encode = limit, reason, encode
+        self.limit, self.reason, self.encode, self.vision = limit, reason, encode, vision
         self.reset()
 
     def reset(self) -> None:
@@ -109,14 +111,21 @@ class RowChecker:
                 f"format; one source must use a single format"
             )
         self.seen += 1
-        ids = (
-            self.encode(row["prompt"])
-            if self.encode is not None
-            else encode_prompts(self.tokenizer, [row["prompt"]])[0]
-        )
-        if not ids:
+        if self.vision is not None:
+            length = self.vision.prompt_length(row)
+        else:
+            if image_column(row) is not None:
+                raise DataFormatError(
+                    f"{where}: key {image_column(row)!r}: the model is text-only, the images would never reach it"
+                )
+            length = len(
+                self.encode(row["prompt"])
+                if self.encode is not None
+                else encode_prompts(self.tokenizer, [row["prompt"]])[0]
+            )
+        if not length:
             raise DataFormatError(f"{where}: the prompt encodes to 0 tokens; generation needs at least one")
-        if self.limit is None or len(ids) <= self.limit:
+        if self.limit is None or length <= self.limit:
             return row
         self.dropped += 1
         if self.dropped == 1:
@@ -124,7 +133,7 @@ class RowChecker:
                 "%s: dropped %s, %s: longer than %d tokens (%s); further drops are counted",
                 self.name,
                 where,
-                prompt_size(row["prompt"], len(ids), self.encode),
+                prompt_size(row["prompt"], length, self.encode),
                 self.limit,
                 self.reason,
             )

@@ -109,11 +109,13 @@ def evaluate_rows(
     k: int = 1,
     multi_turn=None,
     on_chunk=None,
+    vision=None,
 ) -> EvalResult:
     """``multi_turn``: the trainer's agentic rollout hook (`hf_grpo.agents.multi_turn_rollouts`), so that a policy
     trained with tools is evaluated with the same tools; its completions are scored by their last assistant
-    message. ``on_chunk(rows, prompt_ids, result, completions)`` sees each generated chunk (single-turn;
-    e.g. the trainer's eval loss, `hf_grpo.evaluation.in_training`)."""
+    message. ``on_chunk(rows, prompt_ids, result, completions, media)`` sees each generated chunk (single-turn;
+    e.g. the trainer's eval loss, `hf_grpo.evaluation.in_training`). ``vision``: a vision-language policy's
+    `VisionPrompts`, which encodes each row's prompt with its images."""
     world = accelerator.num_processes if accelerator is not None else 1
     rank = accelerator.process_index if accelerator is not None else 0
     total = len(dataset) if max_rows is None else min(max_rows, len(dataset))
@@ -126,8 +128,12 @@ def evaluate_rows(
     for r in range(rounds):
         indices = mine[r * chunk : (r + 1) * chunk]
         rows = [dataset[i] for i in indices]
+        media = None
         if multi_turn is not None:
             result = multi_turn(generator, rows, sampling, r, n=k)
+        elif vision is not None:
+            prompt_ids, media = vision.encode(rows)
+            result = generator.generate(prompt_ids, k, sampling, media=media)
         else:
             prompt_ids = encode_prompts(tokenizer, [row["prompt"] for row in rows])
             result = generator.generate(prompt_ids, k, sampling)
@@ -141,7 +147,7 @@ def evaluate_rows(
                 tokenizer, [row for row in rows for _ in range(k)], result.completion_ids
             )
             if on_chunk is not None:
-                on_chunk(rows, prompt_ids, result, completions)
+                on_chunk(rows, prompt_ids, result, completions, media)
         scores = reward_runner(
             prompts=[row["prompt"] for row in rows for _ in range(k)],
             completions=completions,

@@ -116,10 +116,11 @@ def evaluate_heldout(trainer, dataset: Dataset) -> EvalResult:
     sampling = SamplingParams.from_config(trainer.args, greedy=True)
     return evaluate_rows(
         generator,
-        trainer.processing_class,
+        trainer.text_tokenizer,
         dataset,
         trainer.eval_reward_runner,
         sampling,
         trainer.accelerator,
         multi_turn=trainer.collector.multi_turn,
+        vision=trainer.collector.vision,
     )

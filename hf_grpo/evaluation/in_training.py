@@ -75,6 +75,7 @@ class EvalContext:
     policy: torch.nn.Module  # the wrapped policy (what a forward runs through)
     multi_turn: object  # the collector's multi-turn hook, or None
     trainer_state: object  # TrainerState, passed to the reward functions
+    vision: object = None  # the collector's VisionPrompts for a vision-language policy
 
 
 class EvalLoss:
@@ -85,7 +86,7 @@ class EvalLoss:
         self.total = torch.zeros(2, dtype=torch.float64)  # [loss x completions, completions]
 
     @torch.no_grad()
-    def __call__(self, rows, prompt_ids, result, completions) -> None:
+    def __call__(self, rows, prompt_ids, result, completions, media=None) -> None:
         ctx, args, k = self.ctx, self.ctx.args, self.k
         runner = ctx.train_rewards
         per_func = runner(
@@ -102,7 +103,13 @@ class EvalLoss:
             rewards, k, estimator, args.advantage_eps, valid=~per_func.isnan().all(-1)
         )  # [n*k]
         samples = build_samples(
-            prompt_ids, result.completion_ids, result.finished, advantages, k, args.mask_truncated_completions
+            prompt_ids,
+            result.completion_ids,
+            result.finished,
+            advantages,
+            k,
+            args.mask_truncated_completions,
+            media=media,
         )
         batch = collate(samples, ctx.tokenizer.pad_token_id)
         inputs = ctx.scorer.model_inputs(batch)
@@ -132,10 +139,11 @@ def eval_mode(model):
         model.train(was_training)
 
 
-def checked_eval_sets(eval_dataset, trainer_sets, tokenizer, args, policy, encode=None) -> dict | None:
+def checked_eval_sets(eval_dataset, trainer_sets, tokenizer, args, policy, encode=None, vision=None) -> dict | None:
     """The named eval sets to evaluate: ``eval_dataset`` (given to ``evaluate()``), else the trainer's; None when
     there are none. Sets given here get the checks the constructor runs; streamed sets are checked as they are
-    drawn. ``policy``: the unwrapped policy (its context length); ``encode``: the agent's prompt encoder, if any."""
+    drawn. ``policy``: the unwrapped policy (its context length); ``encode``: the agent's prompt encoder, if any;
+    ``vision``: a vision-language policy's `VisionPrompts`."""
     sets = eval_dataset if eval_dataset is not None else trainer_sets
     if sets is None:
         return None
@@ -143,7 +151,7 @@ def checked_eval_sets(eval_dataset, trainer_sets, tokenizer, args, policy, encod
         sets = {"eval": sets}
     fresh = {name: s for name, s in sets.items() if eval_dataset is not None or is_streaming(s)}
     if fresh:
-        _, fresh = prepare_datasets(KEEP, fresh, tokenizer, args, model_positions(policy), encode=encode)
+        _, fresh = prepare_datasets(KEEP, fresh, tokenizer, args, model_positions(policy), encode=encode, vision=vision)
         sets = {**sets, **fresh}
     return dict(sets)
 
@@ -158,7 +166,7 @@ def evaluate_sets(sets: Mapping, ctx: EvalContext, metric_key_prefix: str = "eva
     metrics: dict[str, float] = {}
     for name, dataset in sets.items():
         rows = dataset.rows(args.eval_max_samples) if isinstance(dataset, LazyEvalSet) else dataset
-        common = dict(max_rows=args.eval_max_samples, multi_turn=ctx.multi_turn)
+        common = dict(max_rows=args.eval_max_samples, multi_turn=ctx.multi_turn, vision=ctx.vision)
         result = evaluate_rows(ctx.generator, ctx.tokenizer, rows, ctx.eval_rewards, greedy, ctx.accelerator, **common)
         loss = EvalLoss(ctx, k) if ctx.multi_turn is None else None
         many = evaluate_rows(

@@ -1,8 +1,8 @@
 """The interface every generation backend fills: token ids in, ``n`` completions per prompt out.
 
 Backends see token ids only (the trainer owns chat templates and decoding), so HF ``generate`` and vLLM produce
-interchangeable results. Completions come back group-major: the ``n`` samples of prompt ``i`` are rows
-``i*n .. i*n+n-1``.
+interchangeable results; a vision-language prompt's ids come with its images and vision tensors (``media``).
+Completions come back group-major: the ``n`` samples of prompt ``i`` are rows ``i*n .. i*n+n-1``.
 """
 
 from __future__ import annotations
@@ -91,9 +91,15 @@ class Generator(ABC):
 
     weight_version: int = -1
 
+    # Whether ``generate`` takes vision-language prompts (``media``, `hf_grpo.vision.inputs.PromptMedia`).
+    supports_images: bool = False
+
     @abstractmethod
-    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
-        """Sample ``n`` completions for each prompt. Called on every process, possibly with no prompts."""
+    def generate(
+        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, media: list | None = None
+    ) -> GenerationResult:
+        """Sample ``n`` completions for each prompt. Called on every process, possibly with no prompts. ``media``:
+        one `PromptMedia` per prompt for a vision-language policy (its ids then hold the expanded image tokens)."""
 
     def update_weights(self, model, version: int) -> None:
         """Receive the trainer's current weights. Called on every process (gathers are collectives).

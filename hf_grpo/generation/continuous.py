@@ -122,7 +122,9 @@ class ContinuousBatchingGenerator(HFGenerator):
         return GenerationConfig(**kwargs)
 
     @torch.no_grad()
-    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
+    def generate(
+        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, media: list | None = None
+    ) -> GenerationResult:
         if sampling.stop or sampling.repetition_penalty != 1.0:
             raise InputError(
                 "transformers' continuous batching supports neither stop strings nor "

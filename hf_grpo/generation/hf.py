@@ -23,10 +23,13 @@ import contextlib
 import torch
 
 from ..runtime.distributed import forward_is_collective, is_zero3, max_over_ranks
+from ..vision.inputs import collate_vision
 from .base import GenerationResult, Generator, SamplingParams
 
 
 class HFGenerator(Generator):
+    supports_images = True
+
     def __init__(
         self,
         accelerator,
@@ -66,26 +69,37 @@ class HFGenerator(Generator):
             unwrapped.train(was_training)
 
     @torch.no_grad()
-    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
+    def generate(
+        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, media: list | None = None
+    ) -> GenerationResult:
         if sampling.greedy and n > 1:  # generate refuses greedy with num_return_sequences > 1: n copies of one
-            return self.generate(prompt_ids, 1, sampling).repeat_each(n)
+            return self.generate(prompt_ids, 1, sampling, media).repeat_each(n)
+        if media is not None and n > 1:
+            # generate's own expansion repeats every tensor along dim 0, which for flat per-image tensors (Qwen2-VL's
+            # patches, several images per prompt) repeats images, not prompts: repeat the prompts instead.
+            prompt_ids = [ids for ids in prompt_ids for _ in range(n)]
+            media, n = [m for m in media for _ in range(n)], 1
         unwrapped = self.accelerator.unwrap_model(self.model)
         prompts_per_chunk = max(1, self.chunk_size // n) if self.chunk_size else max(1, len(prompt_ids))
-        chunks = [prompt_ids[i : i + prompts_per_chunk] for i in range(0, len(prompt_ids), prompts_per_chunk)]
+        starts = range(0, len(prompt_ids), prompts_per_chunk)
+        chunks = [prompt_ids[i : i + prompts_per_chunk] for i in starts]
+        media_chunks = [None if media is None else media[i : i + prompts_per_chunk] for i in starts]
         lockstep = forward_is_collective(self.accelerator, unwrapped)
         calls = max_over_ranks(self.accelerator, len(chunks)) if lockstep else len(chunks)
         completions, finished = [], []
         with self._generation_mode(unwrapped):
             for k in range(calls):
                 if k < len(chunks):
-                    ids, done = self._generate_chunk(unwrapped, chunks[k], n, sampling, lockstep)
+                    ids, done = self._generate_chunk(unwrapped, chunks[k], n, sampling, lockstep, media_chunks[k])
                     completions += ids
                     finished += done
                 else:  # out of prompts: a dummy call keeps this rank's forward passes in step with the others
                     self._generate_chunk(unwrapped, [[self.tokenizer.eos_token_id]], 1, sampling, lockstep)
         return GenerationResult(completion_ids=completions, finished=finished)
 
-    def _generate_chunk(self, model, prompts: list[list[int]], n: int, sampling: SamplingParams, synced: bool):
+    def _generate_chunk(
+        self, model, prompts: list[list[int]], n: int, sampling: SamplingParams, synced: bool, media=None
+    ):
         pad_id = self.tokenizer.pad_token_id
         eos_ids = stop_token_ids(model, self.tokenizer)
         width = max(len(p) for p in prompts)
@@ -95,7 +109,12 @@ class HFGenerator(Generator):
         for row, ids in enumerate(prompts):
             input_ids[row, width - len(ids) :] = torch.tensor(ids, device=device)
             attention_mask[row, width - len(ids) :] = 1
+        vision = {}
+        if media is not None:
+            lengths = [len(p) for p in prompts]
+            vision = {k: v.to(device) for k, v in collate_vision(media, lengths, width, 0).items()}
         kwargs = dict(
+            **vision,
             max_new_tokens=sampling.max_tokens,
             num_return_sequences=n,
             pad_token_id=pad_id,

@@ -47,6 +47,19 @@ logger = logging.getLogger(__name__)
 WORKER_EXTENSION = "hf_grpo.generation.worker_extension.HFGRPOWorkerExtension"
 
 
+def check_expanded_prompts(outputs, prompt_ids: list[list[int]]) -> None:
+    """The prompt ids a vLLM engine expanded from images must equal the trainer's processor's (the sequences the
+    trainer scores); a mismatch (a processor configured differently in the engine) is an error naming the prompt."""
+    for i, (request, ids) in enumerate(zip(outputs, prompt_ids)):
+        got = list(request.prompt_token_ids)
+        if got != list(ids):
+            raise RuntimeError(
+                f"prompt {i}: vLLM expanded its images into {len(got)} prompt tokens, the trainer's processor into "
+                f"{len(ids)}{'' if len(got) != len(ids) else ' (different ids)'}; the engine's processor must match "
+                f"the trainer's (same processor config in the model folder)"
+            )
+
+
 def parse_request_outputs(outputs) -> GenerationResult:
     """vLLM ``RequestOutput``s (in prompt order, ``n`` samples each) -> a group-major `GenerationResult`."""
     ids, finished, logprobs = [], [], []
@@ -150,6 +163,8 @@ def _retire_previous_engine() -> None:
 
 
 class VLLMColocateGenerator(Generator):
+    supports_images = True
+
     def __init__(self, args, accelerator, model_path: str):
         global _last_built
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in this process: in-place weight reload
@@ -237,11 +252,17 @@ class VLLMColocateGenerator(Generator):
         finally:
             self._sleep()
 
-    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
+    def generate(
+        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, media: list | None = None
+    ) -> GenerationResult:
         from vllm.inputs import TokensPrompt
 
         if sampling.greedy and n > 1:
-            return self.generate(prompt_ids, 1, sampling).repeat_each(n)
+            return self.generate(prompt_ids, 1, sampling, media).repeat_each(n)
+        if media is not None:
+            if self._tp_group is not None:
+                raise ValueError("vision-language prompts with vllm_tensor_parallel_size > 1 are not supported")
+            return self._generate_media(prompt_ids, n, sampling, media)
         local = prompt_ids
         if self._tp_group is not None:
             # The ranks of a tensor-parallel group drive one sharded engine: it must see the same requests on each.
@@ -264,6 +285,27 @@ class VLLMColocateGenerator(Generator):
             lo, hi = before * n, (before + len(local)) * n
             result = GenerationResult(result.completion_ids[lo:hi], result.finished[lo:hi], result.logprobs[lo:hi])
         return result
+
+    def _generate_media(self, prompt_ids, n: int, sampling: SamplingParams, media: list) -> GenerationResult:
+        """Vision-language prompts: each sent as its unexpanded ids with its images (vLLM expands the image tokens with
+        the model's own processor); the ids vLLM then generated from must be the trainer's, or the trainer would
+        score other sequences than were sampled."""
+        from vllm.inputs import TokensPrompt
+
+        if not prompt_ids:
+            return GenerationResult(completion_ids=[], finished=[], logprobs=[])
+        requests = [
+            TokensPrompt(prompt_token_ids=m.engine_ids, multi_modal_data={"image": m.images})
+            if m.images
+            else TokensPrompt(prompt_token_ids=list(ids))
+            for ids, m in zip(prompt_ids, media)
+        ]
+        self._wake()
+        with _keep_torch_threads():
+            outputs = self.llm.generate(requests, engine_sampling_params(sampling, n), use_tqdm=False)
+        self._sleep()
+        check_expanded_prompts(outputs, prompt_ids)
+        return parse_request_outputs(outputs)
 
     def update_weights(self, model, version: int) -> None:
         self._wake()

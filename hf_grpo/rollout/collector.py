@@ -21,6 +21,7 @@ from ..agents.loop import AgentResult
 from ..algorithms import dynamic_sampling_keep, group_std, groups_with_spread, overlong_penalty
 from ..data import encode_prompts, is_conversational
 from ..generation import Generator, SamplingParams
+from ..vision.inputs import VisionPrompts
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class RolloutBatch:
     # TRL's log_extra / log_metric from the reward functions: [P*G] dicts of columns, and each metric's values.
     extra: list[dict] = field(default_factory=list)
     logged_metrics: dict[str, list[float]] = field(default_factory=dict)
+    # Vision-language prompts (hf_grpo.vision): each prompt's images and vision tensors; None for text-only models.
+    media: list | None = None  # [P]
 
     @property
     def scored(self) -> torch.Tensor:
@@ -76,6 +79,7 @@ class RolloutBatch:
             agent_metrics=self.agent_metrics,
             extra=[self.extra[i] for i in rows_idx] if self.extra else [],
             logged_metrics=self.logged_metrics,
+            media=None if self.media is None else [self.media[g] for g in keep],
         )
 
     def model_tokens(self) -> list[int]:
@@ -160,6 +164,7 @@ class RolloutBatch:
             agent_metrics=first.agent_metrics,
             extra=[x for p in parts for x in (p.extra or [{}] * len(p.completions))],
             logged_metrics=_merge_metrics(parts),
+            media=None if first.media is None else [x for p in parts for x in p.media],
         )
 
 
@@ -197,8 +202,10 @@ class RolloutCollector:
         reward_runner,
         args,
         multi_turn: Callable[[Generator, list[dict], SamplingParams, int], AgentResult] | None = None,
+        vision: VisionPrompts | None = None,
     ):
         self.multi_turn = multi_turn
+        self.vision = vision  # a vision-language policy: prompts go through its processor, with their images
         self.generator = generator
         self.tokenizer = tokenizer
         self.reward_runner = reward_runner
@@ -218,14 +225,23 @@ class RolloutCollector:
         return self.score(rows, *self.generate(rows, round_key=round_key), trainer_state=trainer_state)
 
     def generate(self, rows: list[dict], sampling: SamplingParams | None = None, round_key: int = 0) -> tuple:
-        """``(prompt_ids, GenerationResult, seconds)`` for ``G`` completions of each row (``sampling`` overrides
-        the collector's own, e.g. a pipeline round's scheduled temperature; ``round_key`` seeds environments)."""
+        """``(prompt_ids, GenerationResult, seconds[, media])`` for ``G`` completions of each row (``sampling``
+        overrides the collector's own, e.g. a pipeline round's scheduled temperature; ``round_key`` seeds
+        environments); ``media``: the prompts' `PromptMedia` when the policy is a vision-language model."""
         if self.multi_turn is not None:
             with self.engine_lock:
                 t0 = time.perf_counter()
                 result = self.multi_turn(self.generator, rows, sampling or self.sampling, round_key)
                 G = self.args.num_generations
                 return [result.prompt_ids[p * G] for p in range(len(rows))], result, time.perf_counter() - t0
+        if self.vision is not None:
+            prompt_ids, media = self.vision.encode(rows)
+            with self.engine_lock:
+                t0 = time.perf_counter()
+                result = self.generator.generate(
+                    prompt_ids, self.args.num_generations, sampling or self.sampling, media=media
+                )
+                return prompt_ids, result, time.perf_counter() - t0, media
         prompt_ids = encode_prompts(
             self.tokenizer, [r["prompt"] for r in rows], chat_template_kwargs=self.args.chat_template_kwargs
         )
@@ -235,7 +251,13 @@ class RolloutCollector:
             return prompt_ids, result, time.perf_counter() - t0
 
     def score(
-        self, rows: list[dict], prompt_ids: list[list[int]], result, generation_s: float, trainer_state=None
+        self,
+        rows: list[dict],
+        prompt_ids: list[list[int]],
+        result,
+        generation_s: float,
+        media: list | None = None,
+        trainer_state=None,
     ) -> RolloutBatch:
         """Decode and score generated completions (any thread: the reward runner's per-call statistics are copied
         into the batch, so a pipeline scoring the next round cannot overwrite what the trainer logs)."""
@@ -302,6 +324,7 @@ class RolloutCollector:
             completion_mask=result.completion_mask if multi_turn else None,
             completion_prompt_ids=result.prompt_ids if multi_turn else None,
             agent_metrics=result.metrics if multi_turn else {},
+            media=media,
         )
 
     def collect_dynamic(

@@ -113,7 +113,7 @@ CASES = [
         "data: unsupported extension",
         lambda: load_prompt_dataset(str(Path(jsonl([{"prompt": "a"}])).rename(TMP / "d.csv"))),
     ),
-    ("data: image column in a file", lambda: load_prompt_dataset(jsonl([{"prompt": "a", "image": "x.png"}]))),
+    ("data: image file missing", lambda: load_prompt_dataset(jsonl([{"prompt": user("a"), "image": "x.png"}]))),
     ("data: arithmetic:abc", lambda: load_prompt_dataset("arithmetic:abc")),
     (
         "data: system_prompt on string prompts",

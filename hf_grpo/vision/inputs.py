@@ -1,0 +1,142 @@
+"""A vision-language prompt as the model consumes it: token ids with the image tokens expanded, and its vision tensors.
+
+`VisionPrompts` runs the model's processor (``AutoProcessor``) on one prompt at a time, so every prompt owns exactly
+its own tensors: a micro-batch of any rows is then built by concatenating theirs (`collate_vision`), whatever the
+generation round, the shuffle or the micro-batch split did to the order. What the processor returns falls in two
+kinds, told apart by shape, never by a family table:
+
+* per-token tensors (``token_type_ids``, ``mm_token_type_ids``: Gemma 3 marks its image tokens for bidirectional
+  attention) are ``[1, P]`` like the ids; they are padded as the ids are (left over the prompt, zeros over the
+  completion, which holds no image token);
+* everything else is per image (``pixel_values``, ``image_grid_thw``, ``pixel_attention_mask``, ``image_sizes``):
+  a micro-batch concatenates the rows' tensors along dim 0, zero-padding the other dims to the largest. That is what
+  each family's processor does for a batch: Qwen2-VL's patches and grids are flat over images; Idefics3/SmolVLM's
+  ``[1, N, C, H, W]`` rows pad N with all-zero images, which the model drops as padding; LLaVA-NeXT's patch count
+  pads with zeros that ``image_sizes`` tells the model to ignore; Gemma 3's images have one size.
+
+Departure from TRL: TRL runs the processor on the whole batch of prompts and then splits ``pixel_values`` per
+micro-batch with family knowledge (``image_grid_thw`` for Qwen, ``num_images`` otherwise); here the per-prompt
+tensors are the unit, so no split is needed and a micro-batch may mix rows of any generation rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from .data import image_sizes, images_of
+
+# Processor outputs that are per token, by name (their shape alone cannot tell them from a one-image tensor).
+PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids")
+
+
+@dataclass
+class PromptMedia:
+    """One prompt's media: its images (what a vLLM engine is sent) and the processor's tensors for it alone."""
+
+    images: list  # PIL images, in the order of the prompt's image parts
+    # The prompt's ids before the processor expanded its image tokens: what a vLLM engine is sent with the images
+    # (it expands them itself; sent expanded ids, it would expand them again).
+    engine_ids: list[int] = field(default_factory=list)
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # per image, batch of one
+    token_tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # [P] per token, aligned with the ids
+
+
+def is_vision_model(config) -> bool:
+    """A model whose config has a vision tower (Qwen2-VL, Idefics3/SmolVLM, Gemma 3, LLaVA-NeXT, ...)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+class VisionPrompts:
+    """Encodes prompts with their images through the model's processor (``processor.tokenizer`` for the text)."""
+
+    def __init__(self, processor, chat_template_kwargs: dict | None = None):
+        if not hasattr(processor, "image_processor"):
+            raise ValueError(
+                f"a vision-language model needs its processor (AutoProcessor) as processing_class, got "
+                f"{type(processor).__name__}, which has no image_processor"
+            )
+        self.processor = processor
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._image_tokens: dict[tuple[int, int], int] = {}  # image size -> tokens its expansion adds
+
+    def text(self, prompt: list[dict] | str) -> str:
+        if isinstance(prompt, str):
+            return prompt
+        return self.processor.apply_chat_template(
+            prompt, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+        )
+
+    def encode_one(self, prompt, images: list) -> tuple[list[int], PromptMedia]:
+        """``(ids with image tokens expanded, media)`` for one prompt and its PIL images."""
+        text = self.text(prompt)
+        kwargs = {"images": [images]} if images else {}
+        # A chat template writes its own BOS; a plain-string prompt gets the tokenizer's, as the text path gives it.
+        special = isinstance(prompt, str)
+        out = self.processor(text=[text], return_tensors="pt", add_special_tokens=special, **kwargs)
+        ids = out["input_ids"][0]  # [P]
+        engine_ids = self.processor.tokenizer(text, add_special_tokens=special)["input_ids"]
+        media = PromptMedia(images=list(images), engine_ids=list(engine_ids))
+        for key, value in out.items():
+            if key in ("input_ids", "attention_mask") or not isinstance(value, torch.Tensor):
+                continue
+            if key in PER_TOKEN_KEYS:
+                media.token_tensors[key] = value[0]  # [P]
+            else:
+                media.tensors[key] = value
+        return ids.tolist(), media
+
+    def prompt_length(self, row: Mapping) -> int:
+        """Tokens of the row's prompt with its images expanded, without running the image processor on the row: the
+        text's own ids plus, per image, the tokens an image of that size adds. Expansion depends on the image's size
+        only (never on its pixels or the text around it), so it is measured once per size, on a blank image."""
+        special = isinstance(row["prompt"], str)
+        text = len(self.processor.tokenizer(self.text(row["prompt"]), add_special_tokens=special)["input_ids"])
+        return text + sum(self._added_tokens(size) for size in image_sizes(row))
+
+    def _added_tokens(self, size: tuple[int, int]) -> int:
+        if size not in self._image_tokens:
+            from PIL import Image
+
+            probe = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "?"}]}]
+            ids, media = self.encode_one(probe, [Image.new("RGB", size)])
+            self._image_tokens[size] = len(ids) - len(media.engine_ids)
+        return self._image_tokens[size]
+
+    def encode(self, rows: list[Mapping]) -> tuple[list[list[int]], list[PromptMedia]]:
+        """Each row's prompt ids and media (``images_of`` the row: none for a text-only row)."""
+        pairs = [self.encode_one(row["prompt"], images_of(row)) for row in rows]
+        return [ids for ids, _ in pairs], [media for _, media in pairs]
+
+
+def _pad_cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Concatenate along dim 0, zero-padding every other dim to the largest (see the module docstring)."""
+    if len({t.shape[1:] for t in tensors}) == 1:
+        return torch.cat(tensors)
+    shape = [max(t.shape[d] for t in tensors) for d in range(1, tensors[0].dim())]
+    out = []
+    for t in tensors:
+        padded = t.new_zeros((t.shape[0], *shape))
+        padded[(slice(None), *(slice(0, n) for n in t.shape[1:]))] = t
+        out.append(padded)
+    return torch.cat(out)
+
+
+def collate_vision(media: list[PromptMedia], prompt_lengths: list[int], P: int, C: int) -> dict[str, torch.Tensor]:
+    """The vision inputs of a padded micro-batch whose row ``b`` holds a prompt of ``prompt_lengths[b]`` tokens
+    left-padded to ``P``, then ``C`` completion positions. Rows without images contribute nothing per image."""
+    out: dict[str, torch.Tensor] = {}
+    keys = dict.fromkeys(k for m in media for k in m.tensors)
+    for key in keys:
+        parts = [m.tensors[key] for m in media if key in m.tensors]
+        out[key] = _pad_cat(parts)
+    for key in dict.fromkeys(k for m in media for k in m.token_tensors):
+        rows = torch.zeros((len(media), P + C), dtype=torch.long)  # [B, P+C]
+        for b, m in enumerate(media):
+            value = m.token_tensors.get(key)
+            if value is not None:
+                rows[b, P - prompt_lengths[b] : P] = value
+        out[key] = rows
+    return out
