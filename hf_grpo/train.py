@@ -7,6 +7,7 @@ directory.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -19,9 +20,9 @@ from transformers import set_seed
 from .config.recipes import parse_config
 from .data import load_prompt_dataset
 from .errors import run_command
-from .evaluation.heldout import HeldoutAccuracy, evaluate_heldout, heldout_dataset
+from .evaluation.heldout import HeldoutAccuracy, evaluate_heldout, heldout_dataset, scoring
 from .generation.vllm_colocate import vllm_logging_level
-from .models.loading import load_tokenizer
+from .models.loading import load_processing_class
 from .reporting.callbacks import plot_training_curves
 from .runtime.checkpoints import checkpoint_step, resolve_resume
 from .runtime.peer_watch import watch_peers
@@ -70,8 +71,8 @@ def train(argv: list[str]) -> DistributedGRPOTrainer:
 
 def _train(args) -> DistributedGRPOTrainer:
 
-    # 3. Tokenizer (the embedded model is converted to safetensors on first use).
-    tokenizer = load_tokenizer(args.model_name_or_path)
+    # 3. Tokenizer, or processor for a vision-language model (the embedded models are built on first use).
+    processing_class = load_processing_class(args.model_name_or_path)
 
     # 4. Data: training prompts and named evaluation sets, every row validated with its file:line.
     train_dataset = load_prompt_dataset(
@@ -93,7 +94,6 @@ def _train(args) -> DistributedGRPOTrainer:
             )
             for name, source in args.eval_datasets.items()
         }
-    heldout = heldout_dataset(args, train_dataset, tokenizer) if args.heldout_eval_samples else None
 
     # 5. Trainer: policy, rewards, generation backend. It drops (and counts) the prompts too long to generate from.
     trainer = DistributedGRPOTrainer(
@@ -102,9 +102,14 @@ def _train(args) -> DistributedGRPOTrainer:
         args=args,
         train_dataset=train_dataset,
         eval_dataset=eval_datasets,
-        processing_class=tokenizer,
+        processing_class=processing_class,
     )
     logger.info("training prompts: %d of %d loaded", len(trainer.train_dataset), len(train_dataset))
+    heldout = None
+    if args.heldout_eval_samples:  # the generated task's held-out fold, measured as the trainer measures prompts
+        vision = trainer.collector.vision
+        measure = functools.partial(vision.prompt_length, limit=args.max_prompt_length) if vision is not None else None
+        heldout = heldout_dataset(args, trainer.train_dataset, trainer.text_tokenizer, measure)
 
     # 6. Train, resuming when asked: `--resume_from_checkpoint latest` (the newest complete checkpoint in output_dir,
     #    or a fresh start if there is none: the same command restarts a killed job) or a path.
@@ -148,7 +153,10 @@ def _report_heldout(trainer: DistributedGRPOTrainer, heldout, base) -> None:
         return
     # Greedy pass@1: lenient_accuracy * count is an exact count of correct prompts.
     report = HeldoutAccuracy.from_counts(
-        base.count, round(base.lenient_accuracy * base.count), round(trained.lenient_accuracy * trained.count)
+        base.count,
+        round(base.lenient_accuracy * base.count),
+        round(trained.lenient_accuracy * trained.count),
+        scoring(trainer.args.dataset_name),
     )
     path = report.write(trainer.args.output_dir)
     if trainer.args.plot_metrics:

@@ -23,6 +23,7 @@ LAYERS = [
     "runtime",
     "models",
     "data",
+    "vision",
     "generation",
     "config",
     "rewards",

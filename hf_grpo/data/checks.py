@@ -22,6 +22,7 @@ message gives the prompt's and the tools' tokens and the field to change.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 from datasets import Dataset
 
 from ..errors import InputError
-from ..vision.data import columns_with_images
+from .images import columns_with_images
 from .loading import load_prompt_dataset
 from .locations import row_locations
 from .prompts import filter_long_prompts
@@ -123,7 +124,7 @@ def prepare_dataset(
     dataset = source if validated else load_prompt_dataset(source, prompt_column=args.prompt_column, name=name)
     if vision is None:
         refuse_images(columns_with_images(dataset), name)
-    measure = vision.prompt_length if vision is not None else None
+    measure = functools.partial(vision.prompt_length, limit=limit) if vision is not None else None
     dataset, _ = filter_long_prompts(
         dataset, tokenizer, limit, name=name, limit_reason=reason, encode=encode, measure=measure
     )

@@ -1,11 +1,12 @@
 """``load_prompt_dataset``: one entry point from any supported prompt source to canonical rows.
 
 Sources: ``"arithmetic"`` / ``"arithmetic:N"`` (the generated task), ``"multiplication[:N]"`` (the agent task,
-`hf_grpo.data.multiplication`), a ``.jsonl`` file (parsed here, with
-``file:line`` errors), a ``.json`` or ``.parquet`` file or a ``save_to_disk`` folder (read with ``datasets``),
-an in-memory ``Dataset`` (or a single-split ``DatasetDict``), a dict of equal-length columns, or a list of row
-dicts. Every source goes through the same row validation (``schema.normalize_rows``), so the result always has
-a ``prompt`` column (string or conversation) plus the passed-through columns.
+`hf_grpo.data.multiplication`), ``"shapes[:task][:N]"`` (the vision-language demo's images, `hf_grpo.data.shapes`),
+a ``.jsonl`` file (parsed here, with ``file:line`` errors), a ``.json`` or ``.parquet`` file or a ``save_to_disk``
+folder (read with ``datasets``), an in-memory ``Dataset`` (or a single-split ``DatasetDict``), a dict of equal-
+length columns, or a list of row dicts. Every source goes through the same row validation
+(``schema.normalize_rows``), so the result always has a ``prompt`` column (string or conversation) plus the passed-
+through columns.
 
 Departures from ColossalChat's loader: besides its JSONL rows, GSM8K files, generic prompt-column data and
 ``datasets`` sources are accepted; the result is a ``datasets.Dataset`` of untokenised rows (tokenisation and
@@ -32,6 +33,7 @@ from .multiplication import DEFAULT_ROWS as DEFAULT_MULTIPLICATION_ROWS
 from .multiplication import multiplication_rows
 from .prompts import add_system_prompt
 from .schema import DataFormatError, normalize_rows
+from .shapes import parse_shapes_source, shapes_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +119,10 @@ def _load_rows(
     source: Any, prompt_column: str, seed: int, name: str, locations: list[str]
 ) -> tuple[list[dict], str, str]:
     """Return ``(canonical_rows, format_name, description_of_source)``; each row's location goes to ``locations``."""
+    if isinstance(source, str) and (shapes := parse_shapes_source(source)) is not None:
+        task, n = shapes
+        rows = ((f"shapes:{task}[{i}]", row) for i, row in enumerate(shapes_dataset(n, seed, task)))
+        return (*normalize_rows(rows, "prompt", locations), f"shapes:{task} (n={n}, seed={seed})")
     if isinstance(source, str):
         match = _ARITHMETIC.fullmatch(source.strip())
         if match:

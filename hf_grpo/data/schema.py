@@ -30,12 +30,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import InputError
-from ..vision.data import UNSUPPORTED_PARTS, ImageRowError, row_images, with_image_parts
+from .images import UNSUPPORTED_PARTS, ImageRowError, image_column, row_images, with_image_parts
 
 # ``tool`` turns (and assistant ``tool_calls``) appear in multi-turn prompts, e.g. few-shot tool-use demonstrations.
 ROLES = ("system", "user", "assistant", "tool")
 # Content-part types of a vision-language message (``{"type": "image", ...}`` in a content list): accepted (with the
-# image columns, `hf_grpo.vision.data`) for images; other media are refused rather than silently ignored.
+# image columns, `hf_grpo.data.images`) for images; other media are refused rather than silently ignored.
 MULTIMODAL_PARTS = ("image", *UNSUPPORTED_PARTS)
 
 
@@ -246,7 +246,7 @@ def detect_format(row: Mapping, prompt_column: str) -> str | None:
 
 def normalize_row(row: Any, where: str, prompt_column: str, base_dir: str | None = None) -> tuple[str, dict]:
     """Validate one input row and return ``(format, canonical_row)``. A row with TRL's ``image``/``images`` column
-    gets its images checked and its prompt's image parts placed (`hf_grpo.vision.data`); ``base_dir``: the folder
+    gets its images checked and its prompt's image parts placed (`hf_grpo.data.images`); ``base_dir``: the folder
     relative image paths resolve against (a JSONL file's)."""
     if not isinstance(row, Mapping):
         raise DataFormatError(f"{where}: expected a JSON object (dict) per row, got {_type_name(row)}")
@@ -374,4 +374,10 @@ def normalize_rows(
         out.append(canon)
         if locations is not None:
             locations.append(where)
+    if any(image_column(row) is not None for row in out):
+        # One dataset stores one Arrow type per column: beside image rows, text rows' contents become typed parts too
+        # (as TRL's prepare_multimodal_messages makes them), or the column could not be stored.
+        for row in out:
+            if image_column(row) is None and isinstance(row["prompt"], list):
+                row["prompt"] = with_image_parts(row["prompt"], 0)
     return out, (first[1] if first else None)

@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 from PIL import Image, ImageDraw
+
+# A dataset source naming the task: "shapes" (the colour task), "shapes:<task>", "shapes:<task>:<rows>".
+SHAPES_SOURCE = re.compile(r"\s*shapes(?::\s*([a-z]+)\s*)?(?::\s*(\d+)\s*)?")
+DEFAULT_ROWS = 2000
 
 IMAGE_SIZE = 64
 BACKGROUND = (255, 255, 255)
@@ -99,16 +104,17 @@ def _row_image(rng: random.Random, task: str, answer: str) -> Image.Image:
     return _draw(rng.choice(SHAPES), _box_in(rng, (x0, y0, x0 + half, y0 + half), 8, 24), fill)
 
 
-def shapes_dataset(n: int, seed: int, task: str = "colour") -> list[dict]:
-    """``n`` rows of ``task`` (see the module docstring), the same for the same ``(n, seed, task)``. Answers are
-    balanced: each option is the answer of ``n // len(options)`` or one more rows, in shuffled order."""
+def shapes_dataset(n: int, seed: int, task: str = "colour", fold: str = "train") -> list[dict]:
+    """``n`` rows of ``task`` (see the module docstring), the same for the same ``(n, seed, task, fold)``. Answers are
+    balanced: each option is the answer of ``n // len(options)`` or one more rows, in shuffled order. ``fold``
+    (``"train"`` or ``"heldout"``) names the draw stream: the held-out images come from a stream of their own."""
     if task not in OPTIONS:
         raise ValueError(f"unknown shapes task {task!r}; expected one of {sorted(OPTIONS)}")
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     options = list(OPTIONS[task])
     # A string seed is hashed (SHA-512) by random.Random: the stream depends on the task as well as the seed.
-    rng = random.Random(f"shapes:{task}:{seed}")
+    rng = random.Random(f"shapes:{task}:{seed}" if fold == "train" else f"shapes-{fold}:{task}:{seed}")
     answers = [options[i % len(options)] for i in range(n)]
     rng.shuffle(answers)
     text = question(task)
@@ -121,6 +127,17 @@ def shapes_dataset(n: int, seed: int, task: str = "colour") -> list[dict]:
         }
         for answer in answers
     ]
+
+
+def parse_shapes_source(source: str) -> tuple[str, int] | None:
+    """``(task, rows)`` of a ``shapes[:task][:rows]`` source, None for other sources; an unknown task is an error."""
+    match = SHAPES_SOURCE.fullmatch(source)
+    if match is None:
+        return None
+    task = match.group(1) or "colour"
+    if task not in OPTIONS:
+        raise ValueError(f"{source!r}: unknown shapes task {task!r}; expected one of {', '.join(OPTIONS)}")
+    return task, int(match.group(2) or DEFAULT_ROWS)
 
 
 def shapes_jsonl(path: str | Path, n: int, seed: int, task: str = "colour") -> Path:

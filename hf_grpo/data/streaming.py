@@ -32,7 +32,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from ..vision.data import image_column
+from .images import image_column
 from .prompts import encode_prompts, prompt_size
 from .schema import DataFormatError, normalize_row
 
@@ -112,7 +112,7 @@ class RowChecker:
             )
         self.seen += 1
         if self.vision is not None:
-            length = self.vision.prompt_length(row)
+            length = self.vision.prompt_length(row, self.limit)
         else:
             if image_column(row) is not None:
                 raise DataFormatError(

@@ -8,7 +8,9 @@ Two accuracies per completion:
   one, else the last number in the text) equals the row's ``gt_answer`` numerically (relative tolerance 1e-6),
   whatever the format: the usual "last number" GSM8K score, except that a boxed answer followed by more text
   ("\\boxed{12}. Check: 12 - 3 = 9") is read as the box. Learning to write a box gains nothing here; only the
-  number counts. Rows without a numeric ``gt_answer`` count as wrong.
+  number counts. Rows without a numeric ``gt_answer`` count as wrong. Multiple-choice rows (``answer`` and
+  ``options`` columns, e.g. the vision demo's `hf_grpo.data.shapes`) are instead right when the completion names
+  exactly one option, the right one, in any words (`hf_grpo.rewards.choice`).
 
 With ``k == 1`` decoding is greedy (pass@1). With ``k > 1`` it samples ``k`` completions per prompt and reports
 mean@k (the mean correctness over all samples) and pass@k (a prompt counts if any sample is correct). Intervals are
@@ -26,6 +28,7 @@ import torch
 
 from ..data import encode_prompts
 from ..generation import Generator, SamplingParams
+from ..rewards.choice import named_options
 from ..rewards.extract import completion_text, extract_boxed, extract_last_number
 from ..rollout.collector import decode_completions, reward_columns
 
@@ -83,6 +86,15 @@ def lenient_correct(text: str, gold) -> bool:
     except (TypeError, ValueError):
         return False
     return abs(a - b) <= 1e-6 * max(1.0, abs(b))
+
+
+def task_correct(text: str, row: dict) -> bool:
+    """The lenient score of one completion of ``row`` (see the module docstring): the named option of a
+    multiple-choice row, else the final number."""
+    if row.get("options") is not None and row.get("answer") is not None:
+        named = named_options(text, list(row["options"]))
+        return len(named) == 1 and named[0].lower() == str(row["answer"]).lower()
+    return lenient_correct(text, row.get("gt_answer"))
 
 
 def final_number_reward(completions: list, gt_answer: list | None = None, **kwargs) -> list[float | None]:
@@ -159,7 +171,7 @@ def evaluate_rows(
             for i in range(j * k, (j + 1) * k):
                 score = scores[i].item()
                 strict.append(score == score and score >= 1.0)  # NaN (not applicable) counts as wrong
-                lenient.append(lenient_correct(texts[i], row.get("gt_answer")))
+                lenient.append(task_correct(texts[i], row))
                 sums[6] += len(result.completion_ids[i])
                 predictions.append(
                     {

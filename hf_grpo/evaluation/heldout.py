@@ -13,16 +13,18 @@ with the same tools (multi-turn, greedy), scored by its last assistant message.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
 
 from datasets import Dataset
 
-from ..data import filter_long_prompts
+from ..data import filter_long_prompts, load_prompt_dataset
 from ..data.arithmetic import ARITHMETIC_SOURCE, heldout_arithmetic_rows
 from ..data.multiplication import MULTIPLICATION_SOURCE, heldout_multiplication_rows
 from ..data.prompts import add_system_prompt
+from ..data.shapes import parse_shapes_source, shapes_dataset
 from ..generation import SamplingParams
 from .accuracy import EvalResult, evaluate_rows, wilson_interval
 
@@ -36,9 +38,12 @@ class HeldoutAccuracy:
     trained: float
     base_interval: tuple[float, float]
     trained_interval: tuple[float, float]
+    scoring: str = "final number in any format"  # what makes a completion correct, for the printed line
 
     @classmethod
-    def from_counts(cls, n: int, base_correct: int, trained_correct: int) -> HeldoutAccuracy:
+    def from_counts(
+        cls, n: int, base_correct: int, trained_correct: int, scoring: str = "final number in any format"
+    ) -> HeldoutAccuracy:
         if n < 1:
             raise ValueError(f"held-out accuracy needs at least one prompt, got n={n}")
         return cls(
@@ -47,6 +52,7 @@ class HeldoutAccuracy:
             trained=trained_correct / n,
             base_interval=wilson_interval(base_correct, n),
             trained_interval=wilson_interval(trained_correct, n),
+            scoring=scoring,
         )
 
     def line(self) -> str:
@@ -54,7 +60,7 @@ class HeldoutAccuracy:
             return f"{100 * p:.1f}% [{100 * iv[0]:.1f}, {100 * iv[1]:.1f}]"
 
         return (
-            f"held-out accuracy (n={self.n}, greedy, final number in any format): "
+            f"held-out accuracy (n={self.n}, greedy, {self.scoring}): "
             f"base {pct(self.base, self.base_interval)} -> trained {pct(self.trained, self.trained_interval)}"
         )
 
@@ -73,22 +79,32 @@ def _question(row: dict) -> str:
     return row["prompt"][-1]["content"]
 
 
-def heldout_dataset(args, train_dataset: Dataset, tokenizer) -> Dataset:
-    """``args.heldout_eval_samples`` prompts of the arithmetic task's held-out fold, prepared like the training
-    prompts (same system prompt, same length filter). Raises if none of them may be scored or if any question also
-    appears in ``train_dataset``."""
+def scoring(dataset_name) -> str:
+    """What makes a held-out completion correct for the task ``dataset_name`` names (`HeldoutAccuracy.scoring`)."""
+    if parse_shapes_source(str(dataset_name)) is not None:
+        return "exactly the right option named, in any words"
+    return "final number in any format"
+
+
+def heldout_dataset(args, train_dataset: Dataset, tokenizer, measure=None) -> Dataset:
+    """``args.heldout_eval_samples`` prompts of the generated task's held-out fold, prepared like the training
+    prompts (same system prompt, same length filter; ``measure``: a vision-language policy's prompt length, images
+    expanded). Raises if none of them may be scored or if any question (for the shapes task: any image) also appears
+    in ``train_dataset``."""
     n = args.heldout_eval_samples
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"heldout_eval_samples must be a positive int (0 disables), got {n!r}")
+    shapes = parse_shapes_source(str(args.dataset_name))
+    if shapes is not None:
+        return _heldout_shapes(args, train_dataset, tokenizer, measure, shapes[0], n)
     if ARITHMETIC_SOURCE.fullmatch(str(args.dataset_name)):
         rows = heldout_arithmetic_rows(n, seed=args.seed)
     elif MULTIPLICATION_SOURCE.fullmatch(str(args.dataset_name)):
         rows = heldout_multiplication_rows(n, seed=args.seed)
     else:
         raise ValueError(
-            f"heldout_eval_samples needs dataset_name arithmetic[:N] or multiplication[:N] (the generated "
-            f"tasks have a held-out fold), got {args.dataset_name!r}; evaluate other data with "
-            f"`hf-grpo eval`"
+            f"heldout_eval_samples needs dataset_name arithmetic[:N], multiplication[:N] or shapes[:task][:N] (the "
+            f"generated tasks have a held-out fold), got {args.dataset_name!r}; evaluate other data with `hf-grpo eval`"
         )
     if args.system_prompt:
         add_system_prompt(rows, args.system_prompt, where="held-out arithmetic")
@@ -102,6 +118,19 @@ def heldout_dataset(args, train_dataset: Dataset, tokenizer) -> Dataset:
         raise AssertionError(
             f"held-out prompts must be disjoint from training; {len(overlap)} shared, e.g. {overlap[0]!r}"
         )
+    return dataset
+
+
+def _heldout_shapes(args, train_dataset: Dataset, tokenizer, measure, task: str, n: int) -> Dataset:
+    """The shapes task's held-out images: drawn from their own stream, and checked pixel for pixel against training."""
+    rows = load_prompt_dataset(shapes_dataset(n, args.seed, task, fold="heldout"), system_prompt=args.system_prompt)
+    dataset, dropped = filter_long_prompts(rows, tokenizer, args.max_prompt_length, measure=measure)
+    if dropped:
+        raise ValueError(f"{dropped} held-out prompts are longer than max_prompt_length={args.max_prompt_length}")
+    seen = {hashlib.sha256(image.tobytes()).digest() for image in train_dataset["image"]}
+    overlap = sum(hashlib.sha256(image.tobytes()).digest() in seen for image in dataset["image"])
+    if overlap:
+        raise AssertionError(f"held-out images must be disjoint from training; {overlap} shared")
     return dataset
 
 

@@ -71,6 +71,9 @@ def workload_cache(prompt_ids: list[list[int]], n: int, max_tokens: int, page_si
 
 
 class ContinuousBatchingGenerator(HFGenerator):
+    # transformers' continuous batching takes token ids only: no pixel_values per request.
+    supports_images = False
+
     def __init__(
         self, accelerator, model, tokenizer, cb_config: dict | None = None, checkpointing_kwargs: dict | None = None
     ):

@@ -75,20 +75,13 @@ CHAT_TEMPLATE = (
 )
 
 
-def _text_model_path() -> Path:
-    # Imported here: loading.py will import this module to build the VLM on first use.
-    from .loading import resolve_model_path
-
-    return Path(resolve_model_path("smollm2-135m"))
-
-
-def build_embedded_vlm(target: Path) -> None:
-    """Write an Idefics3 model, processor and chat template to the folder ``target`` (which must not exist or be
-    empty), loadable with ``AutoModelForImageTextToText`` / ``AutoProcessor``. Deterministic: the random parts use
-    ``torch.manual_seed(0)``. Written to a sibling ``.tmp`` folder first, then renamed, so a crash leaves no
-    half-written model at ``target``. Takes a few seconds on CPU."""
+def build_embedded_vlm(target: Path, text_model: str | Path) -> None:
+    """Write an Idefics3 model, processor and chat template to the folder ``target`` (which must not exist or be empty),
+    around the SmolLM2-135M-Instruct safetensors folder ``text_model``; loadable with ``AutoModelForImageTextToText``
+    / ``AutoProcessor``. Deterministic: the random parts use ``torch.manual_seed(0)``. Written to a sibling ``.tmp``
+    folder first, then renamed, so a crash leaves no half-written model at ``target``. Takes a few seconds on CPU."""
     target = Path(target)
-    source = _text_model_path()
+    source = Path(text_model)
     tokenizer = AutoTokenizer.from_pretrained(source)
     text_lm = LlamaForCausalLM.from_pretrained(source, dtype=torch.float32)
     old_vocab = text_lm.config.vocab_size

@@ -38,6 +38,7 @@ from transformers import (
 )
 
 from ..errors import InputError
+from .embedded_vlm import build_embedded_vlm
 
 logger = logging.getLogger(__name__)
 
@@ -88,11 +89,7 @@ def resolve_model_path(name_or_path: str) -> str:
     # Several ranks may start at once: one converts, the others wait on the lock and then find the folder.
     with FileLock(str(target) + ".lock"):
         if package is None and not (target / "config.json").is_file():  # built from the embedded text model
-            from .embedded_vlm import build_embedded_vlm
-
-            tmp = target.with_name(target.name + ".tmp")
-            build_embedded_vlm(tmp)
-            tmp.rename(target)
+            build_embedded_vlm(target, resolve_model_path("smollm2-135m"))
         if not (target / "config.json").is_file():
             gguf = _gguf_path(package, filename)
             logger.info("converting embedded model %s -> %s (once)", gguf.name, target)

@@ -26,8 +26,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .data import image_sizes, images_of
+from ..data.images import image_sizes, images_of
+from ..data.schema import without_nulls
 
+# `VisionPrompts.prompt_length`: how far, per image, an estimated length may be from the exact one.
+SLACK = 8
 # Processor outputs that are per token, by name (their shape alone cannot tell them from a one-image tensor).
 PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids")
 
@@ -65,8 +68,9 @@ class VisionPrompts:
     def text(self, prompt: list[dict] | str) -> str:
         if isinstance(prompt, str):
             return prompt
+        # A Dataset stores typed parts as one Arrow struct: {"type": "image", "text": None}; templates get the part.
         return self.processor.apply_chat_template(
-            prompt, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+            without_nulls(prompt), add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
         )
 
     def encode_one(self, prompt, images: list) -> tuple[list[int], PromptMedia]:
@@ -88,13 +92,18 @@ class VisionPrompts:
                 media.tensors[key] = value
         return ids.tolist(), media
 
-    def prompt_length(self, row: Mapping) -> int:
-        """Tokens of the row's prompt with its images expanded, without running the image processor on the row: the
-        text's own ids plus, per image, the tokens an image of that size adds. Expansion depends on the image's size
-        only (never on its pixels or the text around it), so it is measured once per size, on a blank image."""
+    def prompt_length(self, row: Mapping, limit: int | None = None) -> int:
+        """Tokens of the row's prompt with its images expanded. Estimated without the image processor: the text's own
+        ids plus, per image, the tokens an image of that size adds (measured once per size, on a blank image). The
+        estimate can be off by a token or two where an expansion's text merges with its neighbours' (Gemma 3 writes
+        newlines around each image), so within ``SLACK`` tokens per image of ``limit`` the row is encoded exactly."""
         special = isinstance(row["prompt"], str)
         text = len(self.processor.tokenizer(self.text(row["prompt"]), add_special_tokens=special)["input_ids"])
-        return text + sum(self._added_tokens(size) for size in image_sizes(row))
+        sizes = image_sizes(row)
+        estimate = text + sum(self._added_tokens(size) for size in sizes)
+        if limit is None or abs(estimate - limit) > SLACK * len(sizes):
+            return estimate
+        return len(self.encode_one(row["prompt"], images_of(row))[0])
 
     def _added_tokens(self, size: tuple[int, int]) -> int:
         if size not in self._image_tokens:

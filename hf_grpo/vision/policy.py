@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from .data import columns_with_images
+from ..data.images import columns_with_images
 from .inputs import VisionPrompts, is_vision_model
 
 logger = logging.getLogger(__name__)

@@ -62,8 +62,8 @@ def test_heldout_dataset_rejects_other_sources_and_bad_sizes(tokenizer):
 
     with pytest.raises(
         ValueError,
-        match=r"heldout_eval_samples needs dataset_name arithmetic\[:N\] or "
-        r"multiplication\[:N\]",
+        match=r"heldout_eval_samples needs dataset_name arithmetic\[:N\], multiplication\[:N\] or "
+        r"shapes\[:task\]\[:N\]",
     ):
         heldout_dataset(Args, [], tokenizer)
     Args.dataset_name, Args.heldout_eval_samples = "arithmetic:100", -1

@@ -338,6 +338,9 @@ def build(family: str, target: str | Path) -> None:
     processor.tokenizer.chat_template = processor.chat_template  # so a tokenizer loaded alone renders it too
     torch.manual_seed(SEED)
     model = transformers.AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    if family == "gemma3":  # its projection starts at zero (images have no effect until trained): give it values
+        with torch.no_grad():
+            model.model.multi_modal_projector.mm_input_projection_weight.normal_(std=0.5)
     tok = processor.tokenizer
     model.generation_config.update(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     model.generation_config.update(bos_token_id=tok.bos_token_id)
@@ -361,5 +364,93 @@ def tiny_vlm(family: str, root: str | Path) -> str:
             tmp = root / f"{family}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)  # a build that crashed
             build(family, tmp)
+            tmp.rename(target)
+    return str(target)
+
+
+# ------------------------------------------------------------------------------------------------------ Qwen3.5 family
+# Added for bench/trl_tests.py (TRL's VLM tests use tiny Qwen3.5 and Qwen3.5-MoE models): built like the families
+# above, by their own functions (`tiny_qwen3_5`, `register_qwen3_5_processors`). Qwen3.5 mixes gated-delta-net linear
+# attention with full attention (2 layers: one of each, as TRL's tiny models); without flash-linear-attention and
+# causal-conv1d transformers runs its reference PyTorch kernels. The processor is Qwen3-VL's, image-only like
+# Qwen2-VL's above.
+QWEN3_5_HUB_IDS: dict[str, str] = {
+    _TRL + "Qwen3_5ForConditionalGeneration-NoThink": "qwen3_5",
+    _TRL + "Qwen3_5MoeForConditionalGeneration-3.6": "qwen3_5_moe",
+}
+
+
+class ImageOnlyQwen3VLProcessor(transformers.Qwen3VLProcessor):
+    """Qwen3-VL's processor (Qwen3.5's) without its video processor: what its ``__init__`` sets for images and text,
+    then `ProcessorMixin.__init__` with the image processor and the tokenizer only."""
+
+    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+        self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
+        self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+        self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+        ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+        self.video_processor = None
+        self.vision_start_token, self.vision_end_token = "<|vision_start|>", "<|vision_end|>"
+        self.vision_start_token_id = tokenizer.convert_tokens_to_ids(self.vision_start_token)
+        self.vision_end_token_id = tokenizer.convert_tokens_to_ids(self.vision_end_token)
+
+
+def register_qwen3_5_processors() -> None:
+    """`register_image_only_processors` for Qwen3.5 and Qwen3.5-MoE (their processor takes a video processor)."""
+    for config in (transformers.Qwen3_5Config, transformers.Qwen3_5MoeConfig):
+        transformers.AutoProcessor.register(config, ImageOnlyQwen3VLProcessor, exist_ok=True)
+
+
+def _qwen3_5(family: str):
+    tok = _tokenizer(["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"])
+    ids = {f"{k}_token_id": tok.convert_tokens_to_ids(f"<|{k}|>") for k in ("vision_start", "vision_end")}
+    ids |= {"image_token_id": tok.convert_tokens_to_ids("<|image_pad|>")}
+    ids |= {"video_token_id": tok.convert_tokens_to_ids("<|video_pad|>")}
+    # A quarter of head_dim 64 is rotary: 8 frequencies over (time, height, width), interleaved as Qwen3.5's.
+    rope = {"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25}
+    rope |= {"mrope_section": [2, 3, 3], "mrope_interleaved": True}
+    text = _text(tok, rope_parameters=rope, layer_types=["linear_attention", "full_attention"])
+    text |= {"linear_key_head_dim": 32, "linear_value_head_dim": 32, "linear_num_key_heads": 2}
+    text |= {"linear_num_value_heads": 2}
+    vision = {"depth": 2, "hidden_size": 64, "num_heads": 2, "intermediate_size": 128}
+    vision |= {"out_hidden_size": TEXT["hidden_size"], "patch_size": 16, "num_position_embeddings": 64}
+    if family == "qwen3_5_moe":
+        text |= {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+        text |= {"shared_expert_intermediate_size": 32}
+        config = transformers.Qwen3_5MoeConfig(text_config=text, vision_config=vision, **ids, **_ids(tok))
+    else:
+        config = transformers.Qwen3_5Config(text_config=text, vision_config=vision, **ids, **_ids(tok))
+    # 16 px patches merged 2x2; small images are scaled up to 64x64: 4x4 patches -> 4 tokens.
+    image_processor = transformers.Qwen2VLImageProcessorPil(
+        patch_size=16, merge_size=2, temporal_patch_size=2, min_pixels=64 * 64, max_pixels=128 * 128
+    )
+    processor = ImageOnlyQwen3VLProcessor(image_processor=image_processor, tokenizer=tok, chat_template=_QWEN_TEMPLATE)
+    return config, processor
+
+
+def tiny_qwen3_5(family: str, root: str | Path) -> str:
+    """`tiny_vlm` for ``family`` "qwen3_5" or "qwen3_5_moe": the folder ``root/<family>``, built on first use under a
+    file lock (registers the image-only processor in this process first)."""
+    if family not in ("qwen3_5", "qwen3_5_moe"):
+        raise ValueError(f"unknown Qwen3.5 family {family!r}; one of {tuple(QWEN3_5_HUB_IDS.values())}")
+    register_qwen3_5_processors()
+    root = Path(root)
+    target = root / family
+    if (target / "config.json").is_file():
+        return str(target)
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f"{family}.lock")):
+        if not (target / "config.json").is_file():
+            tmp = root / f"{family}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)  # a build that crashed
+            config, processor = _qwen3_5(family)
+            processor.tokenizer.chat_template = processor.chat_template
+            torch.manual_seed(SEED)
+            model = transformers.AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+            tok = processor.tokenizer
+            model.generation_config.update(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+            model.generation_config.update(bos_token_id=tok.bos_token_id)
+            model.save_pretrained(tmp)
+            processor.save_pretrained(tmp)
             tmp.rename(target)
     return str(target)

@@ -108,9 +108,7 @@ def with_image_parts(messages: list[dict], n_images: int) -> list[dict]:
             f"the prompt has {have} {{'type': 'image'}} part(s) but the row has {n_images} image(s); each image "
             f"needs one part (or give no parts and they are placed before the first user message's text)"
         )
-    if not any(m["role"] == "user" for m in messages) and not have:
-        raise ImageRowError("the prompt has no user message to place the image(s) in")
-    out, placed = [], bool(have)
+    out, placed = [], bool(have) or n_images == 0
     for message in messages:
         content = message.get("content")
         if isinstance(content, str):
@@ -120,6 +118,11 @@ def with_image_parts(messages: list[dict], n_images: int) -> list[dict]:
                 placed = True
             message = {**message, "content": parts}
         out.append(message)
+    if not placed:
+        raise ImageRowError(
+            f"no user message has string content to place the {n_images} image(s) before; give the prompt one "
+            f"{{'type': 'image'}} part per image"
+        )
     return out
 
 
