@@ -7,6 +7,8 @@ What it sets and why:
 * ``--worker-extension-cls``: hf_grpo's worker methods (the packed-LM-head refresh a reload needs on CPU).
 * ``--logprobs-mode processed_logprobs``: sampling log-probs after temperature, as the trainer computes them.
 * ``--enable-prefix-caching``: the ``n`` samples of a prompt share its prefill.
+* ``--enable-scale-out``: vLLM's token-in/token-out ``/inference/v1/generate`` route, which takes a prompt's token ids
+  with its images (vision-language policies: `hf_grpo.generation.vllm_server`); it also serves ``/render``.
 * ``--kv-cache-memory-bytes`` on CPU (from ``--kv-cache-gib``), ``--gpu-memory-utilization`` on GPU.
 * ``--weight-transfer-config '{"backend": "nccl"}'`` with ``--weight-transfer nccl`` (GPU).
 
@@ -118,6 +120,7 @@ def serve_command(args: argparse.Namespace, extra: list[str] = ()) -> tuple[list
         "--seed",
         str(args.seed),
         "--enable-prefix-caching",
+        "--enable-scale-out",
         "--logprobs-mode",
         "processed_logprobs",
         "--worker-extension-cls",

@@ -325,6 +325,9 @@ class VLLMColocateGenerator(Generator):
                 if self.direct_copy is None:
                     self.direct_copy = self._plan_direct_copy(model)
             self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+            # Cached image embeddings too (the old vision tower's). The reload clears the workers' copies but not the
+            # scheduler's record of them, so an image seen before the sync would otherwise be an "Encoder cache miss".
+            self.llm.llm_engine.reset_encoder_cache()
         self._sleep()
         self.weight_version = version
 

@@ -6,11 +6,24 @@ Design:
   (rotated by rank so remainders spread evenly), sends them concurrently as ``/v1/completions`` requests with
   ``n = num_generations`` and token-id prompts (``return_token_ids`` gives the completion ids back, ``logprobs=0``
   the sampled token's log-prob), and reassembles the results in prompt order.
+* Vision-language prompts go to vLLM's tokens-in/tokens-out route ``/inference/v1/generate`` instead (stock ``vllm
+  serve`` with ``--enable-scale-out``, which `hf-grpo serve` passes), one request per prompt, sent concurrently: its
+  unexpanded ids (``token_ids``) and its images as PNG data URLs (``content_parts``). ``/v1/completions`` takes no
+  images with a token prompt, and the chat route would re-render the prompt from messages with the server's template
+  (not token-exact, and no plain-string prompts); this route renders ``TokensPrompt(ids, multi_modal_data)`` exactly
+  as the colocated engine does, and with ``return_token_ids`` answers with the ids the server expanded, which must
+  be the trainer's (the sequences it scores). PNG is lossless, so the server decodes the trainer's pixels (vLLM
+  turns a non-RGB image into RGB on load; the trainer's images from paths and bytes are RGB already). A prompt
+  without images in such a batch goes the same way, as its ids.
 * Weight sync after every optimizer step, in one of two transfers. ``disk``: the main process writes the merged
   weights once as safetensors into a directory the servers can read (``/dev/shm`` on one machine: a memory copy)
   and every server reloads them in place (``/collective_rpc reload_weights``). ``nccl``: vLLM's own weight-transfer
-  engine broadcasts the tensors from the main process's GPU (see `hf_grpo.generation.nccl_sync`). Then the prefix
-  cache is reset and the server's weight version is set to the trainer's ``global_step``.
+  engine broadcasts the tensors from the main process's GPU (see `hf_grpo.generation.nccl_sync`). Then the encoder
+  cache and the prefix cache are reset and the server's weight version is set to the trainer's ``global_step``.
+  The tensors carry the trainer's parameter names, vision tower and projector included; vLLM's model maps them
+  (its ``hf_to_vllm_mapper``) as it maps a checkpoint's. The encoder cache (image embeddings, kept across requests
+  by image hash) must be reset: the vision tower changed, and vLLM's reload empties the workers' copy but not the
+  scheduler's record of it, so the next request with an image seen before stops the engine ("Encoder cache miss").
 * Servers that went away: before each round every server's weight version is read (``/weight_info``); a server
   that restarted reports another version and is brought up to date from the last weights file before it is used.
   A request that fails on a connection error waits up to ``vllm_server_timeout`` for the server to come back, syncs
@@ -23,6 +36,8 @@ Design:
 from __future__ import annotations
 
 import atexit
+import base64
+import io
 import logging
 import os
 import shutil
@@ -31,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
 import requests
+from requests.adapters import HTTPAdapter
 
 from ..models.loading import DTYPES
 from .base import GenerationResult, Generator, SamplingParams
@@ -39,8 +55,20 @@ from .weights import save_policy_weights
 logger = logging.getLogger(__name__)
 
 
+# Vision-language prompts in flight at once per server (one request each): enough for the server to batch them.
+MEDIA_REQUESTS = 16
+MEDIA_ROUTE = "/inference/v1/generate"
+
+
 class VLLMServerError(RuntimeError):
     """A vLLM server is unreachable, too slow, or answered with an error. The message names its URL."""
+
+
+def image_data_url(image) -> str:
+    """A PIL image as a PNG data URL (lossless: the server decodes the trainer's pixels)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def _split(items: list, parts: int, offset: int) -> list[tuple[int, int]]:
@@ -62,6 +90,8 @@ class VLLMServerClient:
         self.request_timeout = request_timeout
         self.health_timeout = health_timeout
         self.session = requests.Session()
+        # Room for the concurrent vision-language requests (requests keeps 10 connections per host by default).
+        self.session.mount("http://", HTTPAdapter(pool_maxsize=MEDIA_REQUESTS))
         self.model: str | None = None
 
     def _call(self, method: str, path: str, timeout: float | None = None, **kwargs) -> requests.Response:
@@ -74,10 +104,20 @@ class VLLMServerClient:
             ) from e
         except requests.ConnectionError as e:
             raise ConnectionError(f"vLLM server {self.url} is not reachable ({type(e).__name__})") from e
-        if response.status_code == 404 and path in ("/weight_info", "/collective_rpc", "/reset_prefix_cache"):
+        if response.status_code == 404 and path in (
+            "/weight_info",
+            "/collective_rpc",
+            "/reset_prefix_cache",
+            "/reset_encoder_cache",
+        ):
             raise VLLMServerError(
                 f"vLLM server {self.url} has no {path} endpoint: weight sync needs the server "
                 "started with VLLM_SERVER_DEV_MODE=1 (`hf-grpo serve` does this)"
+            )
+        if response.status_code in (403, 404) and path == MEDIA_ROUTE:
+            raise VLLMServerError(
+                f"vLLM server {self.url} does not serve {MEDIA_ROUTE} (HTTP {response.status_code}), which "
+                "prompts with images need: start it with `hf-grpo serve` (or `vllm serve ... --enable-scale-out`)"
             )
         if response.status_code != 200:
             raise VLLMServerError(
@@ -120,6 +160,8 @@ class VLLMServerClient:
         self.finish_update(version)
 
     def finish_update(self, version: int) -> None:
+        # Image embeddings cached with the old vision tower (module docstring): before any request sees them.
+        self._call("POST", "/reset_encoder_cache", timeout=60)
         self._call("POST", "/reset_prefix_cache", timeout=60)
         self._call("POST", "/update_weight_version", json={"new_version": str(version)}, timeout=30)
 
@@ -138,8 +180,46 @@ class VLLMServerClient:
             logprobs=[c["logprobs"]["token_logprobs"] for c in choices],
         )
 
+    def complete_media(self, prompt_ids: list[list[int]], media: list, n: int, sampling: SamplingParams):
+        """Vision-language prompts (module docstring): one ``/inference/v1/generate`` request per prompt, its
+        unexpanded ids with its images; each answer's expanded prompt ids are checked against the trainer's."""
+        with ThreadPoolExecutor(max_workers=min(MEDIA_REQUESTS, len(prompt_ids))) as pool:
+            answers = list(pool.map(lambda job: self._generate_one(*job, n, sampling), zip(prompt_ids, media)))
+        ids, finished, logprobs = [], [], []
+        for i, (expected, answer) in enumerate(zip(prompt_ids, answers)):
+            got = answer["prompt_token_ids"]
+            if got != list(expected):
+                raise VLLMServerError(
+                    f"vLLM server {self.url}, prompt {i}: the server expanded its images into {len(got)} prompt "
+                    f"tokens, the trainer's processor into {len(expected)}"
+                    f"{'' if len(got) != len(expected) else ' (different ids)'}; the server's processor must match "
+                    f"the trainer's (serve the same model folder)"
+                )
+            choices = sorted(answer["choices"], key=lambda c: c["index"])
+            if len(choices) != n:
+                raise VLLMServerError(f"vLLM server {self.url} returned {len(choices)} completions for n={n}")
+            for c in choices:
+                ids.append(c["token_ids"])
+                finished.append(c["finish_reason"] == "stop")
+                logprobs.append([step["logprob"] for step in c["logprobs"]["content"]])
+        return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs)
+
+    def _generate_one(self, prompt_ids: list[int], media, n: int, sampling: SamplingParams) -> dict:
+        """One prompt on the tokens-in/tokens-out route: a prompt without images is sent as its ids."""
+        body = {
+            "model": self.model,
+            "token_ids": media.engine_ids if media.images else list(prompt_ids),
+            "return_token_ids": True,  # the expanded prompt ids, checked by complete_media
+            "sampling_params": sampling.vllm_kwargs(n),
+        }
+        if media.images:
+            body["content_parts"] = [{"type": "image_url", "url": image_data_url(im)} for im in media.images]
+        return self._call("POST", MEDIA_ROUTE, json=body).json()
+
 
 class VLLMServerGenerator(Generator):
+    supports_images = True
+
     def __init__(self, args, accelerator):
         self.accelerator = accelerator
         self.clients = [
@@ -178,14 +258,20 @@ class VLLMServerGenerator(Generator):
             )
 
     # ---- generation ---------------------------------------------------------------------------------------------
-    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
+    def generate(
+        self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, media: list | None = None
+    ) -> GenerationResult:
         if not prompt_ids:
             return GenerationResult(completion_ids=[], finished=[], logprobs=[])
         if sampling.greedy and n > 1:
-            return self.generate(prompt_ids, 1, sampling).repeat_each(n)
+            return self.generate(prompt_ids, 1, sampling, media).repeat_each(n)
         bounds = _split(prompt_ids, len(self.clients), self.accelerator.process_index)
-        jobs = [(c, prompt_ids[a:b]) for c, (a, b) in zip(self.clients, bounds) if b > a]
-        parts = list(self.pool.map(lambda job: self._complete(job[0], job[1], n, sampling), jobs))
+        jobs = [
+            (c, prompt_ids[a:b], None if media is None else media[a:b])
+            for c, (a, b) in zip(self.clients, bounds)
+            if b > a
+        ]
+        parts = list(self.pool.map(lambda job: self._complete(*job, n, sampling), jobs))
         return GenerationResult(
             completion_ids=[x for p in parts for x in p.completion_ids],
             finished=[x for p in parts for x in p.finished],
@@ -196,12 +282,14 @@ class VLLMServerGenerator(Generator):
         """One completion of one prompt (a multi-turn rollout's next turn). ``route`` picks the server, so a rollout
         keeps going to the server whose prefix cache holds its earlier turns."""
         client = self.clients[(route + self.accelerator.process_index) % len(self.clients)]
-        return self._complete(client, [prompt_ids], 1, sampling)
+        return self._complete(client, [prompt_ids], None, 1, sampling)
 
-    def _complete(self, client: VLLMServerClient, prompts, n: int, sampling: SamplingParams) -> GenerationResult:
+    def _complete(
+        self, client: VLLMServerClient, prompts, media: list | None, n: int, sampling: SamplingParams
+    ) -> GenerationResult:
         try:
             self._ensure_current(client)
-            return client.complete(prompts, n, sampling)
+            return self._send(client, prompts, media, n, sampling)
         except ConnectionError as e:
             logger.warning("%s; waiting up to %.0f s for it to come back", e, client.health_timeout)
             try:
@@ -214,7 +302,13 @@ class VLLMServerGenerator(Generator):
                     "restarted server before using it."
                 ) from gone
             self._ensure_current(client)
+            return self._send(client, prompts, media, n, sampling)
+
+    @staticmethod
+    def _send(client: VLLMServerClient, prompts, media: list | None, n: int, sampling: SamplingParams):
+        if media is None:
             return client.complete(prompts, n, sampling)
+        return client.complete_media(prompts, media, n, sampling)
 
     def _ensure_current(self, client: VLLMServerClient) -> None:
         """Bring a server that lost our weights (it restarted) up to date from the last weights file."""

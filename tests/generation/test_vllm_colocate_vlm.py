@@ -53,14 +53,16 @@ def train(path, tmp_path, dataset, **overrides):
 
 def test_weight_sync_reaches_the_vision_tower_and_image_rows_match_text_rows(tmp_path_factory):
     path = tiny_vlm("idefics3", tmp_path_factory.mktemp("vlms"))
-    trainer, before, image_logs = train(path, tmp_path_factory.mktemp("images"), rows(True))
+    # Two rows, both in every step: steps 2 and 3 send step 1's images again, after a sync (a stale encoder cache entry
+    # stopped the engine with "Encoder cache miss").
+    trainer, before, image_logs = train(path, tmp_path_factory.mktemp("images"), rows(True, n=2))
     tower = [n for n in before if ".vision_model." in n or ".connector." in n]
     moved = max((trainer.model.get_parameter(n) - before[n]).abs().max().item() for n in tower)
     assert tower and moved > 1e-2  # the vision tower and projector changed a lot at lr 0.1 ...
     assert len(image_logs) == 3
     # ... and steps 2 and 3 sampled from an engine holding them: vLLM's log-probs equal the trainer's.
     assert all(r["sampling/logp_difference/max"] < 1e-3 for r in image_logs), image_logs
-    _, _, text_logs = train(path, tmp_path_factory.mktemp("text"), rows(False))
+    _, _, text_logs = train(path, tmp_path_factory.mktemp("text"), rows(False, n=2))
     image = max(r["sampling/logp_difference/mean"] for r in image_logs)
     text = max(r["sampling/logp_difference/mean"] for r in text_logs)
     assert image < max(10 * text, 1e-5), (image, text)  # image rows: the size text rows have

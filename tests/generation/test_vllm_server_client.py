@@ -42,6 +42,7 @@ def test_serve_command_sets_what_weight_sync_needs(tmp_path):
         "--port 8123",
         "--logprobs-mode processed_logprobs",
         "--enable-prefix-caching",
+        "--enable-scale-out",
         "--worker-extension-cls hf_grpo.generation.worker_extension.",
         "--enforce-eager",
         "--kv-cache-memory-bytes",
