@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo agent-demo lint test test-fast test-latest bench clean
+.PHONY: install demo agent-demo vlm-demo lint test test-fast test-latest bench clean
 
 install: $(STAMP)
 
@@ -32,6 +32,11 @@ demo: install
 # The agent demo: the same model learns to call a calculator tool (docs/agents.md).
 agent-demo: install
 	$(BIN)/python train.py --recipe recipes/agent_quickstart.yaml
+
+# The vision-language demo: an Idefics3 policy around the same language model, with a random vision tower, learns to
+# name the colour of a shape in generated images (docs/vlm.md).
+vlm-demo: install
+	$(BIN)/python train.py --recipe recipes/vlm_quickstart.yaml
 
 # The linter and the formatter (settings in pyproject.toml); `make test` runs it first, so CI fails on either.
 # `$(BIN)/ruff format hf_grpo tests bench train.py` applies the formatting.

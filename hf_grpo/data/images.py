@@ -77,15 +77,16 @@ def check_image(value: Any, key: str, base_dir: str | None) -> Any:
 
 
 def row_images(row: Mapping, base_dir: str | None = None) -> tuple[str, list] | None:
-    """``(column, checked images)`` of a row with an image column, else None."""
+    """``(column, checked images)`` of a row with an image column, else None. ``images: []`` is a row without
+    images (TRL's multi-image datasets have such rows), its prompt typed like the others'."""
     column = image_column(row)
     if column is None:
         return None
     value = row[column]
     if column == "image":
         return column, [check_image(value, "image", base_dir)]
-    if not isinstance(value, list) or not value:
-        raise ImageRowError(f"key 'images': expected a non-empty list of images, got {type(value).__name__}")
+    if not isinstance(value, list):
+        raise ImageRowError(f"key 'images': expected a list of images, got {type(value).__name__}")
     return column, [check_image(v, f"images[{i}]", base_dir) for i, v in enumerate(value)]
 
 

@@ -79,6 +79,16 @@ def test_images_column_of_pil_images_and_bytes(tmp_path):
     assert image_sizes(ds[0]) == [(3, 3), (5, 7)]
 
 
+def test_an_empty_images_list_is_a_row_without_images():
+    # TRL's multi-image datasets have such rows; their prompts may already be typed parts.
+    typed = [user([{"type": "text", "text": "b"}])]
+    ds = load_prompt_dataset(
+        [{"prompt": [user("a")], "images": [Image.new("RGB", (4, 4))]}, {"prompt": typed, "images": []}]
+    )
+    assert images_of(ds[1]) == [] and image_sizes(ds[1]) == []
+    assert without_nulls(ds[1]["prompt"]) == typed
+
+
 def test_text_rows_may_sit_beside_image_rows():
     ds = load_prompt_dataset([{"prompt": [user("a")], "image": Image.new("RGB", (4, 4))}, {"prompt": [user("b")]}])
     # Typed like the image rows' (one Arrow type per column), as TRL's prepare_multimodal_messages types them.
@@ -91,7 +101,7 @@ def test_text_rows_may_sit_beside_image_rows():
     [
         ({"prompt": [user("x")], "image": "missing.png"}, r"key 'image': image file '.*missing.png' does not exist"),
         ({"prompt": [user("x")], "image": "bad.png"}, r"key 'image': image file '.*bad.png' is not a readable image"),
-        ({"prompt": [user("x")], "images": []}, r"key 'images': expected a non-empty list of images"),
+        ({"prompt": [user("x")], "images": "ok.png"}, r"key 'images': expected a list of images, got str"),
         ({"prompt": [user("x")], "images": ["ok.png", 3]}, r"key 'images\[1\]': expected a PIL image, an image file"),
         ({"prompt": [user("x")], "image": "ok.png", "images": ["ok.png"]}, r"has both 'image' and 'images'"),
         ({"prompt": "x", "image": "ok.png"}, r"key 'prompt': a row with images needs a conversational prompt"),
