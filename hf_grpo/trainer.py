@@ -120,13 +120,13 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         tokenizer = self.text_tokenizer = text_tokenizer(processing_class)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
+        # A vision-language policy's prompts go through its processor with their images (hf_grpo.vision).
+        vision = vision_encoder(model, processing_class, args)
         # Multi-turn rollouts (hf_grpo.agents): tools and environments, or TRL's rollout_func.
         self.agent = None
         if tools or args.tools or environment_factory is not None:
-            self.agent = AgentRollouts(tokenizer, args, tools, environment_factory, model_positions(model))
+            self.agent = AgentRollouts(tokenizer, args, tools, environment_factory, model_positions(model), vision)
         train_dataset = environment_dataset(train_dataset, environment_factory, args, self.agent)
-        # A vision-language policy's prompts go through its processor with their images (hf_grpo.vision).
-        vision = vision_encoder(model, processing_class, args)
         # Every row checked and over-long prompts dropped and counted, before the model loads (hf_grpo.data.checks).
         train_dataset, eval_dataset = prepare_datasets(
             train_dataset,
@@ -136,10 +136,10 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             model_positions(model),
             environment_factory,
             encode=self.agent.encode_prompt if self.agent is not None else None,
-            vision=vision,
+            vision=self.agent.vision if self.agent is not None else vision,  # an agent's: measured with its tools
         )
         model, peft_config = prepare_policy(model, args, peft_config, dtype, init_kwargs)
-        check_vision_policy(model, vision, args, (train_dataset, eval_dataset), self.agent or rollout_func)
+        check_vision_policy(model, vision, args, (train_dataset, eval_dataset), rollout_func)
         self.rollout_func = rollout_func
         with zero3_init_disabled(args):  # reward models load whole on every rank, never partitioned
             funcs, self.reward_processing_classes = reward_functions(reward_funcs, reward_processing_classes, args)

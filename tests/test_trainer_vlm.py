@@ -153,18 +153,18 @@ def test_what_cannot_work_is_refused_at_init_with_the_reason(vlm_root, tmp_path,
         vlm_trainer(tiny_vlm("idefics3", vlm_root), tmp_path, **overrides)
 
 
-def test_multi_turn_with_image_rows_and_freeze_on_a_text_model_are_refused(vlm_root, tiny_llama_path, tmp_path):
-    def lookup(word: str) -> str:
-        """Look a word up.
+def test_rollout_func_with_image_rows_and_freeze_on_a_text_model_are_refused(vlm_root, tiny_llama_path, tmp_path):
+    # Tools and environments take image rows (tests/agents/test_vision_tools.py); rollout_func returns ids only.
+    def rollout_func(prompts, trainer):
+        raise AssertionError("never called")
 
-        Args:
-            word: the word.
-        """
-        return word
-
-    with pytest.raises(ValueError, match=r"multi-turn rollouts .* with image prompts \(train_dataset\)"):
+    with pytest.raises(ValueError, match=r"rollout_func with image prompts \(train_dataset\): rollout_func returns"):
         DistributedGRPOTrainer(
-            tiny_vlm("qwen2_vl", vlm_root), [length_reward], vlm_config(tmp_path), image_rows(), tools=[lookup]
+            tiny_vlm("qwen2_vl", vlm_root),
+            [length_reward],
+            vlm_config(tmp_path),
+            image_rows(),
+            rollout_func=rollout_func,
         )
     with pytest.raises(ValueError, match=r"freeze_vision_tower: the model \(LlamaForCausalLM\) has no vision tower"):
         DistributedGRPOTrainer(

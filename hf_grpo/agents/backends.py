@@ -14,6 +14,12 @@
 
 Every backend returns turns as ``(key, token_ids, finished, logprobs)``; ``finished`` is False when the turn hit its
 ``max_tokens``.
+
+A vision-language policy's turn comes with its context's media (`hf_grpo.agents.media.RolloutMedia.snapshot`: the
+images so far, prompt's and tools', and their vision tensors). HF ``generate`` gets the context's vision tensors; a
+vLLM engine (colocated or served) gets the context's ids *before* image expansion with all its images, expands them
+itself, and the ids it expanded must be the trainer's context, or the run stops naming the rollout (the trainer would
+score other sequences than were sampled).
 """
 
 from __future__ import annotations
@@ -35,12 +41,13 @@ class EngineTurns:
         self.generator = generator
         self.engine = generator.llm.llm_engine
         self._keys: dict[str, int] = {}
+        self._expanded: dict[str, list[int]] = {}  # request -> the trainer's context, for requests with images
         self._ids = itertools.count()
 
     def session(self):
         return self.generator.engine_session()
 
-    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams) -> None:
+    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams, media=None) -> None:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
@@ -49,7 +56,12 @@ class EngineTurns:
         params = engine_sampling_params(sampling, 1, output_kind=RequestOutputKind.FINAL_ONLY)
         request_id = f"hf_grpo-turn-{next(self._ids)}"
         self._keys[request_id] = key
-        self.engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(prompt_ids)), params)
+        if media is not None and media.images:  # the engine expands the images itself (module docstring)
+            prompt = TokensPrompt(prompt_token_ids=list(media.engine_ids), multi_modal_data={"image": media.images})
+            self._expanded[request_id] = list(prompt_ids)
+        else:
+            prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        self.engine.add_request(request_id, prompt, params)
 
     def busy(self) -> bool:
         return bool(self._keys)
@@ -58,11 +70,16 @@ class EngineTurns:
         """One engine step (``timeout`` is not needed: a step is the work itself)."""
         if not self._keys:
             return []
+        from ..generation.vllm_colocate import check_expanded_prompts
+
         out = []
         for request in self.engine.step():
             if not request.finished:
                 continue
             key = self._keys.pop(request.request_id)
+            expanded = self._expanded.pop(request.request_id, None)
+            if expanded is not None:
+                check_expanded_prompts([request], [expanded], names=[f"rollout {key}'s context"])
             sample = request.outputs[0]
             ids = list(sample.token_ids)
             logprobs = (
@@ -86,8 +103,8 @@ class ServerTurns:
     def session(self):
         return contextlib.nullcontext()
 
-    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams) -> None:
-        self._pending[self.pool.submit(self.generator.complete_turn, prompt_ids, sampling, key)] = key
+    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams, media=None) -> None:
+        self._pending[self.pool.submit(self.generator.complete_turn, prompt_ids, sampling, key, media)] = key
 
     def busy(self) -> bool:
         return bool(self._pending)
@@ -120,13 +137,13 @@ class BatchedTurns:
     def __init__(self, generator: Generator, any_rank=None):
         self.generator = generator
         self.any_rank = any_rank  # set for lock-step backends (ZeRO-3/FSDP HF generate), else None
-        self._pending: list[tuple[int, list[int], SamplingParams]] = []
+        self._pending: list[tuple[int, list[int], SamplingParams, object]] = []  # (key, ids, sampling, media)
 
     def session(self):
         return contextlib.nullcontext()
 
-    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams) -> None:
-        self._pending.append((key, prompt_ids, sampling))
+    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams, media=None) -> None:
+        self._pending.append((key, prompt_ids, sampling, media))
 
     def busy(self) -> bool:
         return bool(self._pending)
@@ -144,12 +161,16 @@ class BatchedTurns:
             if self.any_rank is not None:
                 self.generator.generate([], 1, SamplingParams(max_tokens=1))
             return []
-        budget = max(s.max_tokens for _, _, s in pending)
+        budget = max(s.max_tokens for _, _, s, _ in pending)
+        media = [m for *_, m in pending]  # a vision-language policy's: each context's images and tensors
         result = self.generator.generate(
-            [p for _, p, _ in pending], 1, dataclasses.replace(pending[0][2], max_tokens=budget)
+            [p for _, p, _, _ in pending],
+            1,
+            dataclasses.replace(pending[0][2], max_tokens=budget),
+            **({"media": media} if any(m is not None for m in media) else {}),
         )
         out = []
-        for i, (key, _, own) in enumerate(pending):
+        for i, (key, _, own, _) in enumerate(pending):
             ids, done = result.completion_ids[i], result.finished[i]
             logprobs = result.logprobs[i] if result.logprobs else None
             if len(ids) > own.max_tokens:  # the wave's budget was larger than this turn's

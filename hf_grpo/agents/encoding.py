@@ -16,6 +16,7 @@ canonical tokenization).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 
 def valid_text(text: str) -> str:
@@ -42,12 +43,17 @@ def _placeholder(k: int) -> str:
     return f"HFGRPOLITERAL{k}X"
 
 
-def encode_with_literals(tokenizer, render: Callable[[list[str]], str], literals: list[str]) -> list[int]:
+def encode_with_literals(
+    tokenizer, render: Callable[[list[str]], str], literals: list[str], encode: Callable | None = None
+) -> list[int]:
     """Ids of ``render(literals)`` (template text around ``literals``), with the literals' special-token strings kept
-    as text. ``render`` must be a pure function of the strings it is given."""
+    as text. ``render`` must be a pure function of the strings it is given. ``encode(text, split)`` tokenizes one
+    piece, in text order (default: the tokenizer; a vision-language policy's expands the image placeholders of the
+    template pieces with its processor, `hf_grpo.agents.media`)."""
+    piece_ids = encode or partial(_tokenize, tokenizer)
     text = render(literals)
     if not has_special("".join(literals), special_strings(tokenizer)):
-        return _ids(tokenizer, text, split=False)
+        return piece_ids(text, split=False)
     marks = [_placeholder(k) for k in range(len(literals))]
     masked = render(marks)
     # The length each literal takes once rendered (the template may escape it).
@@ -62,16 +68,16 @@ def encode_with_literals(tokenizer, render: Callable[[list[str]], str], literals
         if at < 0:  # the template dropped this literal: nothing to protect
             continue
         piece = masked[pos_masked:at]
-        ids += _ids(tokenizer, piece, split=False)
+        ids += piece_ids(piece, split=False)
         pos_text += len(piece)
-        ids += _ids(tokenizer, text[pos_text : pos_text + lengths[k]], split=True)
+        ids += piece_ids(text[pos_text : pos_text + lengths[k]], split=True)
         pos_text += lengths[k]
         pos_masked = at + len(mark)
-    ids += _ids(tokenizer, masked[pos_masked:], split=False)
+    ids += piece_ids(masked[pos_masked:], split=False)
     return ids
 
 
-def _ids(tokenizer, text: str, split: bool) -> list[int]:
+def _tokenize(tokenizer, text: str, split: bool) -> list[int]:
     if not text:
         return []
     return list(tokenizer(text, add_special_tokens=False, split_special_tokens=split)["input_ids"])

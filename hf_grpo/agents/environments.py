@@ -44,6 +44,7 @@ import weakref
 import numpy as np
 
 from .encoding import valid_text
+from .protocol import with_text
 from .tools import Lane, Tool, ToolExecutor, tools_from_callables
 
 logger = logging.getLogger(__name__)
@@ -298,4 +299,4 @@ def with_observation(prompt: list[dict], observation: str | None) -> list[dict]:
     """The prompt with ``observation`` appended to its last user message (TRL), the row itself left untouched."""
     if observation is None:
         return prompt
-    return [*prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
+    return [*prompt[:-1], {**prompt[-1], "content": with_text(prompt[-1]["content"], observation)}]

@@ -6,6 +6,11 @@ bounded, with a timeout each), append the observation tokens the chat template p
 next turn. Its training row is ``prompt_ids`` + the ledger; the ledger's mask is 1 on sampled tokens and 0 on
 observation tokens, and its sampling log-probs are 0.0 (masked) on the latter.
 
+A vision-language policy's rollout also keeps its media in step with the ledger (`hf_grpo.agents.media.RolloutMedia`):
+the images of its prompt and its tool results, its context before image expansion (what a vLLM engine is sent) and
+its vision tensors; every turn is generated from the whole context's. A text-only policy given an image block stops
+the run with an error naming the tool (TRL prints the block list into the context, then fails in the forward pass).
+
 Termination reasons (``rollout/termination/<reason>`` fractions): ``eos`` (a turn without tool calls), ``max_turns``
 (``max_tool_calling_iterations`` tool rounds done, the last turn's calls not run), ``length`` (a turn hit its budget),
 ``tool_output_overflow`` (the observation did not fit in the remaining budget), ``env_done`` (the environment set
@@ -32,6 +37,7 @@ from dataclasses import dataclass, field
 
 from ..generation import GenerationResult, SamplingParams
 from .encoding import valid_text
+from .media import ImageText, RolloutMedia
 from .protocol import ToolProtocol
 from .tools import ERROR_KINDS, Lane, Tool, ToolCall, ToolExecutor, ToolResult, ToolStats, result_of
 
@@ -56,6 +62,7 @@ class Rollout:
     pending: list = field(default_factory=list)  # (call, future) of the tool round in flight
     lane: Lane = field(default_factory=Lane)  # where its calls run, in order (its environment's, if it has one)
     error: str | None = None
+    media: RolloutMedia | None = None  # a vision-language policy's: images and vision tensors, in step with `ids`
 
     @property
     def finished(self) -> bool:
@@ -73,6 +80,8 @@ class AgentResult(GenerationResult):
     environments: list | None = None
     extras: dict[str, list] = field(default_factory=dict)  # rollout_func's extra keys, for the reward functions
     metrics: dict[str, float] = field(default_factory=dict)
+    # A vision-language policy's: per rollout, the images and vision tensors of its prompt and completion.
+    media: list | None = None
 
 
 def assistant_message(text: str, content: str, calls: list[ToolCall]) -> dict:
@@ -106,8 +115,10 @@ class AgentLoop:
         max_tool_rounds: int | None,
         max_tool_output_tokens: int | None,
         tool_names: list[str],
+        images: ImageText | None = None,
     ):
         self.tokenizer = tokenizer
+        self.images = images  # a vision-language policy's (hf_grpo.agents.media); None: a text-only policy
         self.protocol = protocol
         self.executor = executor
         self.budget = max_completion_length
@@ -122,7 +133,7 @@ class AgentLoop:
         start = time.perf_counter()
         with backend.session():
             for r in rollouts:
-                backend.submit(r.index, r.prompt_ids, self._turn_sampling(sampling, r))
+                backend.submit(r.index, r.prompt_ids, self._turn_sampling(sampling, r), _context_media(r))
             if backend.streaming:
                 self._stream(rollouts, backend, sampling, stats)
             else:
@@ -165,6 +176,8 @@ class AgentLoop:
         r.turns += 1
         r.ids += ids
         r.mask += [1] * len(ids)
+        if r.media is not None:
+            r.media.add_turn(ids)
         if r.logprobs is not None:
             r.logprobs = r.logprobs + list(logprobs) if logprobs is not None else None
         text = self.protocol.plain_text(ids)
@@ -186,8 +199,19 @@ class AgentLoop:
         r.pending = []
         for result in results:
             stats.add(result)
+        if r.media is None and any(result.parts for result in results):
+            name = next(result.name for result in results if result.parts)
+            raise ValueError(
+                f"tool `{name}` returned an image block, but the policy is a text-only model, which cannot see "
+                f"images: train a vision-language model (its processor then shows the image to it), or have the "
+                f"tool return text"
+            )
         try:
-            obs = self.protocol.observation_ids(calls, results, r.ids[-1])
+            if r.media is not None:
+                seen = self.images.observation(calls, results, r.ids[-1])
+                obs = seen.ids
+            else:
+                obs = self.protocol.observation_ids(calls, results, r.ids[-1])
         except ValueError as e:
             r.error = str(e)
             return self._end(r, "error")
@@ -196,33 +220,53 @@ class AgentLoop:
         r.messages += self.protocol.tool_messages(*parsed_only(calls, results))
         r.ids += obs
         r.mask += [0] * len(obs)
+        if r.media is not None:
+            r.media.add_observation(seen)
         if r.logprobs is not None:
             r.logprobs = r.logprobs + [0.0] * len(obs)
         r.tool_rounds += 1
         if getattr(r.env, "done", False):
             return self._end(r, "env_done")
-        backend.submit(r.index, r.prompt_ids + r.ids, self._turn_sampling(sampling, r))
+        backend.submit(r.index, r.prompt_ids + r.ids, self._turn_sampling(sampling, r), _context_media(r))
         return 0
 
     def _shown(self, result: ToolResult) -> ToolResult:
         """Tool output as the model sees it: text a tokenizer can encode (`valid_text`; the tool's name is logged), cut
-        to ``max_tool_output_tokens`` with a marker saying how much was cut."""
-        content = valid_text(result.content)
-        if content != result.content:
+        to ``max_tool_output_tokens`` with a marker saying how much was cut. A multimodal result's text blocks share
+        the cap, in order (the block that reaches it is cut, later ones dropped, the marker a block of its own at the
+        end); its images are kept: their tokens count toward ``max_completion_length``."""
+        texts = [p["text"] for p in result.parts if p["type"] == "text"] if result.parts else [result.content]
+        valid = [valid_text(t) for t in texts]
+        if valid != texts:
             logger.warning(
                 "tool `%s` returned text with lone surrogates (not encodable as UTF-8): shown with U+FFFD in their "
                 "place",
                 result.name,
             )
-            result = dataclasses.replace(result, content=content)
+        kept, cut = self._capped(valid)
+        marker = f"\n...[tool output truncated: {cut} more tokens]" if cut else ""
+        if not result.parts:
+            content = kept[0] + marker
+            return result if content == result.content else dataclasses.replace(result, content=content)
+        it = iter(kept)
+        parts = [{**p, "text": next(it)} if p["type"] == "text" else p for p in result.parts]
+        parts = [p for p in parts if p["type"] != "text" or p["text"]] + (
+            [{"type": "text", "text": marker}] * bool(cut)
+        )
+        text = "".join(p["text"] for p in parts if p["type"] == "text")
+        return dataclasses.replace(result, content=text, parts=parts)
+
+    def _capped(self, texts: list[str]) -> tuple[list[str], int]:
+        """``texts`` within ``max_tool_output_tokens`` together, in order, and how many tokens were cut."""
         if self.max_tool_output_tokens is None:
-            return result
-        ids = self.tokenizer(result.content, add_special_tokens=False)["input_ids"]
-        if len(ids) <= self.max_tool_output_tokens:
-            return result
-        kept = self.tokenizer.decode(ids[: self.max_tool_output_tokens])
-        cut = len(ids) - self.max_tool_output_tokens
-        return dataclasses.replace(result, content=f"{kept}\n...[tool output truncated: {cut} more tokens]")
+            return texts, 0
+        kept, cut, left = [], 0, self.max_tool_output_tokens
+        for text in texts:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            kept.append(text if len(ids) <= left else self.tokenizer.decode(ids[:left]))
+            cut += max(0, len(ids) - left)
+            left = max(0, left - len(ids))
+        return kept, cut
 
     @staticmethod
     def _end(r: Rollout, reason: str) -> int:
@@ -262,4 +306,10 @@ class AgentLoop:
             completions=[r.messages for r in rollouts],
             environments=[r.env for r in rollouts] if any(r.env is not None for r in rollouts) else None,
             metrics=metrics,
+            media=[r.media.snapshot() for r in rollouts] if any(r.media is not None for r in rollouts) else None,
         )
+
+
+def _context_media(r: Rollout):
+    """What a backend needs besides the ids to generate a rollout's next turn: its images and vision tensors."""
+    return r.media.snapshot() if r.media is not None else None

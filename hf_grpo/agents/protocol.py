@@ -22,6 +22,10 @@ no substitute "training template": what the model sampled, reasoning included, s
 Departure from TRL, which requires prefix-preserving templates and swaps in stored training templates for the
 families whose templates are not.
 
+A multimodal result (text and image blocks, `hf_grpo.agents.media`) is rendered as its blocks: a ``tool`` message whose
+content is the blocks (template), or the ``<tool_response>`` user turn holding them (fallback); the image blocks
+become the template's image placeholders, which the policy's processor then expands (``encode``).
+
 Tool and environment text is encoded so that special-token strings in it stay text (`hf_grpo.agents.encoding`).
 Calls get a 9-character id when the model wrote none (Mistral's templates require one); the ids are rendered in the
 observation only, and reward functions see TRL's message shapes.
@@ -32,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from functools import partial
 
 from ..data.prompts import is_conversational
 from ..data.schema import without_nulls
@@ -131,12 +136,27 @@ class ToolProtocol:
         messages = fallback_history(messages)
         text = self.system_text(tools)
         if messages and messages[0]["role"] == "system":
-            return [{**messages[0], "content": f"{text}\n\n{messages[0]['content']}"}, *messages[1:]]
+            return [
+                {**messages[0], "content": with_text(messages[0]["content"], f"{text}\n\n", before=True)},
+                *messages[1:],
+            ]
         return [{"role": "system", "content": text}, *messages]
 
-    def encode_prompt(self, messages: list[dict], tools: dict[str, Tool], observation: str | None = None) -> list[int]:
+    def encode_prompt(
+        self, messages: list[dict], tools: dict[str, Tool], observation: str | None = None, encode=None
+    ) -> list[int]:
         """The prompt's ids with the tools; ``observation`` (an environment's ``reset()`` text) is appended to the last
-        user message as literal text: its special-token strings stay text."""
+        user message as literal text: its special-token strings stay text. ``encode(render, literals)``: the render's
+        ids (default `encode_with_literals`; a vision-language policy's expands the images, `hf_grpo.agents.media`)."""
+        render = self._prompt_render(messages, tools)
+        encode = encode or partial(encode_with_literals, self.tokenizer)
+        return encode(render, [observation] if observation else [])
+
+    def prompt_text(self, messages: list[dict], tools: dict[str, Tool]) -> str:
+        """The prompt's text with the tools, as `encode_prompt` renders it."""
+        return self._prompt_render(messages, tools)([])
+
+    def _prompt_render(self, messages: list[dict], tools: dict[str, Tool]):
         if not is_conversational(messages):
             raise ValueError("tool and environment rollouts need conversational prompts (a list of messages)")
         # Rows from a datasets.Dataset carry every key of every row at every depth (Arrow structs), set to None: a
@@ -151,10 +171,10 @@ class ToolProtocol:
             convo = rendered
             if literals:
                 last = convo[-1]
-                convo = [*convo[:-1], {**last, "content": last["content"] + literals[0]}]
+                convo = [*convo[:-1], {**last, "content": with_text(last["content"], literals[0])}]
             return self.tokenizer.apply_chat_template(convo, add_generation_prompt=True, tokenize=False, **kwargs)
 
-        return encode_with_literals(self.tokenizer, render, [observation] if observation else [])
+        return render
 
     # ---- parsing ------------------------------------------------------------------------------------------------
     def parse(self, ids: list[int], prompt_ids: list[int] | None = None, tools: dict[str, Tool] | None = None):
@@ -190,16 +210,20 @@ class ToolProtocol:
 
     # ---- observations -------------------------------------------------------------------------------------------
     def tool_messages(self, calls: list[ToolCall], results: list[ToolResult]) -> list[dict]:
-        """The results as the reward functions see them (TRL's ``{"role": "tool", "name", "content"}``)."""
-        return [{"role": "tool", "name": r.name, "content": r.content} for r in results]
+        """The results as the reward functions see them (TRL's ``{"role": "tool", "name", "content"}``; a multimodal
+        result's content is its list of text and image blocks, the images as PIL images, as in TRL)."""
+        return [{"role": "tool", "name": r.name, "content": r.parts or r.content} for r in results]
 
-    def observation_ids(self, calls: list[ToolCall], results: list[ToolResult], end_of_turn: int) -> list[int]:
+    def observation_ids(
+        self, calls: list[ToolCall], results: list[ToolResult], end_of_turn: int, encode=None
+    ) -> list[int]:
         """Tokens between the model's stop token ``end_of_turn`` and its next turn (see the module docstring).
+        ``encode(render, literals)``: see `encode_prompt` (a vision-language policy's expands the results' images).
 
         Raises ValueError (the rollout ends with ``error``; the run goes on) when the template cannot render the
         exchange even with one well-formed dummy call, or does not contain ``end_of_turn`` in the assistant turn."""
         try:
-            return self._observation(calls, results, end_of_turn)
+            return self._observation(calls, results, end_of_turn, encode)
         except ValueError:
             raise
         except Exception:
@@ -208,15 +232,18 @@ class ToolProtocol:
         # arguments as a mapping): render the results against one plain call instead. The model still reads
         # every result; only the dummy assistant turn, which is cut off, changes.
         dummy = [ToolCall(name=calls[0].name or "tool", arguments={}, id=None)]
-        merged = [ToolResult(results[0].name, "\n\n".join(r.content for r in results), results[0].error_kind)]
+        merged = ToolResult(results[0].name, "\n\n".join(r.content for r in results), results[0].error_kind)
+        if any(r.parts for r in results):
+            separator = [{"type": "text", "text": "\n\n"}]
+            merged.parts = [p for k, r in enumerate(results) for p in (separator if k else []) + result_parts(r)]
         try:
-            return self._observation(dummy, merged, end_of_turn)
+            return self._observation(dummy, [merged], end_of_turn, encode)
         except ValueError:
             raise
         except Exception as e:
             raise ValueError(f"the chat template cannot render this tool exchange ({type(e).__name__}: {e})") from e
 
-    def _observation(self, calls: list[ToolCall], results: list[ToolResult], end_of_turn: int) -> list[int]:
+    def _observation(self, calls: list[ToolCall], results: list[ToolResult], end_of_turn: int, encode) -> list[int]:
         ids = [
             c.id if isinstance(c.id, str) and c.id.isalnum() and len(c.id) == 9 else f"call{k:05d}"
             for k, c in enumerate(calls)
@@ -238,17 +265,26 @@ class ToolProtocol:
         else:
             assistant = {"role": "assistant", "content": "dummy"}
         kwargs = self.chat_template_kwargs or {}
+        # The results' text, in order: one literal per result, or per text block of a multimodal result.
+        literals = [p["text"] for r in results for p in result_parts(r) if p["type"] == "text"]
 
         def messages(literals: list[str]) -> list[dict]:
+            contents = _contents(results, literals)
             if self.mode == "template":
                 # One result per call, in order; a call without a result (never: the loop answers every call) would
                 # be dropped by the zip.
                 return [
-                    {"role": "tool", "name": r.name, "tool_call_id": ids[min(k, len(ids) - 1)], "content": lit}
-                    for k, (r, lit) in enumerate(zip(results, literals))
+                    {"role": "tool", "name": r.name, "tool_call_id": ids[min(k, len(ids) - 1)], "content": content}
+                    for k, (r, content) in enumerate(zip(results, contents))
                 ]
-            body = "\n".join(f"<tool_response>\n{lit}\n</tool_response>" for lit in literals)
-            return [{"role": "user", "content": body}]
+            if not any(r.parts for r in results):
+                return [
+                    {"role": "user", "content": "\n".join(f"<tool_response>\n{c}\n</tool_response>" for c in contents)}
+                ]
+            parts: list[dict] = []
+            for k, content in enumerate(contents):
+                parts += [_text("\n" if k else ""), _text("<tool_response>\n"), *content, _text("\n</tool_response>")]
+            return [{"role": "user", "content": _merged_text(parts)}]
 
         def render(literals: list[str]) -> str:
             return self.tokenizer.apply_chat_template(
@@ -256,11 +292,11 @@ class ToolProtocol:
             )
 
         head_text = self.tokenizer.apply_chat_template([user], add_generation_prompt=True, tokenize=False, **kwargs)
-        full_text = render([r.content for r in results])
+        full_text = render(literals)
         common = 0
         while common < min(len(head_text), len(full_text)) and head_text[common] == full_text[common]:
             common += 1
-        full = encode_with_literals(self.tokenizer, render, [r.content for r in results])
+        full = (encode or partial(encode_with_literals, self.tokenizer))(render, literals)
         # The dummy assistant turn starts after the shared text; its first ``end_of_turn`` token ends it.
         start = len(self.tokenizer(full_text[:common], add_special_tokens=False)["input_ids"]) - 1
         ends = [i for i, t in enumerate(full) if t == end_of_turn and i >= max(start, 0)]
@@ -274,12 +310,57 @@ class ToolProtocol:
         return full[ends[0] + 1 :]
 
 
+def result_parts(result: ToolResult) -> list[dict]:
+    """A result's blocks: a multimodal result's own, or one text block of its content."""
+    return result.parts or [_text(result.content)]
+
+
+def _text(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+def _contents(results: list[ToolResult], literals: list[str]) -> list:
+    """Each result's message content with ``literals`` (its text, or placeholders) in its text blocks: a string, or for
+    a multimodal result a list of text blocks and ``{"type": "image"}`` parts (the template's image placeholder)."""
+    it = iter(literals)
+    out: list = []
+    for r in results:
+        if r.parts is None:
+            out.append(next(it))
+        else:
+            out.append([_text(next(it)) if p["type"] == "text" else {"type": "image"} for p in r.parts])
+    return out
+
+
+def _merged_text(parts: list[dict]) -> list[dict]:
+    """Adjacent text blocks joined (templates draw a message's blocks one after another), empty ones dropped."""
+    out: list[dict] = []
+    for p in parts:
+        if p["type"] != "text":
+            out.append(p)
+        elif p["text"]:
+            if out and out[-1]["type"] == "text":
+                out[-1] = _text(out[-1]["text"] + p["text"])
+            else:
+                out.append(p)
+    return out
+
+
+def with_text(content, text: str, before: bool = False):
+    """A message content (a string, or a list of typed blocks: an image row's) with ``text`` appended (or, with
+    ``before``, prepended)."""
+    if isinstance(content, list):
+        return [_text(text), *content] if before else [*content, _text(text)]
+    return text + (content or "") if before else (content or "") + text
+
+
 def _call_object(function: dict) -> dict:
     return {"name": function["name"], "arguments": function.get("arguments", {})}
 
 
 def fallback_history(messages: list[dict]) -> list[dict]:
-    """TRL-format tool turns rewritten in the fallback protocol's syntax (see `ToolProtocol.prompt_messages`)."""
+    """TRL-format tool turns rewritten in the fallback protocol's syntax (see `ToolProtocol.prompt_messages`). A
+    content given as typed blocks (an image row's) stays blocks, images included."""
     out: list[dict] = []
     for m in messages:
         if m["role"] == "assistant" and m.get("tool_calls"):
@@ -287,16 +368,25 @@ def fallback_history(messages: list[dict]) -> list[dict]:
                 f"<tool_call>{json.dumps(_call_object(c['function']))}</tool_call>" for c in m["tool_calls"]
             )
             content = m.get("content") or ""
+            if isinstance(content, list):  # the assistant's text blocks
+                content = "".join(p.get("text") or "" for p in content)
             out.append({"role": "assistant", "content": f"{content}\n{calls}" if content else calls})
         elif m["role"] == "tool":
-            block = f"<tool_response>\n{m['content']}\n</tool_response>"
-            if out and out[-1].get("_tool_turn"):
-                out[-1]["content"] += "\n" + block
+            block = with_text(with_text(m["content"], "<tool_response>\n", before=True), "\n</tool_response>")
+            previous = out[-1]["content"] if out and out[-1].get("_tool_turn") else None
+            if isinstance(previous, str) and isinstance(block, str):
+                out[-1]["content"] = f"{previous}\n{block}"
+            elif previous is not None:
+                out[-1]["content"] = [*_as_blocks(previous), _text("\n"), *_as_blocks(block)]
             else:
                 out.append({"role": "user", "content": block, "_tool_turn": True})
         else:
             out.append(m)
     return [{k: v for k, v in m.items() if k != "_tool_turn"} for m in out]
+
+
+def _as_blocks(content) -> list[dict]:
+    return content if isinstance(content, list) else [_text(content)]
 
 
 def _example_value(json_type: str | None):

@@ -15,10 +15,12 @@ import math
 
 from ..data import is_conversational
 from ..data.checks import prompt_token_limit
+from ..data.images import images_of
 from .backends import turn_backend
 from .calculator import calculator
 from .environments import Environments, with_observation
 from .loop import AgentLoop, AgentResult, Rollout
+from .media import AgentPrompts, ImageText, RolloutMedia
 from .protocol import ToolProtocol
 from .tools import Lane, ToolDefinitionError, ToolExecutor, tools_from_callables
 
@@ -58,16 +60,23 @@ def resolve_tool(spec):
 class AgentRollouts:
     """Multi-turn rollouts for one trainer: its tools, environments, protocol and tool executor."""
 
-    def __init__(self, tokenizer, args, tools=None, environment_factory=None, max_position_embeddings=None):
+    def __init__(
+        self, tokenizer, args, tools=None, environment_factory=None, max_position_embeddings=None, vision=None
+    ):
         specs = list(tools) if tools else list(args.tools or [])
         self.tools = tools_from_callables([resolve_tool(t) for t in specs])
         self.executor = ToolExecutor(args.max_concurrent_tools, args.tool_timeout)
         self.envs = (
             Environments(environment_factory, args.seed, self.executor) if environment_factory is not None else None
         )
-        self.protocol = ToolProtocol.for_tokenizer(
-            tokenizer, args.tool_protocol, args.chat_template_kwargs, args.tool_parser
-        )
+        template_kwargs = dict(args.chat_template_kwargs or {})
+        if vision is not None and isinstance(getattr(vision.processor, "chat_template", None), str):
+            # A vision-language policy's conversations are its processor's (VisionPrompts renders with it), whose
+            # template may be stored apart from its tokenizer's (chat_template.json).
+            template_kwargs.setdefault("chat_template", vision.processor.chat_template)
+        self.protocol = ToolProtocol.for_tokenizer(tokenizer, args.tool_protocol, template_kwargs, args.tool_parser)
+        # A vision-language policy's images: the prompts' and the tools' (hf_grpo.agents.media).
+        self.images = ImageText(vision.processor, self.protocol) if vision is not None else None
         known = set(self.tools) | (self.envs.tool_names if self.envs else set())
         self.loop = AgentLoop(
             tokenizer,
@@ -77,6 +86,7 @@ class AgentRollouts:
             args.max_tool_calling_iterations,
             args.max_tool_output_tokens,
             sorted(known),
+            self.images,
         )
         self.num_generations = args.num_generations
         # The longest prompt a rollout may start from, tool descriptions and reset() text included, and why
@@ -87,6 +97,8 @@ class AgentRollouts:
         self.prompt_tools = dict(self.tools)
         if self.envs is not None and not self.envs.multi:
             self.prompt_tools.update(tools_from_callables(self.envs.probe_tools, "environment_factory"))
+        # What the data checks measure an image row with: its text with the tools, its images expanded.
+        self.vision = AgentPrompts(vision, self.protocol, self.prompt_tools) if vision is not None else None
         logger.info(
             "agentic rollouts: %d tool(s) %s, %s, tool protocol %s",
             len(self.tools),
@@ -147,11 +159,18 @@ class AgentRollouts:
                 key = (p, obs)
                 env = instances[i] if instances else None
                 if key not in encoded:  # a group shares its prompt unless its resets disagreed
-                    encoded[key] = self.protocol.encode_prompt(row["prompt"], tools, obs)
-                    self._check_length(p, row["prompt"], tools, obs, len(encoded[key]), env)
+                    encoded[key] = (
+                        self.images.prompt(row["prompt"], tools, obs, images_of(row))
+                        if self.images is not None
+                        else (self.protocol.encode_prompt(row["prompt"], tools, obs), None)
+                    )
+                    self._check_length(p, row["prompt"], tools, obs, len(encoded[key][0]), env)
+                ids, media = encoded[key]
                 # Its calls run in order on its lane: its environment's (reset there, get_reward later) or its own.
                 lane = self.envs.lane_of(env) if env is not None else Lane()
-                rollouts.append(Rollout(index=i, prompt_ids=encoded[key], tools=tools, env=env, lane=lane))
+                rollout = Rollout(index=i, prompt_ids=ids, tools=tools, env=env, lane=lane)
+                rollout.media = RolloutMedia(ids, media) if media is not None else None
+                rollouts.append(rollout)
         try:
             result = self.loop.run(rollouts, turn_backend(generator, lockstep_any_rank), sampling)
         except BaseException:

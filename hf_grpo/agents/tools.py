@@ -28,6 +28,11 @@ Execution (`ToolExecutor`) keeps TRL's order and departs from TRL where robustne
   message cannot be built all become error messages to the model; a task a tool leaves running that raises
   ``SystemExit`` does not stop the event loop thread. Only a failure of hf_grpo's own code raises.
 
+**Images** (TRL's multimodal tool responses): a tool may return a list of content blocks, ``[{"type": "image",
+"image": <PIL.Image>}, {"type": "text", "text": ...}]``; the result keeps its blocks (`ToolResult.parts`, checked by
+`hf_grpo.agents.media.content_blocks`) and a vision-language policy sees the image through its processor. A list of
+text blocks alone is its text; any other list is JSON, as before.
+
 Errors are counted by kind: ``parse_error`` (unreadable call), ``unknown_tool``, ``invalid_arguments``, ``exception``
 (the tool raised), ``timeout`` (it did not return in time, or its lane is still busy with a call that did not),
 ``unserializable`` (it returned something that is neither a string nor JSON-encodable). TRL's
@@ -48,6 +53,8 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+
+from .media import content_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -146,9 +153,12 @@ class ToolCall:
 @dataclass
 class ToolResult:
     name: str
-    content: str
+    content: str  # the text (of a multimodal result: its text blocks, joined)
     error_kind: str | None = None  # one of ERROR_KINDS, or None on success
     seconds: float = 0.0
+    # A multimodal result (TRL's content blocks, `hf_grpo.agents.media.content_blocks`): text and image blocks in
+    # order, the images as RGB PIL images; None for a text result.
+    parts: list[dict] | None = None
 
 
 @dataclass
@@ -376,6 +386,19 @@ class ToolExecutor:
                     value = tool.func(**arguments)
             except BaseException as e:
                 return ToolResult(tool.name, f"Error: {_describe(e)}", "exception", time.perf_counter() - start)
+            try:
+                parts = content_blocks(value)
+            except BaseException as e:  # an image block whose image does not load, a text block without text
+                return ToolResult(
+                    tool.name,
+                    f"Error: tool `{tool.name}` returned content blocks that cannot be shown ({_describe(e)})",
+                    "unserializable",
+                    time.perf_counter() - start,
+                )
+            if parts is not None:  # TRL's multimodal response: a list of text and image blocks
+                text = "".join(p["text"] for p in parts if p["type"] == "text")
+                images = any(p["type"] == "image" for p in parts)
+                return ToolResult(tool.name, text, None, time.perf_counter() - start, parts if images else None)
             try:
                 content = str.__str__(value) if isinstance(value, str) else json.dumps(value, default=str)
             except BaseException as e:  # TypeError (tuple keys), ValueError (a cycle), RecursionError, a bad __str__

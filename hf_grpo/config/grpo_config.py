@@ -497,7 +497,8 @@ class GRPOConfig(GenerationFields):
         trl_compat.resolve_trl_fields(self)
         self.steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
         self.epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
-        if self.generation_backend == "auto":
+        self._backend_auto = self.generation_backend == "auto"
+        if self._backend_auto:
             self.generation_backend = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
         if self.use_bias_correction_kl is None:  # TRL's default where it unbiases the gradient (see its help)
             self.use_bias_correction_kl = self.kl_estimator in ("k1", "k3")
@@ -551,6 +552,11 @@ class GRPOConfig(GenerationFields):
     def validate(self) -> None:
         """Fail early, stating the rule that does not hold (`hf_grpo.config.validation`)."""
         validation.validate(self)
+
+    @property
+    def generation_backend_is_auto(self) -> bool:
+        """Whether the backend was left to ``auto`` (vLLM when installed and able to load the model, else HF)."""
+        return self._backend_auto
 
     @property
     def max_prompt_length_is_set(self) -> bool:

@@ -37,6 +37,7 @@ import weakref
 
 import torch
 
+from ..errors import InputError
 from ..runtime.distributed import is_zero3
 from .base import GenerationResult, Generator, SamplingParams
 from .kv_budget import kv_cache_bytes
@@ -47,14 +48,20 @@ logger = logging.getLogger(__name__)
 WORKER_EXTENSION = "hf_grpo.generation.worker_extension.HFGRPOWorkerExtension"
 
 
-def check_expanded_prompts(outputs, prompt_ids: list[list[int]]) -> None:
+class EngineCannotLoadModel(InputError):
+    """The vLLM engine cannot load the model's architecture in this environment (`build_generator` may fall back)."""
+
+
+def check_expanded_prompts(outputs, prompt_ids: list[list[int]], names: list[str] | None = None) -> None:
     """The prompt ids a vLLM engine expanded from images must equal the trainer's processor's (the sequences the
-    trainer scores); a mismatch (a processor configured differently in the engine) is an error naming the prompt."""
+    trainer scores); a mismatch (a processor configured differently in the engine) is an error naming the prompt
+    (``names[i]``, default ``prompt i``: a multi-turn rollout's context is named by its rollout)."""
     for i, (request, ids) in enumerate(zip(outputs, prompt_ids)):
         got = list(request.prompt_token_ids)
         if got != list(ids):
             raise RuntimeError(
-                f"prompt {i}: vLLM expanded its images into {len(got)} prompt tokens, the trainer's processor into "
+                f"{names[i] if names else f'prompt {i}'}: vLLM expanded its images into {len(got)} prompt tokens, "
+                f"the trainer's processor into "
                 f"{len(ids)}{'' if len(got) != len(ids) else ' (different ids)'}; the engine's processor must match "
                 f"the trainer's (same processor config in the model folder)"
             )
@@ -216,7 +223,17 @@ class VLLMColocateGenerator(Generator):
             self._tp_group = groups[accelerator.process_index // self.tp]
         start = time.perf_counter()
         with _keep_torch_threads(), _engine_start_warnings(args.verbose):
-            self._llm = LLM(**kwargs)
+            try:
+                self._llm = LLM(**kwargs)
+            except Exception as e:  # vLLM wraps the import error of an architecture's module in a config error
+                if "failed to be inspected" not in str(e):
+                    raise
+                raise EngineCannotLoadModel(
+                    f"vLLM cannot load {model_path}: its module for the model's architecture failed to import "
+                    f"(vLLM's multimodal models import transformers' image processors, several of which need "
+                    f"torchvision). Install what it needs, or generate with transformers (generation_backend: hf, "
+                    f"TRL's use_vllm: false)"
+                ) from e
         _last_built = weakref.ref(self)
         logger.info("vLLM engine ready in %.1f s (%s, %s)", time.perf_counter() - start, model_path, kwargs["dtype"])
         if self.sleep_mode:

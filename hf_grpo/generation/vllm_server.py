@@ -278,11 +278,16 @@ class VLLMServerGenerator(Generator):
             logprobs=[x for p in parts for x in p.logprobs],
         )
 
-    def complete_turn(self, prompt_ids: list[int], sampling: SamplingParams, route: int) -> GenerationResult:
+    def complete_turn(
+        self, prompt_ids: list[int], sampling: SamplingParams, route: int, media=None
+    ) -> GenerationResult:
         """One completion of one prompt (a multi-turn rollout's next turn). ``route`` picks the server, so a rollout
-        keeps going to the server whose prefix cache holds its earlier turns."""
+        keeps going to the server whose prefix cache holds its earlier turns. ``media``: a vision-language policy's
+        context (its images so far): sent on the image route as its unexpanded ids with every image, and the ids the
+        server expanded are checked against ``prompt_ids``."""
         client = self.clients[(route + self.accelerator.process_index) % len(self.clients)]
-        return self._complete(client, [prompt_ids], None, 1, sampling)
+        with_images = media is not None and bool(media.images)
+        return self._complete(client, [prompt_ids], [media] if with_images else None, 1, sampling)
 
     def _complete(
         self, client: VLLMServerClient, prompts, media: list | None, n: int, sampling: SamplingParams

@@ -37,7 +37,8 @@ def build_samples(
     media: list | None = None,
 ) -> list[dict]:
     """One dict per completion: its prompt ids, completion ids, loss mask, advantage, (from vLLM) the sampler's
-    log-probs of its tokens and (vision-language prompts, ``media`` per prompt) its prompt's `PromptMedia`.
+    log-probs of its tokens and (vision-language policies) its `PromptMedia`: ``media`` has one per prompt, or one
+    per completion (multi-turn rollouts, whose tool turns add images of their own; `hf_grpo.agents.media`).
 
     Multi-turn rollouts (`hf_grpo.agents`) pass ``completion_mask`` (0 on tool and environment tokens): it multiplies
     the loss mask, so those tokens are out of the loss, the KL, the entropy, the token normalisers and the importance
@@ -69,7 +70,7 @@ def build_samples(
                 )
             sample["sampling_logp"] = sampling_logprobs[i]
         if media is not None:
-            sample["media"] = media[i // num_generations]
+            sample["media"] = media[i] if len(media) == len(completion_ids) else media[i // num_generations]
         samples.append(sample)
     return samples
 

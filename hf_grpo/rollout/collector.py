@@ -50,8 +50,9 @@ class RolloutBatch:
     # TRL's log_extra / log_metric from the reward functions: [P*G] dicts of columns, and each metric's values.
     extra: list[dict] = field(default_factory=list)
     logged_metrics: dict[str, list[float]] = field(default_factory=dict)
-    # Vision-language prompts (hf_grpo.vision): each prompt's images and vision tensors; None for text-only models.
-    media: list | None = None  # [P]
+    # Vision-language policies (hf_grpo.vision): each prompt's images and vision tensors, or each completion's for
+    # multi-turn rollouts (tool turns add images: hf_grpo.agents.media); None for text-only models.
+    media: list | None = None  # [P] or [P*G]
 
     @property
     def scored(self) -> torch.Tensor:
@@ -79,8 +80,12 @@ class RolloutBatch:
             agent_metrics=self.agent_metrics,
             extra=[self.extra[i] for i in rows_idx] if self.extra else [],
             logged_metrics=self.logged_metrics,
-            media=None if self.media is None else [self.media[g] for g in keep],
+            media=None if self.media is None else [self.media[i] for i in self._media_index(keep, rows_idx)],
         )
+
+    def _media_index(self, keep: list[int], rows_idx: list[int]) -> list[int]:
+        """The entries of `media` to keep: per completion (``rows_idx``) or per prompt (``keep``)."""
+        return rows_idx if len(self.media) == len(self.completion_ids) else keep
 
     def model_tokens(self) -> list[int]:
         """Tokens each completion's policy sampled (tool/environment tokens excluded, as TRL counts lengths)."""
@@ -227,13 +232,16 @@ class RolloutCollector:
     def generate(self, rows: list[dict], sampling: SamplingParams | None = None, round_key: int = 0) -> tuple:
         """``(prompt_ids, GenerationResult, seconds[, media])`` for ``G`` completions of each row (``sampling``
         overrides the collector's own, e.g. a pipeline round's scheduled temperature; ``round_key`` seeds
-        environments); ``media``: the prompts' `PromptMedia` when the policy is a vision-language model."""
+        environments); ``media``: the prompts' `PromptMedia` when the policy is a vision-language model (multi-turn:
+        each completion's, its tool images included)."""
         if self.multi_turn is not None:
             with self.engine_lock:
                 t0 = time.perf_counter()
                 result = self.multi_turn(self.generator, rows, sampling or self.sampling, round_key)
                 G = self.args.num_generations
-                return [result.prompt_ids[p * G] for p in range(len(rows))], result, time.perf_counter() - t0
+                prompt_ids = [result.prompt_ids[p * G] for p in range(len(rows))]
+                # A vision-language policy's media, per completion: its tool turns may add images.
+                return prompt_ids, result, time.perf_counter() - t0, result.media
         if self.vision is not None:
             prompt_ids, media = self.vision.encode(rows)
             with self.engine_lock:

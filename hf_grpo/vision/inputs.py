@@ -7,7 +7,8 @@ kinds, told apart by shape, never by a family table:
 
 * per-token tensors (``token_type_ids``, ``mm_token_type_ids``: Gemma 3 marks its image tokens for bidirectional
   attention) are ``[1, P]`` like the ids; they are padded as the ids are (left over the prompt, zeros over the
-  completion, which holds no image token);
+  completion, which holds no image token; a multi-turn rollout's, whose tool turns may hold images, cover its
+  completion too: `hf_grpo.agents.media`);
 * everything else is per image (``pixel_values``, ``image_grid_thw``, ``pixel_attention_mask``, ``image_sizes``):
   a micro-batch concatenates the rows' tensors along dim 0, zero-padding the other dims to the largest. That is what
   each family's processor does for a batch: Qwen2-VL's patches and grids are flat over images; Idefics3/SmolVLM's
@@ -120,7 +121,7 @@ class VisionPrompts:
         return [ids for ids, _ in pairs], [media for _, media in pairs]
 
 
-def _pad_cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+def pad_cat(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Concatenate along dim 0, zero-padding every other dim to the largest (see the module docstring)."""
     if len({t.shape[1:] for t in tensors}) == 1:
         return torch.cat(tensors)
@@ -135,17 +136,25 @@ def _pad_cat(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def collate_vision(media: list[PromptMedia], prompt_lengths: list[int], P: int, C: int) -> dict[str, torch.Tensor]:
     """The vision inputs of a padded micro-batch whose row ``b`` holds a prompt of ``prompt_lengths[b]`` tokens
-    left-padded to ``P``, then ``C`` completion positions. Rows without images contribute nothing per image."""
+    left-padded to ``P``, then ``C`` completion positions. Rows without images contribute nothing per image. A row's
+    per-token tensors start at its first prompt token and cover the prompt, or (a multi-turn rollout's media, whose
+    tool turns hold images: `hf_grpo.agents.media`) the prompt and the completion; zeros elsewhere."""
     out: dict[str, torch.Tensor] = {}
     keys = dict.fromkeys(k for m in media for k in m.tensors)
     for key in keys:
         parts = [m.tensors[key] for m in media if key in m.tensors]
-        out[key] = _pad_cat(parts)
+        out[key] = pad_cat(parts)
     for key in dict.fromkeys(k for m in media for k in m.token_tensors):
         rows = torch.zeros((len(media), P + C), dtype=torch.long)  # [B, P+C]
         for b, m in enumerate(media):
             value = m.token_tensors.get(key)
             if value is not None:
-                rows[b, P - prompt_lengths[b] : P] = value
+                if len(value) > prompt_lengths[b] + C:
+                    raise ValueError(
+                        f"row {b}: {key} covers {len(value)} tokens, more than its prompt ({prompt_lengths[b]}) and "
+                        f"the micro-batch's completion positions ({C})"
+                    )
+                start = P - prompt_lengths[b]
+                rows[b, start : start + len(value)] = value
         out[key] = rows
     return out

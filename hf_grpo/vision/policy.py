@@ -7,7 +7,9 @@ Each refusal happens at init, with the reason, rather than as a shape error insi
   tied to rows (Qwen2-VL's 3-D rotary positions are computed per row from the image grids; Gemma 3's bidirectional
   image attention is a per-row mask), so packing would silently change what the model computes;
 * a generation backend that cannot send images (`Generator.supports_images`);
-* multi-turn rollouts (tools, environments, ``rollout_func``) with images: not built yet.
+* TRL's ``rollout_func`` with image rows: it returns token ids only, so the images' tensors could never be matched to
+  the image tokens it wrote. Tools and environments work with image rows, and may return images themselves
+  (`hf_grpo.agents.media`).
 
 ``freeze_vision_tower`` (hf_grpo's field; TRL's GRPOConfig has none) stops the gradient at the vision tower's
 parameters; the projector and the language model train.
@@ -41,7 +43,7 @@ def vision_encoder(model, processing_class, args) -> VisionPrompts | None:
     return VisionPrompts(processing_class, args.chat_template_kwargs) if vision else None
 
 
-def check_vision_policy(model, vision: VisionPrompts | None, args, datasets, multi_turn) -> None:
+def check_vision_policy(model, vision: VisionPrompts | None, args, datasets, rollout_func) -> None:
     """The refusals of the module docstring for a loaded vision-language ``model``; applies ``freeze_vision_tower``."""
     if vision is None:
         if args.freeze_vision_tower:
@@ -60,10 +62,11 @@ def check_vision_policy(model, vision: VisionPrompts | None, args, datasets, mul
         for sub in (ds.values() if isinstance(ds, dict) else [ds])
         if sub is not None and columns_with_images(sub)
     ]
-    if multi_turn is not None and with_images:
+    if rollout_func is not None and with_images:
         raise ValueError(
-            f"multi-turn rollouts (tools, environment_factory, rollout_func) with image prompts ({with_images[0]}) "
-            f"are not supported yet; train single-turn on image rows, or multi-turn on text rows"
+            f"rollout_func with image prompts ({with_images[0]}): rollout_func returns token ids only, so the images' "
+            f"vision tensors cannot be matched to the image tokens it wrote; use tools or environment_factory (their "
+            f"rollouts carry the images, the tools' included), or train rollout_func on text rows"
         )
     if args.freeze_vision_tower:
         frozen = freeze_vision_tower(model)

@@ -2,12 +2,15 @@
 expands them into the trainer's own prompt ids, samples with the log-probs the trainer computes, and after every update
 holds the new vision tower and projector as well as the language model."""
 
+import logging
+
 import pytest
 import torch
 from datasets import Dataset
 from PIL import Image
 
 from hf_grpo import DistributedGRPOTrainer
+from hf_grpo.errors import InputError
 from tests.helpers.models import colocated_vllm_config
 from tests.helpers.vlm_models import tiny_vlm
 
@@ -75,3 +78,18 @@ def test_async_pipeline_generates_image_rows_ahead_of_training(tmp_path_factory)
     versions = [r["weight_version"] for r in logs]
     assert versions[-1] < 2  # step 3 trained on a round generated one version behind: the pipeline ran ahead
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+
+
+def test_an_engine_that_cannot_load_the_architecture_is_named_and_auto_falls_back(tmp_path_factory, caplog):
+    # vLLM's Gemma 3 module imports transformers' torchvision image processor, which cannot load here.
+    path = tiny_vlm("gemma3", tmp_path_factory.mktemp("vlms"))
+    args = dict(per_device_train_batch_size=4, num_generations=2, max_completion_length=8, report_to="none")
+    with pytest.raises(InputError, match=r"vLLM cannot load .*gemma3.*generation_backend: hf, TRL's use_vllm: false"):
+        DistributedGRPOTrainer(
+            path, [length_reward], colocated_vllm_config(tmp_path_factory.mktemp("a"), **args), rows(True)
+        )
+    auto = colocated_vllm_config(tmp_path_factory.mktemp("b"), **{**args, "generation_backend": "auto"})
+    with caplog.at_level(logging.WARNING):
+        trainer = DistributedGRPOTrainer(path, [length_reward], auto, rows(True))
+    assert type(trainer.generator).__name__ == "HFGenerator" and auto.generation_backend == "hf"
+    assert "generation_backend auto: generating with transformers instead" in caplog.text

@@ -103,9 +103,9 @@ class ScriptedToolUse(Generator):
         if self.inner is not None:
             self.inner.close()
 
-    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
-        if self.inner is not None:
-            self.inner.generate(prompt_ids, n, sampling)
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, media=None) -> GenerationResult:
+        if self.inner is not None:  # a vision-language policy's contexts come with their images' tensors (media)
+            self.inner.generate(prompt_ids, n, sampling, **({"media": media} if media is not None else {}))
         ids, finished = [], []
         for prompt in prompt_ids:
             text = self.turn_text(self.tokenizer.decode(prompt))
