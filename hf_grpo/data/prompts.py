@@ -35,7 +35,10 @@ def add_system_prompt(rows: list[dict], system_prompt: str, where: str = "datase
                 f"chat prompts (lists of {{'role', 'content'}} messages), so drop system_prompt or convert the data"
             )
         if prompt[0]["role"] != "system":
-            row["prompt"] = [{"role": "system", "content": system_prompt}, *prompt]
+            # Typed like the prompt's own contents (image rows: lists of parts), or one dataset could not store both.
+            typed = any(isinstance(m.get("content"), list) for m in prompt)
+            content = [{"type": "text", "text": system_prompt}] if typed else system_prompt
+            row["prompt"] = [{"role": "system", "content": content}, *prompt]
             changed += 1
     return changed
 

@@ -89,6 +89,11 @@ def test_an_empty_images_list_is_a_row_without_images():
     assert without_nulls(ds[1]["prompt"]) == typed
 
 
+def test_a_system_prompt_on_image_rows_is_typed_like_their_messages():
+    ds = load_prompt_dataset([{"prompt": [user("a")], "image": Image.new("RGB", (4, 4))}], system_prompt="Be brief.")
+    assert without_nulls(ds[0]["prompt"][0]) == {"role": "system", "content": [{"type": "text", "text": "Be brief."}]}
+
+
 def test_text_rows_may_sit_beside_image_rows():
     ds = load_prompt_dataset([{"prompt": [user("a")], "image": Image.new("RGB", (4, 4))}, {"prompt": [user("b")]}])
     # Typed like the image rows' (one Arrow type per column), as TRL's prepare_multimodal_messages types them.
