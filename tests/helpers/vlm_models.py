@@ -349,11 +349,16 @@ def build(family: str, target: str | Path) -> None:
 
 
 def tiny_vlm(family: str, root: str | Path) -> str:
-    """The folder ``root/<family>``, built on first use. Safe when several processes ask at once: one builds into a
-    ``.tmp`` sibling under a file lock and renames it, the others wait and then find it."""
+    """The folder ``root/<family>``, built on first use (see :func:`_built_once`)."""
     if family not in _BUILDERS:
         raise ValueError(f"unknown family {family!r}; one of {FAMILIES}")
     register_image_only_processors()  # the caller will load it in this process
+    return _built_once(root, family, lambda tmp: build(family, tmp))
+
+
+def _built_once(root: str | Path, family: str, write) -> str:
+    """``root/<family>``, written by ``write(folder)`` on first use. Safe when several processes ask at once: one
+    writes into a ``.tmp`` sibling under a file lock and renames it, the others wait and then find it."""
     root = Path(root)
     target = root / family
     if (target / "config.json").is_file():
@@ -363,7 +368,7 @@ def tiny_vlm(family: str, root: str | Path) -> str:
         if not (target / "config.json").is_file():
             tmp = root / f"{family}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)  # a build that crashed
-            build(family, tmp)
+            write(tmp)
             tmp.rename(target)
     return str(target)
 
@@ -429,15 +434,24 @@ def _qwen3_5(family: str):
 
 
 def tiny_qwen3_5(family: str, root: str | Path) -> str:
-    """`tiny_vlm` for ``family`` "qwen3_5" or "qwen3_5_moe": the folder ``root/<family>``, built on first use under a
-    file lock (registers the image-only processor in this process first)."""
+    """`tiny_vlm` for ``family`` "qwen3_5" or "qwen3_5_moe": the folder ``root/<family>``, built on first use
+    (registers the image-only processor in this process first)."""
     if family not in ("qwen3_5", "qwen3_5_moe"):
         raise ValueError(f"unknown Qwen3.5 family {family!r}; one of {tuple(QWEN3_5_HUB_IDS.values())}")
     register_qwen3_5_processors()
-    root = Path(root)
-    target = root / family
-    if (target / "config.json").is_file():
-        return str(target)
+
+    def write(folder: Path) -> None:
+        config, processor = _qwen3_5(family)
+        processor.tokenizer.chat_template = processor.chat_template
+        torch.manual_seed(SEED)
+        model = transformers.AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+        tok = processor.tokenizer
+        model.generation_config.update(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        model.generation_config.update(bos_token_id=tok.bos_token_id)
+        model.save_pretrained(folder)
+        processor.save_pretrained(folder)
+
+    return _built_once(root, family, write)
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / f"{family}.lock")):
         if not (target / "config.json").is_file():
