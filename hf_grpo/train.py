@@ -139,7 +139,10 @@ def _train(args) -> DistributedGRPOTrainer:
     rewards = [r["reward"] for r in trainer.state.log_history if "reward" in r]
     if rewards and trainer.is_world_process_zero():
         curves = f"; curves in {os.path.join(args.output_dir, 'training_curves.png')}" if args.plot_metrics else ""
-        logger.info("reward: first step %.3f -> last step %.3f%s", rewards[0], rewards[-1], curves)
+        # One step's reward is a handful of groups: the first and last tenth of the logged steps say more.
+        k = max(1, len(rewards) // 10)
+        first, last = sum(rewards[:k]) / k, sum(rewards[-k:]) / k
+        logger.info("reward: mean of the first %d logged steps %.3f -> the last %d %.3f%s", k, first, k, last, curves)
     if base is not None:
         _report_heldout(trainer, heldout, base)
     return trainer
