@@ -399,6 +399,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
                     advantages,
                     G,
                     self.reward_runner.names,
+                    images=self.completions_log.wants_images,
                     step=step,
                     process=self.accelerator.process_index,
                     weight_version=version,

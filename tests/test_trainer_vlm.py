@@ -2,6 +2,8 @@
 TRL expects to change; reward functions receive the images; reference model, LoRA, freeze_vision_tower, resume,
 and evaluation with image rows; and the refusals at init, each with its reason."""
 
+import json
+
 import pytest
 import torch
 from datasets import Dataset
@@ -76,6 +78,26 @@ def test_reward_functions_receive_each_completions_own_image(vlm_root, tmp_path)
     for text, pixel in seen:
         index = int(text.split("(")[1].rstrip(")"))
         assert Image.new("RGB", (1, 1), COLOURS[index]).getpixel((0, 0)) == pixel
+
+
+def test_the_wandb_completions_table_shows_each_rows_images(vlm_root, tmp_path, wandb_offline, monkeypatch):
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))  # where a run_table artifact is staged offline
+    trainer = vlm_trainer(
+        tiny_vlm("idefics3", vlm_root), tmp_path, max_steps=1, log_completions=True, report_to="wandb"
+    )
+    try:
+        trainer.train()
+    finally:
+        wandb_offline.finish()
+    staged = [json.loads(p.read_text()) for p in (tmp_path / "wandb-data").rglob("tmp*") if p.read_bytes()[:1] == b"{"]
+    tables = {json.dumps(t, sort_keys=True): t for t in staged if t.get("_type") == "table"}.values()
+    (table,) = [t for t in tables if "image" in t["columns"]]
+    # 2 prompts x 2 completions, each row with its prompt's one image; two prompts, two distinct images.
+    cells = [row[table["columns"].index("image")] for row in table["data"]]
+    assert [len(c) for c in cells] == [1, 1, 1, 1] and len({c[0]["sha256"] for c in cells}) == 2
+    # Image-row prompts (parts of different keys, which W&B cannot type as messages) are there, as JSON text.
+    prompts = [json.loads(row[table["columns"].index("prompt")]) for row in table["data"]]
+    assert all(p[0]["content"][-1]["text"].startswith("What colour is this?") for p in prompts)
 
 
 def test_multi_image_rows_with_a_reference_model_train(vlm_root, tmp_path):

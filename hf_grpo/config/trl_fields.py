@@ -348,8 +348,8 @@ class TRLFields(TrainingArguments):
     log_multimodal: bool = field(
         default=True,
         metadata={
-            "help": "TRL's: log the prompts' images with completions. Accepted; hf_grpo logs completions with their "
-            "text only (images are not logged either way)."
+            "help": "TRL's: with log_completions and report_to wandb, the W&B completions table has an image "
+            "column (each row's prompt images). The parquet files and the printed table are text either way."
         },
     )
     log_completions_hub_repo: str | None = field(

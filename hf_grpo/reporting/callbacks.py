@@ -162,4 +162,5 @@ def write_rollout_log(output_dir: str, step: int, records: list[dict], is_main: 
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"step_{step:06d}.jsonl"), "w") as f:
         for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            text = {k: v for k, v in record.items() if k != "images"}  # PIL images: the W&B table shows them
+            f.write(json.dumps(text, ensure_ascii=False) + "\n")

@@ -81,6 +81,12 @@ class CompletionsLog:
                     args.log_completions_hub_repo, self.folder, token, args.hub_private_repo, args.hub_model_id
                 )
 
+    @property
+    def wants_images(self) -> bool:
+        """Whether records should carry their prompts' images: only the W&B table shows them (TRL's
+        ``log_multimodal``); the parquet files and the printed table hold text, as TRL's do."""
+        return self.args.log_completions and self.args.log_multimodal and "wandb" in self.args.report_to
+
     def add(self, records: list[dict], step: int) -> None:
         """Log the gathered ``records`` of ``step`` (every process calls this; the main process writes)."""
         print_completions(records, step, self.args, self.is_main)
@@ -94,4 +100,4 @@ class CompletionsLog:
         if "wandb" in self.args.report_to:
             from .completions_wandb import log_wandb_table
 
-            log_wandb_table(frame, self.args.log_unique_prompts)
+            log_wandb_table(frame, self.args.log_unique_prompts, [r.get("images") or [] for r in records])

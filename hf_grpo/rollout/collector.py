@@ -20,6 +20,7 @@ import torch
 from ..agents.loop import AgentResult
 from ..algorithms import dynamic_sampling_keep, group_std, groups_with_spread, overlong_penalty
 from ..data import encode_prompts, is_conversational
+from ..data.images import images_of
 from ..generation import Generator, SamplingParams
 from ..vision.inputs import VisionPrompts
 
@@ -129,11 +130,15 @@ class RolloutBatch:
         out["throughput/generated_tokens_per_s"] = lengths.sum() / max(self.timings["generation"], 1e-9)
         return {k: float(v) for k, v in out.items()}
 
-    def records(self, advantages: torch.Tensor, num_generations: int, reward_names: list[str], **fields) -> list[dict]:
-        """One JSON-able record per completion for the rollout log, plus ``fields`` (step, process, ...)."""
+    def records(
+        self, advantages: torch.Tensor, num_generations: int, reward_names: list[str], images: bool = False, **fields
+    ) -> list[dict]:
+        """One record per completion for the rollout log and the completions table, plus ``fields`` (step, process,
+        ...). JSON-able, except ``images`` (the prompt's images as PIL, [] for a text row), added when ``images``."""
         return [
             {
                 **fields,
+                **({"images": images_of(self.rows[i // num_generations])} if images else {}),
                 "prompt": self.rows[i // num_generations]["prompt"],
                 "completion": self.completions[i],
                 "rewards": dict(zip(reward_names, [None if v != v else v for v in self.rewards_per_func[i].tolist()])),

@@ -99,3 +99,41 @@ def test_training_writes_parquet_per_step_and_a_wandb_table(tiny_llama_path, tmp
     assert [(text(row[2]), row[3], row[4]) for row in first["data"]] == [
         (text(c), r, a) for c, r, a in zip(expected["completion"], expected["even_token_reward"], expected["advantage"])
     ]
+
+
+def test_the_wandb_table_shows_each_rows_prompt_images_with_log_multimodal(tmp_path, wandb_offline, monkeypatch):
+    from PIL import Image
+
+    from hf_grpo import GRPOConfig
+    from hf_grpo.reporting.callbacks import write_rollout_log
+    from hf_grpo.reporting.completions import CompletionsLog
+
+    wandb = wandb_offline
+    # A table with media is logged as a run_table artifact; offline, its files stay in the staging folder.
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))
+    red, blue = Image.new("RGB", (8, 8), (255, 0, 0)), Image.new("RGB", (8, 8), (0, 0, 255))
+    rows = [{**r, "images": images} for r, images in zip(records(), ([red], [red], [blue, red], []))]
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"), log_completions=True, logging_steps=1, report_to="wandb", use_cpu=True
+    )
+    log = CompletionsLog(args, is_main=True)
+    assert log.wants_images
+    wandb.init()
+    log.add(rows, step=1)
+    wandb.finish()
+    staged = [json.loads(p.read_text()) for p in (tmp_path / "wandb-data").rglob("tmp*") if p.read_bytes()[:1] == b"{"]
+    (table,) = {json.dumps(t, sort_keys=True): t for t in staged if t.get("_type") == "table"}.values()  # copies
+    assert table["columns"][-1] == "image"
+    # One cell per row, a list of as many W&B images as the row's prompt had (none for the text row), each a file.
+    assert [len(row[-1]) for row in table["data"]] == [1, 1, 2, 0]
+    cells = [image for row in table["data"] for image in row[-1]]
+    assert {image["_type"] for image in cells} == {"image-file"} and len({image["sha256"] for image in cells}) == 2
+    # The parquet file and the rollout log stay text (TRL's parquet has no images either).
+    frame = pd.read_parquet(tmp_path / "out" / "completions" / "completions_00001.parquet")
+    assert "image" not in frame.columns and "images" not in frame.columns
+    write_rollout_log(str(tmp_path / "out"), 1, rows, is_main=True)
+    lines = open(tmp_path / "out" / "rollouts" / "step_000001.jsonl").read().splitlines()
+    assert len(lines) == 4 and all("images" not in json.loads(line) for line in lines)
+    # log_multimodal=False (TRL's switch): no images are gathered for the table.
+    args.log_multimodal = False
+    assert not CompletionsLog(args, is_main=True).wants_images
