@@ -165,7 +165,10 @@ class TRLFields(TrainingArguments):
         default=None,
         metadata={
             "help": "TRL's: a regex every completion must match (vLLM structured outputs), for training and evaluation "
-            "generation; generation_backend vllm only (colocated or server). None: unconstrained."
+            "generation; generation_backend vllm only (colocated or server). None: unconstrained. The sampling "
+            "log-probs are then the constrained distribution's (a forced token's is 0), so sampling/logp_difference "
+            "measures the constraint and importance-sampling corrections down-weight forced tokens (TRL's engine "
+            "returns raw log-probs, before the mask)."
         },
     )
     vllm_server_base_url: str | None = field(

@@ -340,6 +340,55 @@ def test_colocated_vllm_expands_a_tool_image_into_the_trainers_context(vlm_root,
     trainer.generator.close()
 
 
+@pytest.mark.slow
+def test_a_real_vllm_serve_expands_a_tool_image_into_the_trainers_context(vlm_root, tmp_path):
+    """The colocated test above against a real `vllm serve` (started with `hf-grpo serve`): the server writes the call
+    (the regex travels in the request), and its second turn is generated from a context holding both images, sent as
+    unexpanded ids with PNG data URLs; the ids the server expanded are checked against the trainer's on every turn.
+    (Sampling log-probs under a regex are the constrained distribution's, so they are not compared here: the server
+    tests of tests/generation/test_vllm_server_vlm.py compare them on image rows.)"""
+    from tests.helpers.servers import Server
+
+    path = policy("idefics3", vlm_root)
+    server = Server(path, tmp_path)
+    server.start()
+    try:
+        server.wait()
+        args = GRPOConfig(
+            output_dir=str(tmp_path / "out"),
+            generation_backend="vllm",
+            vllm_mode="server",
+            vllm_server_urls=[server.url],
+            vllm_server_timeout=5,
+            vllm_request_timeout=120,
+            use_cpu=True,
+            report_to="none",
+            num_generations=2,
+            per_device_train_batch_size=2,
+            max_completion_length=160,
+            max_prompt_length=256,
+            max_tool_calling_iterations=1,
+            vllm_structured_outputs_regex=" " + CALL.replace("{", r"\{").replace("}", r"\}"),
+            learning_rate=0.1,
+            max_steps=2,
+            logging_steps=1,
+            save_strategy="no",
+            disable_tqdm=True,
+            plot_metrics=False,
+            seed=0,
+        )
+        trainer = GRPOTrainer(path, [length_reward], args, rows("idefics3", 1), tools=[screenshot])
+        trainer.train()
+        steps = [r for r in trainer.state.log_history if "tools/call_frequency" in r]
+        assert len(steps) == 2, trainer.state.log_history
+        for log in steps:  # step 2 samples from the synced server: the same images, a moved vision tower
+            assert log["tools/call_frequency"] == 1.0 and log["rollout/termination/max_turns"] == 1.0, log
+            assert log["rollout/observation_tokens_mean"] > IMAGE_TOKENS["idefics3"][1], log
+        trainer.generator.close()
+    finally:
+        server.kill()
+
+
 class _ImageRoute(http.server.BaseHTTPRequestHandler):
     """A `vllm serve` stand-in on the routes a multi-turn image rollout uses. ``/inference/v1/generate`` expands each
     image token of the ids it is sent as vLLM does (``server.expansion``), answers with those ids and a scripted turn:
