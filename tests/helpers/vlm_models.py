@@ -452,19 +452,3 @@ def tiny_qwen3_5(family: str, root: str | Path) -> str:
         processor.save_pretrained(folder)
 
     return _built_once(root, family, write)
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root / f"{family}.lock")):
-        if not (target / "config.json").is_file():
-            tmp = root / f"{family}.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)  # a build that crashed
-            config, processor = _qwen3_5(family)
-            processor.tokenizer.chat_template = processor.chat_template
-            torch.manual_seed(SEED)
-            model = transformers.AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
-            tok = processor.tokenizer
-            model.generation_config.update(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-            model.generation_config.update(bos_token_id=tok.bos_token_id)
-            model.save_pretrained(tmp)
-            processor.save_pretrained(tmp)
-            tmp.rename(target)
-    return str(target)
