@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 import torch
-from accelerate.utils import gather_object
 from transformers import PreTrainedModel, Trainer
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import rotate_checkpoints
@@ -63,7 +62,7 @@ from .models.lm_head import cast_lm_head_to_fp32
 from .models.loading import load_model, load_processing_class, prepare_policy, resolve_model_path, text_tokenizer
 from .models.ref_sync import SyncRefModelCallback
 from .models.reference import prepare_reference_model
-from .reporting.callbacks import PlotCallback, RichProgressCallback, write_rollout_log
+from .reporting.callbacks import PlotCallback, RichProgressCallback
 from .reporting.completions import CompletionsLog
 from .reporting.model_card import model_card_text
 from .reporting.step_log import StepLog
@@ -391,23 +390,8 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             self.reward_runner.names,
             self.collector.dynamic_sampling_stats,
         )
-        step = self.state.global_step + 1
-        rollout_log = args.log_completions_steps and step % args.log_completions_steps == 0
-        if rollout_log or args.log_completions:
-            records = gather_object(
-                batch.records(
-                    advantages,
-                    G,
-                    self.reward_runner.names,
-                    images=self.completions_log.wants_images,
-                    step=step,
-                    process=self.accelerator.process_index,
-                    weight_version=version,
-                )
-            )
-            if rollout_log:
-                write_rollout_log(args.output_dir, step, records, self.accelerator.is_main_process)
-            self.completions_log.add(records, step)
+        step, process = self.state.global_step + 1, self.accelerator.process_index
+        self.completions_log.log_round(batch, advantages, G, self.reward_runner.names, step, process, version)
         return micro
 
     def _sync_generator(self) -> None:

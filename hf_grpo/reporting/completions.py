@@ -22,7 +22,9 @@ import os
 
 import pandas as pd
 import pyarrow as pa
+from accelerate.utils import gather_object
 
+from .callbacks import write_rollout_log
 from .completions_table import print_completions
 
 logger = logging.getLogger(__name__)
@@ -86,6 +88,18 @@ class CompletionsLog:
         """Whether records should carry their prompts' images: only the W&B table shows them (TRL's
         ``log_multimodal``); the parquet files and the printed table hold text, as TRL's do."""
         return self.args.log_completions and self.args.log_multimodal and "wandb" in self.args.report_to
+
+    def log_round(self, batch, advantages, num_generations: int, reward_names: list[str], step, process, version):
+        """The completions of the round that ``step`` trains on (a `RolloutBatch`), gathered from every process:
+        the rollout log every ``log_completions_steps`` steps, and TRL's ``log_completions`` outputs (`add`)."""
+        rollout_log = self.args.log_completions_steps and step % self.args.log_completions_steps == 0
+        if not (rollout_log or self.args.log_completions):
+            return
+        fields = {"step": step, "process": process, "weight_version": version}
+        records = gather_object(batch.records(advantages, num_generations, reward_names, self.wants_images, **fields))
+        if rollout_log:
+            write_rollout_log(self.args.output_dir, step, records, self.is_main)
+        self.add(records, step)
 
     def add(self, records: list[dict], step: int) -> None:
         """Log the gathered ``records`` of ``step`` (every process calls this; the main process writes)."""
