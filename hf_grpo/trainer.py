@@ -60,6 +60,7 @@ from .learner.ptx import PTXBatches
 from .learner.scoring import PolicyScorer
 from .models.lm_head import cast_lm_head_to_fp32
 from .models.loading import load_model, load_processing_class, prepare_policy, resolve_model_path, text_tokenizer
+from .models.quantization import policy_quantization, quantized_description
 from .models.ref_sync import SyncRefModelCallback
 from .models.reference import prepare_reference_model
 from .reporting.callbacks import PlotCallback, RichProgressCallback
@@ -107,12 +108,11 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         )
         # Again here: TRL's scripts assign model_init_kwargs after the config is built.
         args.model_init_kwargs = resolve_model_init_kwargs(args)
-        init_kwargs = {
-            **args.model_init_kwargs,
-            **({"quantization_config": quantization_config} if quantization_config is not None else {}),
-        }
         model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)
         dtype = args.policy_dtype(peft_config is not None or args.use_peft)
+        # A 4- or 8-bit base under a LoRA adapter (QLoRA), from any of TRL's three places (hf_grpo.models.quantization).
+        quantization = policy_quantization(args, quantization_config, peft_config, dtype)
+        init_kwargs = {**args.model_init_kwargs, **({"quantization_config": quantization} if quantization else {})}
         self._model_id = model_id
         if processing_class is None:  # a processor for a vision-language model, as TRL loads it
             processing_class = load_processing_class(model_id)
@@ -577,6 +577,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             self._write_model_card(self.args.output_dir, model_name, dataset_name)
 
     def _write_model_card(self, folder: str, model_name: str | None = None, dataset_name: str | None = None) -> None:
+        policy = self.accelerator.unwrap_model(self.model)
         Path(folder, "README.md").write_text(
             model_card_text(
                 self.args,
@@ -585,6 +586,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
                 reward_names=self.reward_runner.names,
                 log_history=self.state.log_history,
                 base_model=self._model_id,
-                adapter=hasattr(self.accelerator.unwrap_model(self.model), "peft_config"),
+                adapter=hasattr(policy, "peft_config"),
+                quantized=quantized_description(policy),
             )
         )

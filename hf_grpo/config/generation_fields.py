@@ -1,19 +1,20 @@
 """The fields of `GRPOConfig` that say how completions are sampled: the generation backend, the sampling parameters,
 and vLLM (colocated engines or `vllm serve` servers, their memory, and the weight sync into them).
 
-A base class of `GRPOConfig` (below it, TRL's fields, `hf_grpo.config.trl_fields`), so that each file stays one
-group of fields; `GRPOConfig.__post_init__` checks them with the rest (`hf_grpo.config.validation`).
+A base class of `GRPOConfig` (below it, the quantized-base fields and TRL's: `hf_grpo.config.quantization_fields`,
+`hf_grpo.config.trl_fields`), so that each file stays one group of fields; `GRPOConfig.__post_init__` checks them with
+the rest (`hf_grpo.config.validation`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .trl_fields import TRLFields
+from .quantization_fields import QuantizationFields
 
 
 @dataclass
-class GenerationFields(TRLFields):
+class GenerationFields(QuantizationFields):
     # ---- generation ---------------------------------------------------------------------------------
     generation_backend: str = field(
         default="auto",

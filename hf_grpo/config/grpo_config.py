@@ -29,6 +29,7 @@ import torch
 
 from . import trl_compat, validation
 from .generation_fields import GenerationFields
+from .quantization_fields import check_quantization_fields
 
 logger = logging.getLogger(__name__)
 
@@ -495,6 +496,7 @@ class GRPOConfig(GenerationFields):
         self._resolve_precision()
         super().__post_init__()
         trl_compat.resolve_trl_fields(self)
+        check_quantization_fields(self)
         self.steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
         self.epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high
         self._backend_auto = self.generation_backend == "auto"

@@ -310,6 +310,6 @@ def check_trainer_arguments(
         )
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ImportError(
-            "DistributedGRPOTrainer: quantization_config needs bitsandbytes, which is not installed "
-            "(`pip install bitsandbytes`; it needs a CUDA GPU)"
+            "DistributedGRPOTrainer: quantization_config needs bitsandbytes, which is not installed: "
+            "pip install 'hf-grpo[qlora]'"
         )

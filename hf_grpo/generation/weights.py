@@ -14,6 +14,9 @@ Names are those of the Hugging Face checkpoint (``model.layers.0.self_attn.q_pro
   model is gathered first (a layer's merge needs its base weight and both adapter matrices at once); under FSDP2 the
   adapter product is a DTensor product, gathered like any other parameter. DoRA adapters are refused (their merge
   renormalises the weight, which this sync does not implement).
+* A quantized base (QLoRA, `hf_grpo.models.quantization`): each packed bitsandbytes weight is dequantized, adapted or
+  not, so the engine (which loaded the dense checkpoint) holds exactly the weights the 4-bit layers compute with.
+  The metadata gives the checkpoint shape, not the packed one.
 
 Iterators are lazy: the consumer (vLLM's in-place reload, or a safetensors writer) copies each tensor before the
 next one is produced, so peak extra memory is one parameter (one model under ZeRO-3 + PEFT).
@@ -29,6 +32,7 @@ from collections.abc import Iterator
 import torch
 from torch.distributed.tensor import DTensor
 
+from ..models.quantization import dense_dtype, dequantized, is_quantized_weight, logical_shape
 from ..runtime.distributed import is_zero3
 
 
@@ -48,7 +52,10 @@ def _checkpoint_name(name: str, peft: bool) -> str | None:
 
 
 def _full(param: torch.Tensor) -> torch.Tensor:
-    """A full (unsharded) tensor: FSDP2 parameters are DTensors whose ``full_tensor()`` all-gathers the shards."""
+    """A full (unsharded), dense tensor: FSDP2 parameters are DTensors whose ``full_tensor()`` all-gathers the shards;
+    a bitsandbytes packed weight is dequantized."""
+    if is_quantized_weight(param):
+        return dequantized(param)
     return param.full_tensor() if isinstance(param, DTensor) else param.data
 
 
@@ -117,7 +124,8 @@ def policy_weight_metadata(
     for name, param in unwrapped.named_parameters():
         target = _checkpoint_name(name, peft)
         if target is not None:
-            meta.append((target, dtype or param.dtype, tuple(getattr(param, "ds_shape", param.shape))))
+            shape = param.ds_shape if hasattr(param, "ds_shape") else logical_shape(param)
+            meta.append((target, dtype or dense_dtype(param), shape))
     return meta
 
 

@@ -15,9 +15,11 @@ def model_card_text(
     log_history: list[dict],
     base_model: str | None = None,
     adapter: bool = False,
+    quantized: str | None = None,
 ) -> str:
     """``base_model``: the model training started from (default ``args.model_name_or_path``); ``adapter``: the folder
-    holds a PEFT adapter of it rather than full weights."""
+    holds a PEFT adapter of it rather than full weights; ``quantized``: how the base was quantized while the adapter
+    trained (e.g. ``4-bit nf4 (bitsandbytes)``), which a user must repeat to reproduce the trained policy."""
     base_model = base_model or args.model_name_or_path
     recipe = ""
     if args.recipe and os.path.isfile(args.recipe):
@@ -50,7 +52,7 @@ def model_card_text(
         "---",
         f"library_name: {'peft' if adapter else 'transformers'}",
         f"base_model: {base_model}",
-        "tags: [hf_grpo, grpo, reinforcement-learning]",
+        "tags: [hf_grpo, grpo, reinforcement-learning" + (", qlora" if quantized else "") + "]",
         "---",
         "",
         f"# {model_name or os.path.basename(os.path.abspath(args.output_dir))}",
@@ -60,6 +62,12 @@ def model_card_text(
         + (
             " This folder holds the LoRA adapter; load it with `peft.PeftModel.from_pretrained(base, folder)`."
             if adapter
+            else ""
+        )
+        + (
+            f" The adapter was trained on the base loaded in {quantized} (QLoRA): load the base with the same "
+            f"`BitsAndBytesConfig` to get the trained policy exactly."
+            if quantized
             else ""
         ),
         "",

