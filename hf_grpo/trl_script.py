@@ -5,8 +5,8 @@ TRL's scripts parse `GRPOConfig` next to `ScriptArguments` and `ModelConfig`, wh
 quantization fields (``load_in_4bit``, ``bnb_4bit_*``, ...);
 hf_grpo's config has fields of those names too, and argparse refuses two options with one name. This subclass leaves
 them out of ``__init__`` (so out of the parser, which skips non-init fields) at their defaults: the script hands the
-model id, the reward functions, the dataset, the PEFT config and the quantization config to the trainer itself, and ``dtype`` /
-``attn_implementation`` arrive through ``model_init_kwargs`` as in TRL.
+model id, the reward functions, the dataset, the PEFT config and the quantization config to the trainer itself, and
+``dtype`` / ``attn_implementation`` arrive through ``model_init_kwargs`` as in TRL.
 """
 
 from __future__ import annotations

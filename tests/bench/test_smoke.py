@@ -152,7 +152,12 @@ SMOKES = {
         57,
         prepare=gsm8k_files,
     ),
-    "memory.py": Smoke("memory", "--model {tiny} --steps 1 --prompts 1 --generations 2 --max_tokens 8 --parallel", 29),
+    "memory.py": Smoke(
+        "memory",
+        "--model {tiny} --steps 1 --prompts 1 --generations 2 --max_tokens 8 --parallel "
+        "--rows trl,ours,ours_vllm,trl_qlora,ours_vllm_qlora",
+        29,
+    ),
     "old_logprobs.py": Smoke(
         "old_logprobs",
         "--model {tiny} --prompts 1 --generations 2 --steps_per_generation 2 --max_tokens 8 --rounds 1 --warmup 0",

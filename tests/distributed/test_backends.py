@@ -33,14 +33,17 @@ COLOCATE = {
 
 @pytest.mark.parametrize(
     "backend,peft",
-    [(b, False) for b in BACKENDS] + [("ddp", True), ("zero3", True)],
-    ids=list(BACKENDS) + ["ddp-lora", "zero3-lora"],
+    [(b, None) for b in BACKENDS] + [("ddp", "lora"), ("zero3", "lora"), ("ddp", "qlora"), ("zero2", "qlora")],
+    ids=list(BACKENDS) + ["ddp-lora", "zero3-lora", "ddp-qlora", "zero2-qlora"],
 )
 def test_backend_trains_with_colocated_vllm_and_a_reference_model(backend, peft, vllm_tiny_path, tmp_path):
     # The configs' own mixed precision: fp32 for ddp.yaml, bf16 for the DeepSpeed and FSDP configs. With LoRA the
-    # reference is the policy with its adapter disabled, and vLLM receives the merged weights.
+    # reference is the policy with its adapter disabled, and vLLM receives the merged weights; with QLoRA the base is
+    # 4-bit NF4 and vLLM receives it dequantized, the adapter merged in.
     # lora_dropout 0: dropout in the training forward would blur the trainer-vs-vLLM comparison below.
     lora = {"use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "learning_rate": 2e-2} if peft else {}
+    if peft == "qlora":
+        lora.update(load_in_4bit=True, bnb_4bit_compute_dtype="float32")
     proc = launch(backend, vllm_tiny_path, tmp_path, {"config": {**COLOCATE, "beta": 0.04, **lora}})
     r0, r1 = results(tmp_path)
     assert_ranks_agree_and_trained(r0, r1, vllm_tiny_path)

@@ -164,3 +164,32 @@ def test_two_process_asynchronous_training_in_server_mode(servers, vllm_tiny_pat
         behind = [r["async/staleness"] for r in logs]
         assert len(behind) == 4 and all(0 <= b <= 1 for b in behind), behind
         assert [step - r["weight_version"] for step, r in enumerate(logs)] == behind
+
+
+def test_two_process_qlora_training_in_server_mode(servers, vllm_tiny_path, tmp_path):
+    """A 4-bit base under a LoRA adapter, 2 processes (DDP): the servers (which loaded the dense checkpoint) receive the
+    dequantized base with the adapter merged in, so they sample from the policy the trainer scores."""
+    spec = {
+        "config": {
+            "generation_backend": "vllm",
+            "vllm_mode": "server",
+            "max_prompt_length": 256,
+            "vllm_server_urls": [s.url for s in servers],
+            "use_peft": True,
+            "lora_r": 4,
+            "lora_dropout": 0.0,
+            "learning_rate": 2e-2,
+            "load_in_4bit": True,
+            "bnb_4bit_compute_dtype": "float32",
+        }
+    }
+    launch("ddp", vllm_tiny_path, tmp_path, spec)
+    r0, r1 = results(tmp_path)
+    assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
+    logs = step_logs(r0)
+    assert [r["weight_version"] for r in logs] == [0.0, 1.0]
+    # Before the first sync the servers held the dense checkpoint: 4-bit rounding alone moves log-probs far more.
+    assert all(r["sampling/logp_difference/max"] < 1e-3 for r in logs), [
+        r["sampling/logp_difference/max"] for r in logs
+    ]
+    assert all(s.weight_version() == "1" for s in servers)
