@@ -88,6 +88,7 @@ def policy_quantization(args, quantization_config, peft_config, dtype: str):
     config = build_quantization_config(args, quantization_config, dtype)
     if config is not None:
         check_quantized_training(config, peft_config, args, on_cpu=args.use_cpu or not torch.cuda.is_available())
+        logger.info("the policy's base loads in %s under a LoRA adapter (QLoRA)", describe_quantization(config))
     return config
 
 
@@ -114,10 +115,14 @@ def check_quantized_training(config, peft_config, args, on_cpu: bool) -> None:
 
 
 def quantized_description(model) -> str | None:
-    """``"4-bit nf4"`` / ``"8-bit"`` for a model loaded quantized by bitsandbytes, else None (for the model card)."""
+    """``"4-bit nf4 (bitsandbytes)"`` / ``"8-bit LLM.int8 (bitsandbytes)"`` for a model loaded quantized by
+    bitsandbytes, else None (for the model card)."""
     config = getattr(model.config, "quantization_config", None)  # transformers sets it only on quantized loads
-    if config is None:
-        return None
+    return None if config is None else describe_quantization(config)
+
+
+def describe_quantization(config) -> str | None:
+    """What a ``BitsAndBytesConfig`` (or its dict) loads: see `quantized_description`."""
     config = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     if config.get("load_in_4bit"):
         nested = ", double quantization" if config.get("bnb_4bit_use_double_quant") else ""

@@ -126,7 +126,10 @@ def test_conversational_dataset_with_trl_rewards_and_extra_columns(tmp_path, vll
         assert f"rewards/{name}/mean" in out
 
 
-def test_trl_grpo_script_with_a_recipe(tmp_path, vllm_tiny_path):
+@pytest.mark.parametrize("variant", ["full", "qlora"])
+def test_trl_grpo_script_with_a_recipe(tmp_path, vllm_tiny_path, variant):
+    """TRL's own grpo.py with two imports swapped. ``qlora``: TRL's ModelConfig flags (``load_in_4bit``, ``use_peft``)
+    reach the trainer as TRL's script builds them (``get_quantization_config``, ``get_peft_config``)."""
     data_dir = tmp_path / "math_data"
     write_jsonl(
         data_dir / "train.jsonl", [{"prompt": [{"role": "user", "content": q}], "solution": a} for q, a in MATH]
@@ -153,7 +156,14 @@ def test_trl_grpo_script_with_a_recipe(tmp_path, vllm_tiny_path):
         "output_dir": str(tmp_path / "out"),
         **RUN,
     }
+    if variant == "qlora":
+        recipe.update(load_in_4bit=True, use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
+        recipe.update(save_strategy="steps", save_steps=2)  # the checkpoint's card names the base's quantization
     (tmp_path / "recipe.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in recipe.items()))
     out = run_script(tmp_path, source, "--config", str(tmp_path / "recipe.yaml"))
     assert "Training completed" in out
-    assert (tmp_path / "out" / "model.safetensors").exists()
+    weights = "adapter_model.safetensors" if variant == "qlora" else "model.safetensors"
+    assert (tmp_path / "out" / weights).exists()
+    if variant == "qlora":
+        card = (tmp_path / "out" / "checkpoint-2" / "README.md").read_text()
+        assert "library_name: peft" in card and "loaded in 4-bit nf4 (bitsandbytes)" in card
