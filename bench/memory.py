@@ -17,8 +17,8 @@ a float32 base (``*_lora``) and over the base in 4-bit NF4 with double quantizat
 bitsandbytes' CPU backward under bf16 autocast is ~10x slower (docs/qlora.md), and peak memory is what is compared.
 
     python bench/memory.py [--steps 2] [--parallel] [--rows trl,ours,...] [--prompts 4 --generations 8 ...]
-    RESULT memory ours_over_trl=<ours vLLM / TRL, full> ours_peak_gb=<a> trl_peak_gb=<b> ours_hf_over_trl=<c>
-        ours_qlora_over_trl_qlora=<d> qlora_over_lora=<ours> qlora_over_full=<ours> trl_qlora_over_trl_lora=<e>
+    RESULT memory ours_over_trl=<ours vLLM / TRL, full> ours_hf_over_trl=<HF rows> ours_qlora_over_trl_qlora=<...>
+        qlora_over_lora=<ours> qlora_over_full=<ours> ... <row>_peak_gb=<GiB> ...   (the ratios the rows run allow)
 """
 
 from __future__ import annotations
@@ -152,7 +152,9 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
-        "--rows", default="trl,ours,ours_vllm,trl_lora,ours_lora,ours_vllm_lora,trl_qlora,ours_qlora,ours_vllm_qlora"
+        "--rows",
+        default="trl,ours,ours_vllm,trl_lora,ours_lora,trl_qlora,ours_qlora,ours_vllm_qlora",
+        help="trl|ours|ours_vllm, each with an optional _lora or _qlora suffix",
     )
     parser.add_argument("--parallel", action="store_true", help="run the rows at once (a loaded machine: same peaks)")
     opts = parser.parse_args()
@@ -197,21 +199,22 @@ def main() -> None:
             f"{r['gradient_checkpointing']})",
             flush=True,
         )
+    # Each ratio the rows that ran allow; the adapter ratios compare HF-generate rows (TRL's path, equal shape).
     peak = {name: r["peak_gib"] for name, r in rows.items()}
-    if {"trl", "ours", "ours_vllm"} <= peak.keys():
-        trl, ours, hf = peak["trl"], peak["ours_vllm"], peak["ours"]
-        line = (
-            f"RESULT memory ours_over_trl={ours / trl:.3f} ours_peak_gb={ours:.2f} trl_peak_gb={trl:.2f} "
-            f"ours_hf_over_trl={hf / trl:.3f}"
-        )
-        if {"trl_lora", "trl_qlora", "ours_vllm_lora", "ours_vllm_qlora"} <= peak.keys():
-            line += (
-                f" ours_qlora_over_trl_qlora={peak['ours_vllm_qlora'] / peak['trl_qlora']:.3f}"
-                f" qlora_over_lora={peak['ours_vllm_qlora'] / peak['ours_vllm_lora']:.3f}"
-                f" qlora_over_full={peak['ours_vllm_qlora'] / ours:.3f}"
-                f" trl_qlora_over_trl_lora={peak['trl_qlora'] / peak['trl_lora']:.3f}"
-            )
-        print(line)
+    ratios = {
+        "ours_over_trl": ("ours_vllm", "trl"),
+        "ours_hf_over_trl": ("ours", "trl"),
+        "ours_lora_over_trl_lora": ("ours_lora", "trl_lora"),
+        "ours_qlora_over_trl_qlora": ("ours_qlora", "trl_qlora"),
+        "qlora_over_lora": ("ours_qlora", "ours_lora"),
+        "qlora_over_full": ("ours_qlora", "ours"),
+        "lora_over_full": ("ours_lora", "ours"),
+        "trl_qlora_over_trl_lora": ("trl_qlora", "trl_lora"),
+        "trl_qlora_over_trl_full": ("trl_qlora", "trl"),
+    }
+    line = [f"{k}={peak[a] / peak[b]:.3f}" for k, (a, b) in ratios.items() if a in peak and b in peak]
+    line += [f"{name}_peak_gb={gib:.2f}" for name, gib in peak.items()]
+    print("RESULT memory " + " ".join(line))
 
 
 if __name__ == "__main__":
