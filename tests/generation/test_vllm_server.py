@@ -119,18 +119,17 @@ def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(ser
     )
 
 
+def server_spec(servers, **overrides) -> dict:
+    """A train_worker spec for server mode against ``servers`` (tests/scripts/train_worker.py)."""
+    config = {"generation_backend": "vllm", "vllm_mode": "server", "max_prompt_length": 256}
+    return {"config": {**config, "vllm_server_urls": [s.url for s in servers], **overrides}}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_two_process_training_in_server_mode(backend, servers, vllm_tiny_path, tmp_path):
     """Every accelerate config (bf16 mixed precision for the DeepSpeed and FSDP ones) trains against the two servers:
     the weights they receive after each step are the trainer's (ZeRO-3 gathers them one tensor at a time)."""
-    spec = {
-        "config": {
-            "generation_backend": "vllm",
-            "vllm_mode": "server",
-            "max_prompt_length": 256,
-            "vllm_server_urls": [s.url for s in servers],
-        }
-    }
+    spec = server_spec(servers)
     launch(backend, vllm_tiny_path, tmp_path, spec)
     r0, r1 = results(tmp_path)
     assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
@@ -147,16 +146,7 @@ def test_two_process_asynchronous_training_in_server_mode(servers, vllm_tiny_pat
     """max_staleness 1 against the servers, 2 processes: the producers' generate calls and the trainer's weight pushes
     (collective on the trainer's thread) interleave without a hang; rounds are at most one update old and the
     replicas stay identical."""
-    spec = {
-        "config": {
-            "generation_backend": "vllm",
-            "vllm_mode": "server",
-            "max_prompt_length": 256,
-            "vllm_server_urls": [s.url for s in servers],
-            "max_staleness": 1,
-            "max_steps": 4,
-        }
-    }
+    spec = server_spec(servers, max_staleness=1, max_steps=4)
     launch("ddp", vllm_tiny_path, tmp_path, spec)
     r0, r1 = results(tmp_path)
     assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
@@ -169,20 +159,8 @@ def test_two_process_asynchronous_training_in_server_mode(servers, vllm_tiny_pat
 def test_two_process_qlora_training_in_server_mode(servers, vllm_tiny_path, tmp_path):
     """A 4-bit base under a LoRA adapter, 2 processes (DDP): the servers (which loaded the dense checkpoint) receive the
     dequantized base with the adapter merged in, so they sample from the policy the trainer scores."""
-    spec = {
-        "config": {
-            "generation_backend": "vllm",
-            "vllm_mode": "server",
-            "max_prompt_length": 256,
-            "vllm_server_urls": [s.url for s in servers],
-            "use_peft": True,
-            "lora_r": 4,
-            "lora_dropout": 0.0,
-            "learning_rate": 2e-2,
-            "load_in_4bit": True,
-            "bnb_4bit_compute_dtype": "float32",
-        }
-    }
+    qlora = dict(use_peft=True, lora_r=4, lora_dropout=0.0, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
+    spec = server_spec(servers, learning_rate=2e-2, **qlora)
     launch("ddp", vllm_tiny_path, tmp_path, spec)
     r0, r1 = results(tmp_path)
     assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
