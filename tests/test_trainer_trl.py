@@ -86,7 +86,7 @@ def test_bad_agent_arguments_are_clear_errors(tiny_llama_path, tmp_path):
         DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], args, data, rollout_func=[print])
     with pytest.raises(ValueError, match="environment object has no callable `reset`"):
         DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], args, data, environment_factory=object)
-    with pytest.raises(ImportError, match="quantization_config needs bitsandbytes"):
+    with pytest.raises(TypeError, match="quantization_config must be a transformers BitsAndBytesConfig"):
         DistributedGRPOTrainer(tiny_llama_path, [even_token_reward], args, data, quantization_config=object())
 
 

@@ -78,6 +78,11 @@ def build_quantization_config(args, quantization_config=None, dtype: str = "floa
     require_bitsandbytes("a quantized base (load_in_4bit / load_in_8bit / quantization_config)")
     if isinstance(config, dict):
         config = _from_dict(config, "model_init_kwargs.quantization_config")
+    if type(config).__name__ != "BitsAndBytesConfig":
+        raise TypeError(
+            f"quantization_config must be a transformers BitsAndBytesConfig or a dict of its keys, got "
+            f"{type(config).__name__} (other quantization methods are not supported)"
+        )
     if not (config.load_in_4bit or config.load_in_8bit):
         raise ValueError("quantization_config: set load_in_4bit or load_in_8bit (neither is set)")
     return config
