@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU rows of docs/benchmarks.md, in one sitting on a machine prepared by ../shared/gpu (H100/H200, no network):
 #   bash ../shared/gpu/build_kit.sh   # here, once: writes .gpu/
-#   bash bench/gpu_session.sh [part]  # there, from the project's root; part = sync | generate | compare | all
+#   bash bench/gpu_session.sh [part]  # there, from the project's root; part = sync | generate | compare | all | qlora
+# The qlora part (not in all) needs bitsandbytes, which the kit lacks: here, slim its cp312 wheel to the CPU and
+# CUDA 13.0 libraries and pack it as .gpu/bnb.tar.xz (bitsandbytes/ and its dist-info, unpacked into the kit's site):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_24_x86_64 bitsandbytes==0.50.2
 # Each run has its own timeout so that one failure does not cost the sitting.
 #
 # CPU dry run, without a GPU or the kit: `bash bench/gpu_session.sh --dry-run [part]` runs the same steps through the
@@ -49,4 +52,30 @@ fi
 if [ "$PART" = compare ] || [ "$PART" = all ]; then
   timeout 540 $PY bench/compare_trl.py $COMPARE ${COMPARE_FLAGS:-} 2>&1 \
     | grep -E "^(run|  hf_grpo|shape|trainer|TRL|hf_grpo|RESULT)|Error|Traceback"
+fi
+if [ "$PART" = qlora ]; then
+  # QLoRA on CUDA (issue 39): the memory rows (l05b, HF generate, TRL beside ours), the colocated vLLM rows' sync
+  # exactness, the QLoRA worker under FSDP2 and ZeRO-2 launchers, and vLLM's own bitsandbytes loader.
+  tar -xJf .gpu/bnb.tar.xz -C "$SITE"
+  MEM="--cuda --reward hash --steps 2 --prompts 4 --generations 8"
+  FILTER="^(trl|ours|RESULT|\{)|Error|error:|Traceback"
+  timeout 200 $PY bench/memory.py $MEM --model /tmp/models/l05b --max_tokens 128 --parallel \
+    --rows trl,ours,trl_lora,ours_lora,trl_qlora,ours_qlora 2>&1 | grep --line-buffered -E "$FILTER"
+  timeout 150 $PY bench/memory.py $MEM --model /tmp/models/s135m --max_tokens 64 --steps 3 \
+    --rows ours_vllm_lora,ours_vllm_qlora 2>&1 | grep --line-buffered -E "$FILTER"
+  for config in fsdp2 zero2; do
+    echo "launcher $config: ours_vllm_qlora"
+    timeout 120 $PY -m accelerate.commands.launch --num_processes 1 --config_file accelerate_configs/$config.yaml bench/memory.py \
+      $MEM --model /tmp/models/s135m --max_tokens 64 --worker ours_vllm_qlora 2>&1 | grep --line-buffered -E "$FILTER" | tail -20
+  done
+  for quant in none bitsandbytes; do
+    timeout 90 $PY -c "
+import sys
+from vllm import LLM, SamplingParams
+q = None if sys.argv[1] == 'none' else sys.argv[1]
+llm = LLM('/tmp/models/l05b', quantization=q, enforce_eager=True, gpu_memory_utilization=0.2)
+out = llm.generate(['The answer is'], SamplingParams(max_tokens=8, temperature=0))[0].outputs[0]
+print('vllm quantization', q, 'generated', len(out.token_ids), 'tokens')
+" $quant 2>&1 | grep --line-buffered -E "Model loading took|^vllm quantization|Error|Traceback" | tail -8
+  done
 fi

@@ -16,6 +16,11 @@ a float32 base (``*_lora``) and over the base in 4-bit NF4 with double quantizat
 ``quantization_config`` to both trainers: QLoRA). The adapter rows run in float32 (``bf16`` off) for both trainers:
 bitsandbytes' CPU backward under bf16 autocast is ~10x slower (docs/qlora.md), and peak memory is what is compared.
 
+On a GPU (``--cuda``, with the kit of ../shared/gpu: ``--model /tmp/models/l05b --reward hash``) every row trains
+in bf16 (QLoRA: bf16 compute and bf16 quantization storage, FSDP's requirement) and the figure is torch's peak CUDA
+allocation in the process (a vLLM row's includes its engine's KV cache). A row also runs under a launcher, which
+shards it: ``accelerate launch --config_file accelerate_configs/fsdp2.yaml bench/memory.py --cuda --worker ours_qlora``.
+
     python bench/memory.py [--steps 2] [--parallel] [--rows trl,ours,...] [--prompts 4 --generations 8 ...]
     RESULT memory ours_over_trl=<ours vLLM / TRL, full> ours_hf_over_trl=<HF rows> ours_qlora_over_trl_qlora=<...>
         qlora_over_lora=<ours> qlora_over_full=<ours> ... <row>_peak_gb=<GiB> ...   (the ratios the rows run allow)
@@ -56,7 +61,7 @@ def shape(opts, out: str) -> dict:
         loss_type="dapo",
         disable_tqdm=True,
         bf16=True,
-        use_cpu=True,
+        use_cpu=not opts.cuda,
     )
 
 
@@ -78,6 +83,12 @@ def worker(name: str, opts) -> None:
     model_path = resolve_model_path(opts.model)
     tokenizer = load_tokenizer(model_path)
     dataset = load_prompt_dataset("arithmetic:200", system_prompt=SYSTEM)
+    if opts.reward == "hash":
+        from compare_trl import hash_reward
+
+        rewards = [hash_reward]
+    else:
+        rewards = [final_number_reward]
     # The adapter rows: one LoraConfig, and for QLoRA one BitsAndBytesConfig, handed to either trainer alike.
     adapter = {}
     if name.endswith("lora"):
@@ -93,9 +104,12 @@ def worker(name: str, opts) -> None:
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.float32,
+            # bf16 on CUDA, where bitsandbytes' kernels are fast in it; the bf16 storage is what FSDP needs to
+            # shard the packed weights, and changes nothing without FSDP.
+            bnb_4bit_compute_dtype=torch.bfloat16 if opts.cuda else torch.float32,
+            bnb_4bit_quant_storage=torch.bfloat16 if opts.cuda else torch.uint8,
         )
-    precision = {"bf16": False} if adapter else {}
+    precision = {"bf16": False} if adapter and not opts.cuda else {}
     with tempfile.TemporaryDirectory() as out:
         if name.startswith("trl"):
             from trl import GRPOConfig, GRPOTrainer
@@ -103,7 +117,7 @@ def worker(name: str, opts) -> None:
             args = GRPOConfig(**{**shape(opts, out), **precision}, use_vllm=False)
             trainer = GRPOTrainer(
                 model=model_path,
-                reward_funcs=[final_number_reward],
+                reward_funcs=rewards,
                 args=args,
                 train_dataset=dataset,
                 processing_class=tokenizer,
@@ -121,15 +135,23 @@ def worker(name: str, opts) -> None:
             )
             trainer = DistributedGRPOTrainer(
                 model=model_path,
-                reward_funcs=[final_number_reward],
+                reward_funcs=rewards,
                 args=args,
                 train_dataset=dataset,
                 processing_class=tokenizer,
                 **adapter,
             )
+        if opts.cuda:
+            torch.cuda.reset_peak_memory_stats()
         trainer.train()
         steps_done = trainer.state.global_step
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+        trained = next(p for p in trainer.model.parameters() if p.requires_grad)
+        # How far the engine's sampling log-probs are from the trainer's (vLLM rows; the sync's exactness).
+        logp_gap = [e[k] for e in trainer.state.log_history for k in e if k.endswith("logp_difference/max")]
+    if opts.cuda:
+        peak = torch.cuda.max_memory_allocated() / 2**30  # everything torch allocated, vLLM's cache included
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
     print(
         json.dumps(
             {
@@ -137,6 +159,8 @@ def worker(name: str, opts) -> None:
                 "peak_gib": peak,
                 "steps": steps_done,
                 "gradient_checkpointing": bool(args.gradient_checkpointing),
+                "trained_dtype": str(trained.dtype),
+                "logp_difference_max": max(logp_gap, default=None),
             }
         ),
         flush=True,
@@ -156,6 +180,10 @@ def main() -> None:
         default="trl,ours,ours_vllm,trl_lora,ours_lora,trl_qlora,ours_qlora,ours_vllm_qlora",
         help="trl|ours|ours_vllm, each with an optional _lora or _qlora suffix",
     )
+    parser.add_argument("--reward", default="boxed", choices=["boxed", "hash"], help="hash: for random-init models")
+    parser.add_argument(
+        "--cuda", action="store_true", help="train on the GPU (bf16 everywhere) and report torch's peak CUDA memory"
+    )
     parser.add_argument("--parallel", action="store_true", help="run the rows at once (a loaded machine: same peaks)")
     opts = parser.parse_args()
     if opts.worker:
@@ -163,6 +191,7 @@ def main() -> None:
         return
     env = {**os.environ, "PYTHONPATH": ROOT}
     rows = {}
+    failed = []
     names = opts.rows.split(",")
     cmd = [
         sys.executable,
@@ -177,6 +206,9 @@ def main() -> None:
         str(opts.max_tokens),
         "--model",
         opts.model,
+        "--reward",
+        opts.reward,
+        *(["--cuda"] if opts.cuda else []),
         "--worker",
     ]
     # Each row is its own process either way, so running them at once changes no row's peak, only the wall time.
@@ -191,12 +223,16 @@ def main() -> None:
         stdout, stderr = proc.communicate()
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
         if proc.returncode or not lines:
-            raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}")
+            # Reported, and the other rows still run: a row that cannot train is a finding, not the end of the run.
+            failed.append(name)
+            print(f"{name} failed (exit {proc.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}", flush=True)
+            continue
         rows[name] = json.loads(lines[-1])
         r = rows[name]
+        gap = "" if r["logp_difference_max"] is None else f", logp_difference max {r['logp_difference_max']:.2e}"
         print(
-            f"{name:<10} peak RSS {r['peak_gib']:.2f} GiB  ({r['steps']} steps, gradient_checkpointing "
-            f"{r['gradient_checkpointing']})",
+            f"{name:<16} peak {'CUDA allocated' if opts.cuda else 'RSS'} {r['peak_gib']:.2f} GiB  ({r['steps']} steps, "
+            f"gradient_checkpointing {r['gradient_checkpointing']}, trained {r['trained_dtype']}{gap})",
             flush=True,
         )
     # Each ratio the rows that ran allow; the adapter ratios compare HF-generate rows (TRL's path, equal shape).
@@ -214,7 +250,10 @@ def main() -> None:
     }
     line = [f"{k}={peak[a] / peak[b]:.3f}" for k, (a, b) in ratios.items() if a in peak and b in peak]
     line += [f"{name}_peak_gb={gib:.2f}" for name, gib in peak.items()]
+    line += [f"failed={','.join(failed)}"] if failed else []
     print("RESULT memory " + " ".join(line))
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
