@@ -56,19 +56,21 @@ fi
 if [ "$PART" = qlora ]; then
   # QLoRA on CUDA (issue 39): the memory rows (l05b, HF generate, TRL beside ours), the colocated vLLM rows' sync
   # exactness, the QLoRA worker under FSDP2 and ZeRO-2 launchers, and vLLM's own bitsandbytes loader.
+  # $QLORA_STEPS picks some of: memory vllm launchers engine (default: all four).
   tar -xJf .gpu/bnb.tar.xz -C "$SITE"
+  STEPS=" ${QLORA_STEPS:-memory vllm launchers engine} "
   MEM="--cuda --reward hash --steps 2 --prompts 4 --generations 8"
   FILTER="^(trl|ours|RESULT|\{)|Error|error:|Traceback"
-  timeout 200 $PY bench/memory.py $MEM --model /tmp/models/l05b --max_tokens 128 --parallel \
+  [[ $STEPS = *" memory "* ]] && timeout 200 $PY bench/memory.py $MEM --model /tmp/models/l05b --max_tokens 128 --parallel \
     --rows trl,ours,trl_lora,ours_lora,trl_qlora,ours_qlora 2>&1 | grep --line-buffered -E "$FILTER"
-  timeout 150 $PY bench/memory.py $MEM --model /tmp/models/s135m --max_tokens 64 --steps 3 \
+  [[ $STEPS = *" vllm "* ]] && timeout 150 $PY bench/memory.py $MEM --model /tmp/models/s135m --max_tokens 64 --steps 3 \
     --rows ours_vllm_lora,ours_vllm_qlora 2>&1 | grep --line-buffered -E "$FILTER"
-  for config in fsdp2 zero2; do
+  [[ $STEPS = *" launchers "* ]] && for config in fsdp2 zero2; do
     echo "launcher $config: ours_vllm_qlora"
     timeout 120 $PY -m accelerate.commands.launch --num_processes 1 --config_file accelerate_configs/$config.yaml bench/memory.py \
       $MEM --model /tmp/models/s135m --max_tokens 64 --worker ours_vllm_qlora 2>&1 | grep --line-buffered -E "$FILTER" | tail -20
   done
-  for quant in none bitsandbytes; do
+  [[ $STEPS = *" engine "* ]] && for quant in none bitsandbytes; do
     timeout 90 $PY -c "
 import sys
 from vllm import LLM, SamplingParams

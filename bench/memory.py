@@ -189,7 +189,7 @@ def main() -> None:
     if opts.worker:
         worker(opts.worker, opts)
         return
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     rows = {}
     failed = []
     names = opts.rows.split(",")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
 import json
 from typing import Any
 
@@ -292,8 +291,8 @@ def _reference_sync(config) -> None:
 def check_trainer_arguments(
     quantization_config=None, tools=None, rollout_func=None, environment_factory=None, model_is_loaded: bool = False
 ) -> None:
-    """TRL's `GRPOTrainer` keywords checked before the model loads: combinations TRL also refuses, and
-    quantization's requirements."""
+    """TRL's `GRPOTrainer` keywords checked before the model loads: combinations TRL also refuses. Quantization's
+    own requirements (bitsandbytes, an adapter) are `hf_grpo.models.quantization`'s."""
     if rollout_func is not None and (tools or environment_factory is not None):
         raise ValueError(
             "DistributedGRPOTrainer: rollout_func replaces generation, so it cannot be combined with tools "
@@ -307,9 +306,4 @@ def check_trainer_arguments(
         raise ValueError(
             "DistributedGRPOTrainer: quantization_config applies when the model is loaded from a name "
             "or path; this model is already loaded (quantize it yourself, or pass its name)"
-        )
-    if importlib.util.find_spec("bitsandbytes") is None:
-        raise ImportError(
-            "DistributedGRPOTrainer: quantization_config needs bitsandbytes, which is not installed: "
-            "pip install 'hf-grpo[qlora]'"
         )

