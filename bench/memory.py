@@ -141,6 +141,12 @@ def worker(name: str, opts) -> None:
                 processing_class=tokenizer,
                 **adapter,
             )
+        # The peak so far is the load's (checkpoint read, quantization); training's is measured from here on CUDA.
+        loaded = (
+            torch.cuda.max_memory_allocated() / 2**30
+            if opts.cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+        )
         if opts.cuda:
             torch.cuda.reset_peak_memory_stats()
         trainer.train()
@@ -157,6 +163,7 @@ def worker(name: str, opts) -> None:
             {
                 "name": name,
                 "peak_gib": peak,
+                "loaded_gib": loaded,
                 "steps": steps_done,
                 "gradient_checkpointing": bool(args.gradient_checkpointing),
                 "trained_dtype": str(trained.dtype),
@@ -232,7 +239,8 @@ def main() -> None:
         gap = "" if r["logp_difference_max"] is None else f", logp_difference max {r['logp_difference_max']:.2e}"
         print(
             f"{name:<16} peak {'CUDA allocated' if opts.cuda else 'RSS'} {r['peak_gib']:.2f} GiB  ({r['steps']} steps, "
-            f"gradient_checkpointing {r['gradient_checkpointing']}, trained {r['trained_dtype']}{gap})",
+            f"gradient_checkpointing {r['gradient_checkpointing']}, trained {r['trained_dtype']}, at load "
+            f"{r['loaded_gib']:.2f} GiB{gap})",
             flush=True,
         )
     # Each ratio the rows that ran allow; the adapter ratios compare HF-generate rows (TRL's path, equal shape).

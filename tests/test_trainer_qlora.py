@@ -88,3 +88,15 @@ def test_bitsandbytes_8bit_optimizers_step_on_cpu(tiny_llama_path, tmp_path, opt
     dtypes = {state["state1"].dtype for state in trainer.optimizer.optimizer.state.values()}
     assert torch.uint8 in dtypes, f"no 8-bit optimizer state: {dtypes}"
     assert any(not torch.equal(before[n], p) for n, p in params(trainer.model).items())
+
+
+def test_the_heldout_base_line_is_the_quantized_policy_not_the_dense_checkpoint(tiny_llama_path, tmp_path):
+    """Before the first step the engine holds the dense checkpoint; a 4-bit policy is not that model, so the base
+    evaluation syncs it first (a dense policy needs no sync: the engine already holds it)."""
+    from hf_grpo.evaluation.heldout import evaluate_heldout
+
+    rows = load_prompt_dataset("arithmetic:4")
+    for quantized, version in ((QLORA, 0), (dict(use_peft=True, lora_r=4), -1)):
+        trainer = make_trainer(tiny_llama_path, tmp_path / str(version), max_completion_length=4, **quantized)
+        evaluate_heldout(trainer, rows)
+        assert trainer.generator.weight_version == version

@@ -6,7 +6,8 @@ counting a completion correct when its final number is right in any format
 (:func:`hf_grpo.evaluation.final_number`): writing ``\\boxed{}`` alone gains nothing.
 
 Both evaluations use the trainer's own generation backend (no second engine): the base one runs before the first
-step, when the engine still holds the checkpoint's weights; the trained one syncs the final weights first.
+step, when the engine still holds the checkpoint's weights (a 4-bit policy's dequantized weights are synced first:
+they are not the checkpoint's); the trained one syncs the final weights first.
 Intervals are 95% Wilson score intervals over the ``n`` held-out prompts. A policy trained with tools is evaluated
 with the same tools (multi-turn, greedy), scored by its last assistant message.
 """
@@ -26,6 +27,7 @@ from ..data.multiplication import MULTIPLICATION_SOURCE, heldout_multiplication_
 from ..data.prompts import add_system_prompt
 from ..data.shapes import parse_shapes_source, shapes_dataset
 from ..generation import SamplingParams
+from ..models.quantization import packed_weights
 from .accuracy import EvalResult, evaluate_rows, wilson_interval
 
 FILENAME = "heldout_accuracy.json"
@@ -138,9 +140,12 @@ def evaluate_heldout(trainer, dataset: Dataset) -> EvalResult:
     """Greedy accuracy of the trainer's current policy on ``dataset`` through its generator (``lenient_accuracy``
     is the headline). The generator gets the current weights first unless it already holds them."""
     generator = trainer.generator
-    # Before the first step the engine holds the checkpoint the policy was loaded from (version -1): no sync needed.
-    # After training it holds the weights of the last step's start, one optimizer step behind.
-    if trainer.state.global_step > 0 and generator.weight_version != trainer.state.global_step:
+    # Before the first step the engine holds the checkpoint the policy was loaded from (version -1): no sync needed,
+    # unless the base was quantized, whose 4-bit weights are not the checkpoint's (the base line would be the dense
+    # model's). After training it holds the weights of the last step's start, one optimizer step behind.
+    quantized = bool(packed_weights(trainer.accelerator.unwrap_model(trainer.model)))
+    stale = generator.weight_version != trainer.state.global_step
+    if stale and (trainer.state.global_step > 0 or quantized):
         generator.update_weights(trainer.model_wrapped, trainer.state.global_step)
     sampling = SamplingParams.from_config(trainer.args, greedy=True)
     return evaluate_rows(
