@@ -1,10 +1,10 @@
 """hf_grpo's FSDP2 code paths, on a tiny Llama sharded with torch's fully_shard over gloo in 2 processes.
 
 accelerate applies an FSDP config only on GPUs, so the trainer cannot run FSDP2 on this CPU; these are the parts of it
-that differ from DDP: gathering full weights from DTensor shards (weight sync, with and without LoRA, and
-over a 4-bit QLoRA base), the weight
-metadata the NCCL sync announces without gathering, and HF generation with ranks that have different numbers of
-prompts (every forward all-gathers parameters: a rank that stopped early would leave the other hanging)."""
+that differ from DDP: gathering full weights from DTensor shards (weight sync, with and without LoRA, and over a
+4-bit QLoRA base), the weight metadata the NCCL sync announces without gathering, and HF generation with ranks that
+have different numbers of prompts (every forward all-gathers parameters: a rank that stopped early would leave the
+other hanging)."""
 
 import os
 import subprocess

@@ -3,8 +3,8 @@ Llama sharded with torch's own `fully_shard` over gloo (accelerate applies FSDP 
 
 usage: fsdp2_components.py TOKENIZER_DIR OUT
 Writes OUT/rank<R>.pt with the full weights as hf_grpo gathers them (plain, LoRA, and LoRA over a 4-bit base stored in
-float32, the other weights' dtype, as FSDP-QLoRA needs), the weight metadata, and the completions of an HF generation in which the ranks have
-different numbers of prompts."""
+float32, the other weights' dtype, as FSDP-QLoRA needs), the weight metadata, and the completions of an HF generation
+in which the ranks have different numbers of prompts."""
 
 import copy
 import sys
