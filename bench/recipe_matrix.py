@@ -13,7 +13,7 @@ Cells run one at a time. Memory per rank is the kernel's high-water mark of each
 To protect a shared machine a cell is stopped (and reported as such) when the machine's available memory falls
 below ``--min_available_gib``.
 
-Recipes written for GPUs (``gpu_*.yaml``, ``slurm/``) are listed as skipped with the reason. Ends with
+Recipes written for GPUs (``gpu_*.yaml``, ``launch/slurm.sbatch``) are listed as skipped with the reason. Ends with
 
     RESULT recipe_matrix passed=<n> total=<m> max_rank_peak_gib=<x>
 """
@@ -70,7 +70,7 @@ def cells(recipes: list[str] | None, configs: list[str]) -> tuple[list[tuple[str
                 continue
             run += [(label, extra, config) for config in configs]
     if recipes is None:
-        skipped += [f"slurm/{p.name}" for p in sorted((ROOT / "recipes/slurm").glob("*"))]
+        skipped.append("launch/slurm.sbatch")
     return run, skipped
 
 

@@ -1,5 +1,5 @@
 """The `hf-grpo` command: `hf-grpo train [--recipe FILE] [--field value ...]`, `hf-grpo serve [--model M]`,
-`hf-grpo eval --model M --dataset D`."""
+`hf-grpo eval --model M --dataset D`, `hf-grpo plan --trainer-hosts h1,h2 ...`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ commands:
   train   run GRPO training (same arguments as train.py: --recipe FILE and any GRPOConfig --field value)
   serve   start a vLLM server for vllm_mode: server (hf-grpo serve --help)
   eval    accuracy of a model or checkpoint on a dataset, strict and lenient (hf-grpo eval --help)
+  plan    print the command each node of a multi-node run executes, servers and trainers (hf-grpo plan --help)
 """
 
 
@@ -36,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         from .generation.serve import main as serve_main
 
         return run_command(serve_main, rest, prog="hf-grpo serve")
+    if command == "plan":  # exits 2 with one line naming the flag itself
+        from .launching import main as plan_main
+
+        return plan_main(rest)
     print(f"hf-grpo: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -74,6 +74,7 @@ from .rollout.sampler import RepeatPromptSampler, keep_rows
 from .runtime import checkpoints
 from .runtime.distributed import any_rank, warn_if_fsdp_falls_back, zero3_init_disabled
 from .runtime.host_memory import ReleaseHostMemory
+from .runtime.nodes import check_output_dir_sharing, check_same_resume_point, write_model_files
 from .runtime.time_budget import TimeBudgetCallback
 from .trl_attributes import TRLAttributes
 from .vision.policy import check_backend, check_vision_policy, vision_encoder
@@ -161,6 +162,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
         warn_if_fsdp_falls_back(self.accelerator)
+        check_output_dir_sharing(args, self.accelerator)  # several nodes: who writes checkpoints where
         self.completions_log = CompletionsLog(args, self.accelerator.is_main_process)  # checks the Hub first
         # With PEFT the reference is the policy with its adapter disabled; otherwise a frozen copy, prepared the way
         # the backend needs (hf_grpo.runtime.distributed) and checked against the policy at the first step.
@@ -480,6 +482,12 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         # transformers trains one more step when resumed from a checkpoint already at max_steps; a restarted job that
         # had finished would silently train past its end.
         done = 0
+        check_same_resume_point(
+            self.accelerator,
+            checkpoints.resolve_resume(True, self.args.output_dir)
+            if resume_from_checkpoint is True
+            else resume_from_checkpoint,
+        )
         if isinstance(resume_from_checkpoint, str):
             settings = checkpoints.run_settings(self.args, self.accelerator.num_processes, self.train_dataset)
             checkpoints.check_resume(resume_from_checkpoint, settings, self.args.resume_allow_changes)
@@ -513,6 +521,11 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         run_dir = super()._get_output_dir(trial)
         return os.path.join(run_dir, checkpoints.STAGING) if self._staging else run_dir
 
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        super()._save(output_dir, state_dict)
+        if self.args.save_on_each_node and self.args.should_save and not self.accelerator.is_main_process:
+            write_model_files(self.accelerator, self.model, output_dir or self.args.output_dir, state_dict)
+
     def _save_checkpoint(self, model, trial) -> None:
         """`Trainer`'s checkpoint plus hf_grpo's per-rank state, written to a staging folder and published with one
         rename when every rank is done (see `hf_grpo.runtime.checkpoints`)."""
@@ -521,7 +534,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         staging = os.path.join(run_dir, checkpoints.STAGING, folder)
         self._staging = True
         try:
-            checkpoints.clear_staging(self.accelerator, os.path.dirname(staging), folder)
+            checkpoints.clear_staging(self.accelerator, os.path.dirname(staging), folder, self.args.should_save)
             super()._save_checkpoint(model, trial)  # rotation inside only sees the staging area: a no-op
             checkpoints.save_rank_state(staging, self.accelerator.process_index, self._resume_state())
             if self.args.should_save:
@@ -531,7 +544,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
                 )
         finally:
             self._staging = False
-        checkpoints.publish(self.accelerator, staging, os.path.join(run_dir, folder))
+        checkpoints.publish(self.accelerator, staging, os.path.join(run_dir, folder), self.args.should_save)
         if self.args.should_save:
             rotate_checkpoints(
                 output_dir=run_dir,

@@ -37,6 +37,7 @@ LAYERS = [
     "train",
     "trl_script",
     "envcheck",
+    "launching",
     "cli",
 ]
 

@@ -128,6 +128,16 @@ class GenerationFields(QuantizationFields):
             "help": "Server mode: seconds to wait for a server to become healthy (at start, or after it went away)."
         },
     )
+    vllm_server_on_failure: str = field(
+        default="wait",
+        metadata={
+            "help": "Server mode: what happens when a server stops answering (each time named in a warning). `wait`: "
+            "wait up to vllm_server_timeout for it to come back, bring it up to the current weights, retry once, "
+            "else stop the run with an error naming it. `reroute`: send its share to the other servers at once and "
+            "take it back, with the current weights, when it answers again; the run stops only when no server is "
+            "left. reroute needs vllm_weight_transfer=disk."
+        },
+    )
     vllm_request_timeout: float = field(
         default=600.0,
         metadata={

@@ -504,8 +504,8 @@ class GRPOConfig(GenerationFields):
             self.generation_backend = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
         if self.use_bias_correction_kl is None:  # TRL's default where it unbiases the gradient (see its help)
             self.use_bias_correction_kl = self.kl_estimator in ("k1", "k3")
-        if isinstance(self.vllm_server_urls, str):  # a single URL, or a comma-separated list, from the CLI
-            self.vllm_server_urls = [u for u in self.vllm_server_urls.split(",") if u]
+        if self.vllm_server_urls is not None:  # also one word per URL, or comma-separated ones, from the CLI
+            self.vllm_server_urls = trl_compat.split_list(self.vllm_server_urls)
         self.validate()
 
     def _resolve_precision(self) -> None:

@@ -66,6 +66,14 @@ def _set(config, ours: str, value: Any, because: str) -> None:
     setattr(config, ours, value)
 
 
+def split_list(value) -> list[str]:
+    """A list field given as a list, one string, or a comma-separated string (the command line's form)."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else list(value)
+    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+
+
 def _as_dict(config, name: str) -> dict | None:
     value = getattr(config, name)
     if isinstance(value, str):  # from the command line
@@ -161,16 +169,18 @@ def _vllm(config) -> None:
         _set(config, "generation_backend", "hf_continuous", "use_transformers_continuous_batching=True")
     elif config.use_vllm is not None:
         _set(config, "generation_backend", "vllm" if config.use_vllm else "hf", f"use_vllm={config.use_vllm}")
-    url = config.vllm_server_base_url
-    if url is None and (
+    urls = split_list(config.vllm_server_base_url)
+    if not urls and (
         config.vllm_server_host is not None
         or config.vllm_server_port is not None
         or (config.use_vllm and config.vllm_mode == "server" and not config.vllm_server_urls)
     ):
-        host = config.vllm_server_host or "0.0.0.0"
-        url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{config.vllm_server_port or 8000}"
-    if url is not None:
-        _set(config, "vllm_server_urls", [url.rstrip("/")], f"vllm_server_base_url/host/port ({url})")
+        hosts = split_list(config.vllm_server_host) or ["0.0.0.0"]
+        port = config.vllm_server_port or 8000
+        urls = [f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}" for host in hosts]
+    if urls:
+        urls = [u.rstrip("/") for u in urls]
+        _set(config, "vllm_server_urls", urls, f"vllm_server_base_url/host/port ({', '.join(urls)})")
     if config.vllm_max_model_length is not None:
         _set(
             config,

@@ -171,15 +171,19 @@ class TRLFields(TrainingArguments):
             "returns raw log-probs, before the mask)."
         },
     )
-    vllm_server_base_url: str | None = field(
-        default=None,
-        metadata={"help": "TRL's server URL; becomes vllm_server_urls=[url]. Takes precedence over host and port."},
-    )
-    vllm_server_host: str | None = field(
+    vllm_server_base_url: None | str | list[str] = field(
         default=None,
         metadata={
-            "help": "TRL's server host; with vllm_server_port becomes vllm_server_urls=[http://host:port]. None: not "
-            "set (TRL's 0.0.0.0 is used when only the port is given, or for vllm_mode=server with use_vllm)."
+            "help": "TRL's server URL, or (beyond TRL) a list of them or a comma-separated string: a fleet of "
+            "servers; becomes vllm_server_urls. Takes precedence over host and port."
+        },
+    )
+    vllm_server_host: None | str | list[str] = field(
+        default=None,
+        metadata={
+            "help": "TRL's server host, or (beyond TRL) a list of hosts or a comma-separated string, each served on "
+            "vllm_server_port; becomes vllm_server_urls=[http://host:port, ...]. None: not set (TRL's 0.0.0.0 is "
+            "used when only the port is given, or for vllm_mode=server with use_vllm)."
         },
     )
     vllm_server_port: int | None = field(

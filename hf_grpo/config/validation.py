@@ -213,6 +213,7 @@ def validate(config) -> None:
     one_of("generation_backend", GENERATION_BACKENDS)
     one_of("vllm_mode", VLLM_MODES)
     one_of("vllm_weight_transfer", VLLM_WEIGHT_TRANSFERS)
+    one_of("vllm_server_on_failure", ("wait", "reroute"))
     one_of("logprob_path", LOGPROB_PATHS)
     one_of("dtype", ("auto", "float32", "bfloat16", "float16"))
     one_of("vllm_importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
@@ -225,6 +226,11 @@ def validate(config) -> None:
             bool(config.vllm_server_urls),
             "vllm_mode=server needs vllm_server_urls (start servers with "
             "`hf-grpo serve --model <model> --port <port>`)",
+        )
+        check(
+            config.vllm_server_on_failure != "reroute" or config.vllm_weight_transfer != "nccl",
+            "vllm_server_on_failure=reroute needs vllm_weight_transfer=disk: the nccl transfer's group of servers "
+            "is fixed at start, so a server that went away cannot rejoin it",
         )
     _check_backend_options(config)
     check(

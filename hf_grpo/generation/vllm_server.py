@@ -27,8 +27,11 @@ Design:
 * Servers that went away: before each round every server's weight version is read (``/weight_info``); a server
   that restarted reports another version and is brought up to date from the last weights file before it is used.
   A request that fails on a connection error waits up to ``vllm_server_timeout`` for the server to come back, syncs
-  it, and retries once; if it does not come back the error names the URL and says how to restart it. Every call
-  has a timeout; nothing waits forever.
+  it, and retries once; if it does not come back the error names the URL and says how to restart it. With
+  ``vllm_server_on_failure: reroute`` the failed request goes at once to another server instead, the dead one
+  leaves the rotation (each process splits its prompts over the servers still answering), gets one short health
+  probe per round, and rejoins with the current weights when it answers; the run stops only when none is left.
+  Every call has a timeout; nothing waits forever.
 * The weight-sync endpoints (``/collective_rpc``, ``/weight_info``, ...) exist only when the server runs with
   ``VLLM_SERVER_DEV_MODE=1``; ``hf-grpo serve`` sets it, and the trainer checks for it at start.
 """
@@ -229,6 +232,13 @@ class VLLMServerGenerator(Generator):
         self.transfer = args.vllm_weight_transfer
         if self.transfer == "auto":
             self.transfer = "nccl" if accelerator.device.type == "cuda" else "disk"
+        self.reroute = args.vllm_server_on_failure == "reroute"
+        if self.reroute and self.transfer == "nccl":
+            raise ValueError(
+                "vllm_server_on_failure=reroute needs vllm_weight_transfer=disk (auto picked nccl on CUDA): the nccl "
+                "group of servers is fixed at start, so a server that went away cannot rejoin it"
+            )
+        self.down: set[str] = set()  # reroute: URLs of servers that stopped answering, probed again every round
         self.weights_dtype = args.engine_dtype
         self.sync_dir = None
         # The default directory is ours (RAM under /dev/shm, one policy's size): removed by close().
@@ -241,9 +251,9 @@ class VLLMServerGenerator(Generator):
             )
             if self._owned_sync_dir:  # also when the trainer is never closed (a script's end)
                 atexit.register(shutil.rmtree, self.sync_dir, True)
-        list(self.pool.map(lambda c: c.wait_healthy(), self.clients))
+        self._wait_for_servers()
         if accelerator.is_main_process:
-            for c in self.clients:
+            for c in self._live_clients():
                 c.weight_version()  # fails now, with the fix, if the sync endpoints are missing
         self._nccl = None
         if self.transfer == "nccl":
@@ -265,11 +275,10 @@ class VLLMServerGenerator(Generator):
             return GenerationResult(completion_ids=[], finished=[], logprobs=[])
         if sampling.greedy and n > 1:
             return self.generate(prompt_ids, 1, sampling, media).repeat_each(n)
-        bounds = _split(prompt_ids, len(self.clients), self.accelerator.process_index)
+        clients = self._live_clients()
+        bounds = _split(prompt_ids, len(clients), self.accelerator.process_index)
         jobs = [
-            (c, prompt_ids[a:b], None if media is None else media[a:b])
-            for c, (a, b) in zip(self.clients, bounds)
-            if b > a
+            (c, prompt_ids[a:b], None if media is None else media[a:b]) for c, (a, b) in zip(clients, bounds) if b > a
         ]
         parts = list(self.pool.map(lambda job: self._complete(*job, n, sampling), jobs))
         return GenerationResult(
@@ -285,7 +294,8 @@ class VLLMServerGenerator(Generator):
         keeps going to the server whose prefix cache holds its earlier turns. ``media``: a vision-language policy's
         context (its images so far): sent on the image route as its unexpanded ids with every image, and the ids the
         server expanded are checked against ``prompt_ids``."""
-        client = self.clients[(route + self.accelerator.process_index) % len(self.clients)]
+        clients = self._live_clients()
+        client = clients[(route + self.accelerator.process_index) % len(clients)]
         with_images = media is not None and bool(media.images)
         return self._complete(client, [prompt_ids], [media] if with_images else None, 1, sampling)
 
@@ -296,6 +306,8 @@ class VLLMServerGenerator(Generator):
             self._ensure_current(client)
             return self._send(client, prompts, media, n, sampling)
         except ConnectionError as e:
+            if self.reroute and self._mark_down(client, e):
+                return self._complete(self._live_clients()[0], prompts, media, n, sampling)
             logger.warning("%s; waiting up to %.0f s for it to come back", e, client.health_timeout)
             try:
                 client.wait_healthy()
@@ -314,6 +326,42 @@ class VLLMServerGenerator(Generator):
         if media is None:
             return client.complete(prompts, n, sampling)
         return client.complete_media(prompts, media, n, sampling)
+
+    def _wait_for_servers(self) -> None:
+        """Every server healthy within vllm_server_timeout; with reroute, the run starts on those that are (at least
+        one) and the others join when they answer."""
+        errors = list(self.pool.map(_health_error, self.clients))
+        failed = [(c, e) for c, e in zip(self.clients, errors) if e is not None]
+        if failed and (not self.reroute or len(failed) == len(self.clients)):
+            raise failed[0][1]
+        for client, error in failed:
+            self._mark_down(client, error)
+
+    def _mark_down(self, client: VLLMServerClient, error: Exception) -> bool:
+        """reroute: take ``client`` out of the rotation; False when it was the last server answering."""
+        others = [c for c in self.clients if c.url not in self.down and c is not client]
+        if not others:
+            return False
+        self.down.add(client.url)
+        logger.warning(
+            "%s; its share goes to the other %d server(s) until it answers again (vllm_server_on_failure=reroute)",
+            error,
+            len(others),
+        )
+        return True
+
+    def _live_clients(self) -> list[VLLMServerClient]:
+        """The servers in the rotation. reroute: a server that went away and answers again is brought up to the
+        current weights and rejoins (one short health probe per round while it is away)."""
+        for client in [c for c in self.clients if c.url in self.down]:
+            try:
+                client.wait_healthy(timeout=0)
+                self._ensure_current(client)
+            except (VLLMServerError, ConnectionError):
+                continue
+            self.down.discard(client.url)
+            logger.warning("vLLM server %s answers again: back in the rotation", client.url)
+        return [c for c in self.clients if c.url not in self.down]
 
     def _ensure_current(self, client: VLLMServerClient) -> None:
         """Bring a server that lost our weights (it restarted) up to date from the last weights file."""
@@ -340,9 +388,16 @@ class VLLMServerGenerator(Generator):
         else:
             path = save_policy_weights(self.accelerator, model, self.sync_dir, dtype=DTYPES[self.weights_dtype])
             if path is not None:
-                list(self.pool.map(lambda c: c.reload(self.sync_dir, version), self.clients))
+                list(self.pool.map(lambda c: self._reload(c, version), self._live_clients()))
         self.accelerator.wait_for_everyone()  # nobody generates before every server holds the new weights
         self.weight_version = version
+
+    def _reload(self, client: VLLMServerClient, version: int) -> None:
+        try:
+            client.reload(self.sync_dir, version)
+        except ConnectionError as e:  # reroute: it gets this version from the file when it rejoins
+            if not (self.reroute and self._mark_down(client, e)):
+                raise VLLMServerError(f"{e}: the weight update of version {version} did not reach it") from e
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
@@ -350,6 +405,14 @@ class VLLMServerGenerator(Generator):
             self._nccl.close()
         if self._owned_sync_dir:
             shutil.rmtree(self.sync_dir, ignore_errors=True)
+
+
+def _health_error(client: VLLMServerClient) -> VLLMServerError | None:
+    try:
+        client.wait_healthy()
+    except VLLMServerError as e:
+        return e
+    return None
 
 
 def checked_sync_dir(configured: str | None, output_dir: str, urls: list[str], is_main: bool) -> str:

@@ -32,17 +32,20 @@ logger = logging.getLogger(__name__)
 STAGING = ".staging"
 
 
-def clear_staging(accelerator, staging_run_dir: str, folder: str) -> None:
-    """Remove what a crashed save left in the staging area (main process), before anyone writes there again."""
-    if accelerator.is_main_process:
+def clear_staging(accelerator, staging_run_dir: str, folder: str, writer: bool) -> None:
+    """Remove what a crashed save left in the staging area, before anyone writes there again. ``writer``: this process
+    owns the checkpoint on its filesystem (`TrainingArguments.should_save`: the main process, or each node's first
+    process with ``save_on_each_node``; see `hf_grpo.runtime.nodes`)."""
+    if writer:
         shutil.rmtree(os.path.join(staging_run_dir, folder), ignore_errors=True)
     accelerator.wait_for_everyone()
 
 
-def publish(accelerator, staging: str, final: str) -> None:
-    """Move a fully written staging folder to its final name once every rank is done writing."""
+def publish(accelerator, staging: str, final: str, writer: bool) -> None:
+    """Move a fully written staging folder to its final name once every rank is done writing (``writer``: as in
+    `clear_staging`; with node-local disks each node publishes its own copy)."""
     accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
+    if writer:
         if os.path.isdir(final):  # the same step saved twice (e.g. a time-budget save on a save step)
             shutil.rmtree(final)
         os.rename(staging, final)

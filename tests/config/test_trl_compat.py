@@ -133,6 +133,25 @@ def test_vllm_fields_map(tmp_path):
         GRPOConfig(output_dir=str(tmp_path), **BASE, vllm_importance_sampling_mode="token_clip")
 
 
+def test_a_server_fleet_is_named_with_trls_fields_as_lists(tmp_path):
+    """Beyond TRL (one server): vllm_server_base_url and vllm_server_host take a list or a comma-separated string."""
+    server = dict(output_dir=str(tmp_path), **BASE, use_vllm=True, vllm_mode="server")
+    fleet = ["http://10.0.0.5:8000", "http://10.0.0.6:8000"]
+    assert GRPOConfig(**server, vllm_server_base_url=fleet).vllm_server_urls == fleet
+    assert GRPOConfig(**server, vllm_server_base_url=",".join(fleet)).vllm_server_urls == fleet
+    assert GRPOConfig(**server, vllm_server_host="10.0.0.5, 10.0.0.6").vllm_server_urls == fleet
+    hosts = GRPOConfig(**server, vllm_server_host=["10.0.0.5", "10.0.0.6"], vllm_server_port=9000)
+    assert hosts.vllm_server_urls == ["http://10.0.0.5:9000", "http://10.0.0.6:9000"]
+    # hf_grpo's own field from the command line: one word per URL, or comma-separated ones.
+    assert parse_config(["--vllm_server_urls", *fleet]).vllm_server_urls == fleet
+    assert parse_config(["--vllm_server_urls", ",".join(fleet)]).vllm_server_urls == fleet
+    assert parse_config(["--vllm_server_base_url", ",".join(fleet)]).vllm_server_urls == fleet
+    with pytest.raises(ValueError, match="vllm_server_on_failure=reroute needs vllm_weight_transfer=disk"):
+        GRPOConfig(**server, vllm_server_on_failure="reroute", vllm_weight_transfer="nccl")
+    with pytest.raises(ValueError, match="vllm_server_on_failure"):
+        GRPOConfig(**server, vllm_server_on_failure="retry")
+
+
 def test_generation_fields(tmp_path):
     c = GRPOConfig(
         output_dir=str(tmp_path),

@@ -15,6 +15,7 @@ from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.vllm_server import VLLMServerError, VLLMServerGenerator
 from hf_grpo.models import load_model
 from tests.helpers.launch import BACKENDS, launch, results, step_logs
+from tests.helpers.multinode import start_nodes, wait_all
 from tests.helpers.scoring import trainer_logprobs
 from tests.helpers.servers import Server
 
@@ -37,10 +38,9 @@ def servers(vllm_tiny_path, tmp_path_factory):
                 s.kill()
 
 
-@pytest.fixture(scope="module")
-def setup(servers, vllm_tiny_path, tmp_path_factory):
-    args = GRPOConfig(
-        output_dir=str(tmp_path_factory.mktemp("server-mode")),
+def setup_args(servers, output_dir, **overrides) -> GRPOConfig:
+    return GRPOConfig(
+        output_dir=str(output_dir),
         generation_backend="vllm",
         vllm_mode="server",
         vllm_server_urls=[s.url for s in servers],
@@ -48,7 +48,13 @@ def setup(servers, vllm_tiny_path, tmp_path_factory):
         vllm_request_timeout=60,
         use_cpu=True,
         report_to="none",
+        **overrides,
     )
+
+
+@pytest.fixture(scope="module")
+def setup(servers, vllm_tiny_path, tmp_path_factory):
+    args = setup_args(servers, tmp_path_factory.mktemp("server-mode"))
     generator = VLLMServerGenerator(args, Accelerator(cpu=True))
     model = load_model(vllm_tiny_path).eval()
     yield generator, model
@@ -98,7 +104,7 @@ def test_weight_sync_reaches_every_server(servers, setup):
         torch.testing.assert_close(s.completion_logprobs(prompt, completion), expected, atol=1e-3, rtol=0)
 
 
-def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(servers, setup):
+def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(servers, setup, tmp_path):
     generator, model = setup
     generator.update_weights(model, version=4)
     victim = servers[1]
@@ -107,12 +113,26 @@ def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(ser
     with pytest.raises(VLLMServerError, match=re.escape(victim.url) + ".*Restart it"):
         generator.generate(PROMPTS, 2, SamplingParams(max_tokens=4))
     assert time.monotonic() - start < 60, "reporting a dead server took too long"
+    # vllm_server_on_failure=reroute: the dead server's share goes to the other one, which serves every prompt.
+    args = setup_args(servers, tmp_path, vllm_server_on_failure="reroute")  # its own weights directory
+    rerouting = VLLMServerGenerator(args, Accelerator(cpu=True))
+    rerouting.update_weights(model, version=4)  # reaches the live server; the dead one leaves the rotation
+    assert rerouting.down == {victim.url}
+    served = servers[0].requests_served()
+    result = rerouting.generate(PROMPTS, 2, SamplingParams(max_tokens=4))
+    assert len(result.completion_ids) == 10 and servers[0].requests_served() == served + 10  # vLLM counts sequences
     victim.start()
     victim.wait()
     assert victim.weight_version() != "4"  # a fresh server holds the checkpoint's weights
     result = generator.generate(PROMPTS, 2, SamplingParams(max_tokens=4))
     assert len(result.completion_ids) == 10
     assert victim.weight_version() == "4"
+    # The rerouting generator takes the restarted server back (it already holds version 4) and uses both again.
+    served = [s.requests_served() for s in servers]
+    assert len(rerouting.generate(PROMPTS, 2, SamplingParams(max_tokens=4)).completion_ids) == 10
+    now = [s.requests_served() - n for s, n in zip(servers, served)]
+    assert rerouting.down == set() and sorted(now) == [4, 6], now  # 5 prompts x 2 split 3 / 2
+    rerouting.close()
     prompt, completion = PROMPTS[1], [510, 610, 710]
     torch.testing.assert_close(
         victim.completion_logprobs(prompt, completion), trainer_logprobs(model, prompt, completion), atol=1e-3, rtol=0
@@ -171,3 +191,25 @@ def test_two_process_qlora_training_in_server_mode(servers, vllm_tiny_path, tmp_
         r["sampling/logp_difference/max"] for r in logs
     ]
     assert all(s.weight_version() == "1" for s in servers)
+
+
+@pytest.mark.parametrize("fleet", ["a server per node", "one shared server"])
+def test_two_nodes_share_the_servers_equally_and_every_server_gets_the_weights(
+    fleet, servers, vllm_tiny_path, tmp_path
+):
+    """2 nodes x 1 process on loopback (the planner's commands, tests/helpers/multinode.py) against the servers, named
+    with TRL's vllm_server_base_url as a list: every process splits each round over every server, so each server
+    answers the same number of requests, and each one ends holding the last step's weights."""
+    fleet_servers = servers if fleet.startswith("a server") else servers[:1]
+    spec = server_spec(fleet_servers, max_steps=2)
+    spec["config"]["vllm_server_base_url"] = spec["config"].pop("vllm_server_urls")
+    before = [s.requests_served() for s in fleet_servers]
+    folders = [tmp_path, tmp_path]
+    wait_all(start_nodes("ddp", vllm_tiny_path, spec, folders), folders)
+    r0, r1 = (torch.load(tmp_path / "out" / f"rank{r}_0.pt", weights_only=False) for r in (0, 1))
+    assert r0["world"] == 2 and all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
+    served = [s.requests_served() - b for s, b in zip(fleet_servers, before)]
+    # vLLM counts sequences: 2 processes x 2 rounds x 2 prompts x 4 completions, split evenly over the fleet.
+    assert served == [32 / len(fleet_servers)] * len(fleet_servers), served
+    assert all(s.weight_version() == "1" for s in fleet_servers)  # synced after step 1 (the last step's round)
+    assert all(r["sampling/logp_difference/mean"] < 1e-3 for r in step_logs(r0))
