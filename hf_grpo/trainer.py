@@ -74,7 +74,12 @@ from .rollout.sampler import RepeatPromptSampler, keep_rows
 from .runtime import checkpoints
 from .runtime.distributed import any_rank, warn_if_fsdp_falls_back, zero3_init_disabled
 from .runtime.host_memory import ReleaseHostMemory
-from .runtime.nodes import check_output_dir_sharing, check_same_resume_point, write_model_files
+from .runtime.nodes import (
+    check_output_dir_sharing,
+    check_same_resume_point,
+    write_deepspeed_latest,
+    write_model_files,
+)
 from .runtime.time_budget import TimeBudgetCallback
 from .trl_attributes import TRLAttributes
 from .vision.policy import check_backend, check_vision_policy, vision_encoder
@@ -536,6 +541,8 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         try:
             checkpoints.clear_staging(self.accelerator, os.path.dirname(staging), folder, self.args.should_save)
             super()._save_checkpoint(model, trial)  # rotation inside only sees the staging area: a no-op
+            if self.args.save_on_each_node and self.args.should_save and not self.accelerator.is_main_process:
+                write_deepspeed_latest(self.accelerator, staging)
             checkpoints.save_rank_state(staging, self.accelerator.process_index, self._resume_state())
             if self.args.should_save:
                 self._write_model_card(staging)  # a checkpoint pushed or shared on its own says what it is

@@ -136,5 +136,20 @@ def write_model_files(accelerator, model, folder: str, state_dict: dict | None) 
     save_file(unique, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
 
 
+def write_deepspeed_latest(accelerator, folder: str) -> None:
+    """The ``latest`` file of a DeepSpeed checkpoint on a node other than the main process's (``save_on_each_node``).
+
+    DeepSpeed's node-local storage puts each process's shards on its own node, but writes ``latest`` (the tag a
+    resume loads) only on global rank 0: without it the other nodes cannot resume. The tag is the one step folder
+    DeepSpeed just wrote (``global_stepN``).
+    """
+    if accelerator.state.deepspeed_plugin is None or os.path.isfile(os.path.join(folder, "latest")):
+        return
+    tags = [name for name in os.listdir(folder) if name.startswith("global_step")]
+    if len(tags) == 1:
+        with open(os.path.join(folder, "latest"), "w") as f:
+            f.write(tags[0])
+
+
 class CheckpointMismatch(InputError):
     """The processes of a restarted run found different checkpoints to resume from."""

@@ -16,7 +16,7 @@ def test_uneven_tool_use_across_ranks_does_not_hang(backend, peft, tiny_llama_pa
     config = {
         "max_tool_calling_iterations": 4,
         "max_completion_length": 256,
-        "max_steps": 2,
+        "max_steps": 1,  # one step shows it: the second repeated the same lock-step (279 s of the suite with two)
         "use_peft": peft,
         "beta": 0.0 if peft else 0.04,
     }

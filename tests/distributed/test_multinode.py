@@ -72,17 +72,31 @@ def one_node(tiny_llama_path, tmp_path_factory):
     return results(folder)
 
 
+@pytest.fixture(scope="module")
+def two_nodes(tiny_llama_path, tmp_path_factory):
+    """Each rank's result of an uninterrupted 2-node run with a shared output_dir, by (backend, processes per node);
+    run once, also the reference of the ZeRO-3 resume test."""
+    done = {}
+
+    def run(backend: str, per_node: int = 1) -> list[dict]:
+        if (backend, per_node) not in done:
+            folder = tmp_path_factory.mktemp(f"two-nodes-{backend}-{per_node}")
+            spec = with_config(SPEC, per_device_train_batch_size=8 // per_node)
+            wait_all(start_nodes(backend, tiny_llama_path, spec, [folder, folder], per_node), [folder, folder])
+            done[backend, per_node] = rank_results([folder], 2 * per_node)
+        return done[backend, per_node]
+
+    return run
+
+
 def max_difference(a: dict, b: dict) -> float:
     return max(float((a[n] - b[n]).abs().max()) for n in a)
 
 
 @pytest.mark.parametrize("backend,per_node", [("ddp", 1), ("zero2", 1), ("zero3", 1), ("ddp", 2)])
-def test_two_nodes_train_the_update_one_node_trains(backend, per_node, one_node, tiny_llama_path, tmp_path):
+def test_two_nodes_train_the_update_one_node_trains(backend, per_node, one_node, two_nodes, tiny_llama_path):
     """Shared output_dir (both nodes run in one folder). 2 x 2 halves the per-process batch: the same 16 samples."""
-    spec = with_config(SPEC, per_device_train_batch_size=8 // per_node)
-    folders = [tmp_path, tmp_path]
-    wait_all(start_nodes(backend, tiny_llama_path, spec, folders, per_node)[::-1], folders)
-    ranks = rank_results([tmp_path], 2 * per_node)
+    ranks = two_nodes(backend, per_node)
     assert all(r["world"] == 2 * per_node for r in ranks)
     for r in ranks[1:]:
         assert max_difference(ranks[0]["weights"], r["weights"]) == 0.0, "replicas diverged"
@@ -99,25 +113,44 @@ def test_two_nodes_train_the_update_one_node_trains(backend, per_node, one_node,
     assert len(losses[0]) == STEPS and losses[0] == pytest.approx(losses[1], abs=1e-6)
 
 
-def test_node_local_disks_resume_exactly_after_kill_9_of_one_node(one_node, tiny_llama_path, tmp_path):
-    """save_on_each_node, one folder per node: node 1 is killed after checkpoint-1, both restart with resume."""
+@pytest.mark.parametrize("backend", ["ddp", "zero3"])
+def test_node_local_disks_resume_exactly_after_kill_9_of_one_node(
+    backend, one_node, two_nodes, tiny_llama_path, tmp_path
+):
+    """save_on_each_node, one folder per node: node 1 is killed after checkpoint-1, both restart with resume (DDP:
+    first with node 1's checkpoint hidden, which is refused). Under
+    ZeRO-3 each node's copy holds its own process's parameter and optimizer shards (DeepSpeed's node-local storage)."""
     spec = with_config(SPEC, save_strategy="steps", save_steps=1, save_on_each_node=True)
     spec = {**spec, "resume": True}
     folders = [tmp_path / "node0", tmp_path / "node1"]
-    procs = start_nodes("ddp", tiny_llama_path, spec, folders)
+    procs = start_nodes(backend, tiny_llama_path, spec, folders)
     wait_for(lambda: (folders[1] / "out/run0/checkpoint-1/trainer_state.json").is_file(), procs[1])
     kill9(procs[1])
     assert procs[0].wait(timeout=120) != 0, "node 0 went on without node 1"
     for folder in folders:  # each node published its own copy
         assert (folder / "out/run0/checkpoint-1/trainer_state.json").is_file()
         assert not (folder / f"out/run0/checkpoint-{STEPS}").exists()
-    wait_all(start_nodes("ddp", tiny_llama_path, spec, folders), folders)
+    if backend == "ddp":  # node 1's disk without the checkpoint: a restart that would resume node 0 alone is refused
+        hidden = folders[1] / "hidden"
+        (folders[1] / "out/run0/checkpoint-1").rename(hidden)
+        codes = [p.wait(timeout=300) for p in start_nodes(backend, tiny_llama_path, spec, folders)]
+        log = (folders[0] / "launch.log").read_text()
+        assert codes[0] != 0 and codes[1] != 0 and "would resume from different checkpoints" in log, log[-3000:]
+        assert "process 1: no checkpoint" in log, log[-3000:]
+        hidden.rename(folders[1] / "out/run0/checkpoint-1")
+    wait_all(start_nodes(backend, tiny_llama_path, spec, folders), folders)
     for folder in folders:
         assert (folder / f"out/run0/checkpoint-{STEPS}/trainer_state.json").is_file()
         assert not list((folder / "out/run0").glob(".hf_grpo_nodes/*"))
     ranks = rank_results(folders, 2)
+    if backend == "ddp":  # the uninterrupted run is the single-node one, bit for bit (see the test above)
+        for rank, result in enumerate(ranks):
+            for name, weight in one_node[rank]["weights"].items():
+                assert torch.equal(result["weights"][name], weight), f"rank {rank}: {name} differs after the resume"
+        return
+    expected = two_nodes(backend)  # an uninterrupted 2-node ZeRO-3 run
     for rank, result in enumerate(ranks):
-        for name, weight in one_node[rank]["weights"].items():
+        for name, weight in expected[rank]["weights"].items():
             assert torch.equal(result["weights"][name], weight), f"rank {rank}: {name} differs after the resume"
 
 
