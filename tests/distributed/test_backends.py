@@ -17,18 +17,10 @@ import json
 import pytest
 
 from hf_grpo.rewards import RewardModel
-from tests.helpers.launch import BACKENDS, assert_ranks_agree_and_trained, launch, results, step_logs
+from tests.helpers.launch import BACKENDS, COLOCATE, assert_ranks_agree_and_trained, launch, results, step_logs
 from tests.helpers.models import save_tiny_classifier
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
-
-COLOCATE = {
-    "generation_backend": "vllm",
-    "vllm_mode": "colocate",
-    "vllm_enforce_eager": True,
-    "vllm_kv_cache_gib": 0.25,
-    "max_prompt_length": 256,
-}
 
 
 @pytest.mark.parametrize(

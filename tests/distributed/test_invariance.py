@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.launch import launch, results
+from tests.helpers.launch import EXACT_SGD, launch, results
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -52,15 +52,7 @@ def spec(ga: int) -> dict:
     return {
         "fixed_completions": True,
         "runs": runs,
-        "config": {
-            "optim": "sgd",
-            "learning_rate": 0.5,
-            "lr_scheduler_type": "constant",
-            "max_grad_norm": 0.0,
-            "per_device_train_batch_size": 8,
-            "max_completion_length": 10,
-            "log_completions_steps": 0,
-        },
+        "config": EXACT_SGD,
     }
 
 

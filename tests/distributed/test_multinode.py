@@ -13,6 +13,7 @@
 * **The wrong filesystem setting is refused** before training: ``save_on_each_node`` on a shared directory, and
   node-local directories without it (`hf_grpo.runtime.nodes`).
 * **The real entry point**: `train.py --recipe` through the planner's commands, on 2 nodes.
+* **Colocated vLLM on each node** (ZeRO-3). The server fleet across nodes is in tests/generation/test_vllm_server.py.
 """
 
 import json
@@ -26,7 +27,7 @@ import torch
 
 from hf_grpo.launching import plan_launch
 from hf_grpo.models import load_model
-from tests.helpers.launch import ROOT, launch, results
+from tests.helpers.launch import COLOCATE, EXACT_SGD, ROOT, launch, results, step_logs
 from tests.helpers.multinode import start_nodes, wait_all
 from tests.helpers.processes import kill9, wait_for
 from tests.helpers.servers import free_port
@@ -34,20 +35,7 @@ from tests.helpers.servers import free_port
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 STEPS = 3
-SPEC = {
-    "fixed_completions": True,
-    "config": {
-        "optim": "sgd",
-        "learning_rate": 0.5,
-        "lr_scheduler_type": "constant",
-        "max_grad_norm": 0.0,
-        "per_device_train_batch_size": 8,
-        "max_completion_length": 10,
-        "log_completions_steps": 0,
-        "loss_type": "grpo",
-        "max_steps": STEPS,
-    },
-}
+SPEC = {"fixed_completions": True, "config": {**EXACT_SGD, "loss_type": "grpo", "max_steps": STEPS}}
 
 
 def with_config(spec: dict, **config) -> dict:
@@ -207,3 +195,18 @@ def test_train_py_runs_on_two_nodes_from_the_planners_commands(tiny_llama_path, 
     state = json.loads((tmp_path / "outputs/tiny/trainer_state.json").read_text())
     assert state["global_step"] == 1
     assert (tmp_path / "outputs/tiny/model.safetensors").is_file()
+
+
+def test_colocated_vllm_on_each_node(vllm_tiny_path, tmp_path):
+    """ZeRO-3, 2 nodes x 1 process, a colocated vLLM engine in each (both on this host, as two nodes' engines would
+    each be on theirs): both engines start and receive every update (the sampled tokens' log-probs match the
+    trainer's), with the reference model checked against the policy at the first step."""
+    config = {**COLOCATE, "beta": 0.04}
+    folders = [tmp_path, tmp_path]
+    wait_all(start_nodes("zero3", vllm_tiny_path, {"config": config}, folders), folders)
+    r0, r1 = rank_results([tmp_path], 2)
+    assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
+    logs = step_logs(r0)
+    assert [r["weight_version"] for r in logs] == [0.0, 1.0]
+    assert all(r["sampling/logp_difference/mean"] < 1e-3 for r in logs)
+    assert logs[0]["kl"] < 1e-3 and 0 < logs[1]["kl"] < 1.0

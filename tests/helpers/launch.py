@@ -12,6 +12,25 @@ from hf_grpo.models import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ("ddp", "zero2", "zero3", "fsdp2")
+# Colocated vLLM at its smallest on CPU (the tiny model with 64-dim heads: `vllm_tiny_path`).
+COLOCATE = {
+    "generation_backend": "vllm",
+    "vllm_mode": "colocate",
+    "vllm_enforce_eager": True,
+    "vllm_kv_cache_gib": 0.25,
+    "max_prompt_length": 256,
+}
+# Settings under which layouts can be compared update for update (with fixed completions): plain SGD without clipping
+# passes any error in a loss normaliser straight into the update (Adam's first step would hide a scale error).
+EXACT_SGD = {
+    "optim": "sgd",
+    "learning_rate": 0.5,
+    "lr_scheduler_type": "constant",
+    "max_grad_norm": 0.0,
+    "per_device_train_batch_size": 8,
+    "max_completion_length": 10,
+    "log_completions_steps": 0,
+}
 
 
 def launch(
