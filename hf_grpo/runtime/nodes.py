@@ -111,17 +111,16 @@ def write_model_files(accelerator, model, folder: str, state_dict: dict | None) 
     `Trainer` asks this node's first process to save (`should_save`), but transformers' ``save_pretrained`` writes
     only on global rank 0 (``should_save_on_this_rank``), so the other nodes would publish checkpoints without
     weights and fail to resume from them. Under ZeRO-3 and FSDP the weights a resume loads are the engine's own
-    shards, written by every process into its node's copy; nothing is added here.
+    shards, written by every process into its node's copy, and a PEFT adapter is written on every node already;
+    nothing is added for them.
     """
     from safetensors.torch import save_file
 
     from .distributed import is_fsdp, is_zero3
 
-    if is_zero3(accelerator) or is_fsdp(accelerator):
-        return
     unwrapped = accelerator.unwrap_model(model)
-    if hasattr(unwrapped, "peft_config"):  # PEFT writes its adapter files on any process it is called on
-        unwrapped.save_pretrained(folder, state_dict=state_dict)
+    # PEFT's save_pretrained has no rank-0 check: the node's adapter files are written already.
+    if is_zero3(accelerator) or is_fsdp(accelerator) or hasattr(unwrapped, "peft_config"):
         return
     unwrapped.config.save_pretrained(folder)
     if unwrapped.can_generate() and unwrapped.generation_config is not None:
