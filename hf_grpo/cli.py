@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_command(serve_main, rest, prog="hf-grpo serve")
     if command == "plan":  # exits 2 with one line naming the flag itself
-        from .launching import main as plan_main
+        from .runtime.launching import main as plan_main
 
         return plan_main(rest)
     print(f"hf-grpo: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)

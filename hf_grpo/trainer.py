@@ -71,15 +71,9 @@ from .rewards import RewardFunctionError, reward_functions, reward_runners
 from .rollout.collector import RolloutCollector
 from .rollout.pipeline import build_pipeline, pipelined_round
 from .rollout.sampler import RepeatPromptSampler, keep_rows
-from .runtime import checkpoints
+from .runtime import checkpoints, nodes
 from .runtime.distributed import any_rank, warn_if_fsdp_falls_back, zero3_init_disabled
 from .runtime.host_memory import ReleaseHostMemory
-from .runtime.nodes import (
-    check_output_dir_sharing,
-    check_same_resume_point,
-    write_deepspeed_latest,
-    write_model_files,
-)
 from .runtime.time_budget import TimeBudgetCallback
 from .trl_attributes import TRLAttributes
 from .vision.policy import check_backend, check_vision_policy, vision_encoder
@@ -167,7 +161,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
         warn_if_fsdp_falls_back(self.accelerator)
-        check_output_dir_sharing(args, self.accelerator)  # several nodes: who writes checkpoints where
+        nodes.check_output_dir_sharing(args, self.accelerator)  # several nodes: who writes checkpoints where
         self.completions_log = CompletionsLog(args, self.accelerator.is_main_process)  # checks the Hub first
         # With PEFT the reference is the policy with its adapter disabled; otherwise a frozen copy, prepared the way
         # the backend needs (hf_grpo.runtime.distributed) and checked against the policy at the first step.
@@ -487,12 +481,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         # transformers trains one more step when resumed from a checkpoint already at max_steps; a restarted job that
         # had finished would silently train past its end.
         done = 0
-        check_same_resume_point(
-            self.accelerator,
-            checkpoints.resolve_resume(True, self.args.output_dir)
-            if resume_from_checkpoint is True
-            else resume_from_checkpoint,
-        )
+        nodes.check_same_resume_point(self.accelerator, resume_from_checkpoint, self.args.output_dir)
         if isinstance(resume_from_checkpoint, str):
             settings = checkpoints.run_settings(self.args, self.accelerator.num_processes, self.train_dataset)
             checkpoints.check_resume(resume_from_checkpoint, settings, self.args.resume_allow_changes)
@@ -528,8 +517,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         super()._save(output_dir, state_dict)
-        if self.args.save_on_each_node and self.args.should_save and not self.accelerator.is_main_process:
-            write_model_files(self.accelerator, self.model, output_dir or self.args.output_dir, state_dict)
+        nodes.write_model_files(self.args, self.accelerator, self.model, output_dir or self.args.output_dir, state_dict)
 
     def _save_checkpoint(self, model, trial) -> None:
         """`Trainer`'s checkpoint plus hf_grpo's per-rank state, written to a staging folder and published with one
@@ -541,8 +529,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         try:
             checkpoints.clear_staging(self.accelerator, os.path.dirname(staging), folder, self.args.should_save)
             super()._save_checkpoint(model, trial)  # rotation inside only sees the staging area: a no-op
-            if self.args.save_on_each_node and self.args.should_save and not self.accelerator.is_main_process:
-                write_deepspeed_latest(self.accelerator, staging)
+            nodes.write_deepspeed_latest(self.args, self.accelerator, staging)
             checkpoints.save_rank_state(staging, self.accelerator.process_index, self._resume_state())
             if self.args.should_save:
                 self._write_model_card(staging)  # a checkpoint pushed or shared on its own says what it is

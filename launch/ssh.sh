@@ -5,7 +5,7 @@
 #       ACCELERATE_CONFIG=accelerate_configs/zero3.yaml PROCESSES_PER_NODE=8 bash launch/ssh.sh [train.py args]
 # Run from the repository root; every host runs `cd DIR && <command>` (DIR: this folder, the same path on every host;
 # SETUP, e.g. "source .venv/bin/activate", runs first where a login shell does not put hf-grpo on PATH).
-# The commands come from `hf-grpo plan` (hf_grpo/launching.py); DRY_RUN=1 prints them instead.
+# The commands come from `hf-grpo plan` (hf_grpo/runtime/launching.py); DRY_RUN=1 prints them instead.
 set -euo pipefail
 
 TRAINER_HOSTS=${TRAINER_HOSTS:-}

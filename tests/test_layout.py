@@ -37,7 +37,6 @@ LAYERS = [
     "train",
     "trl_script",
     "envcheck",
-    "launching",
     "cli",
 ]
 

@@ -82,14 +82,18 @@ def check_output_dir_sharing(args, accelerator) -> bool | None:
     return shared
 
 
-def check_same_resume_point(accelerator, checkpoint: str | None) -> None:
+def check_same_resume_point(accelerator, checkpoint, output_dir: str) -> None:
     """Every process resumes from the same step, or none does (collective). Each process resolves ``latest`` on its
-    own filesystem; a node whose disk lacks the newest checkpoint would otherwise train from another step."""
+    own filesystem; a node whose disk lacks the newest checkpoint would otherwise train from another step.
+    ``checkpoint``: `Trainer.train`'s ``resume_from_checkpoint`` (True: the newest in ``output_dir``)."""
     if accelerator.num_processes == 1:
         return
     from accelerate.utils import gather_object
 
-    from .checkpoints import checkpoint_step
+    from .checkpoints import checkpoint_step, resolve_resume
+
+    if checkpoint is True:
+        checkpoint = resolve_resume(True, output_dir)
 
     try:
         mine = checkpoint_step(checkpoint) if checkpoint else None
@@ -105,7 +109,13 @@ def check_same_resume_point(accelerator, checkpoint: str | None) -> None:
         )
 
 
-def write_model_files(accelerator, model, folder: str, state_dict: dict | None) -> None:
+def writes_a_node_copy(args, accelerator) -> bool:
+    """This process writes its node's copy of each checkpoint, and is not the global main process (whose copy
+    transformers and DeepSpeed write in full)."""
+    return args.save_on_each_node and args.should_save and not accelerator.is_main_process
+
+
+def write_model_files(args, accelerator, model, folder: str, state_dict: dict | None) -> None:
     """The model files of a checkpoint on a node other than the main process's (``save_on_each_node``).
 
     `Trainer` asks this node's first process to save (`should_save`), but transformers' ``save_pretrained`` writes
@@ -118,6 +128,8 @@ def write_model_files(accelerator, model, folder: str, state_dict: dict | None) 
 
     from .distributed import is_fsdp, is_zero3
 
+    if not writes_a_node_copy(args, accelerator):
+        return
     unwrapped = accelerator.unwrap_model(model)
     # PEFT's save_pretrained has no rank-0 check: the node's adapter files are written already.
     if is_zero3(accelerator) or is_fsdp(accelerator) or hasattr(unwrapped, "peft_config"):
@@ -135,14 +147,16 @@ def write_model_files(accelerator, model, folder: str, state_dict: dict | None) 
     save_file(unique, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
 
 
-def write_deepspeed_latest(accelerator, folder: str) -> None:
+def write_deepspeed_latest(args, accelerator, folder: str) -> None:
     """The ``latest`` file of a DeepSpeed checkpoint on a node other than the main process's (``save_on_each_node``).
 
     DeepSpeed's node-local storage puts each process's shards on its own node, but writes ``latest`` (the tag a
     resume loads) only on global rank 0: without it the other nodes cannot resume. The tag is the one step folder
     DeepSpeed just wrote (``global_stepN``).
     """
-    if accelerator.state.deepspeed_plugin is None or os.path.isfile(os.path.join(folder, "latest")):
+    if not writes_a_node_copy(args, accelerator) or accelerator.state.deepspeed_plugin is None:
+        return
+    if os.path.isfile(os.path.join(folder, "latest")):
         return
     tags = [name for name in os.listdir(folder) if name.startswith("global_step")]
     if len(tags) == 1:

@@ -1,6 +1,6 @@
 """Two machines simulated on one: each "node" is its own `accelerate launch --num_machines 2 --machine_rank K
---main_process_ip 127.0.0.1`, started with the command `hf_grpo.launching.plan_launch` prints for a 2-node cluster
-(the one `launch/slurm.sbatch` and `launch/ssh.sh` run), every process the local rank 0 of its node.
+--main_process_ip 127.0.0.1`, started with the command `hf_grpo.runtime.launching.plan_launch` prints for a 2-node
+cluster (the one `launch/slurm.sbatch` and `launch/ssh.sh` run), every process the local rank 0 of its node.
 
 * **Same update as one node.** DDP, ZeRO-2 and ZeRO-3 over 2 nodes x 1 process, and DDP over 2 nodes x 2
   processes, train the update a single-node 2-process run of the same batch trains (fixed completions, plain SGD:
@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_grpo.launching import plan_launch
 from hf_grpo.models import load_model
+from hf_grpo.runtime.launching import plan_launch
 from tests.helpers.launch import COLOCATE, EXACT_SGD, ROOT, launch, results, step_logs
 from tests.helpers.multinode import start_nodes, wait_all
 from tests.helpers.processes import kill9, wait_for

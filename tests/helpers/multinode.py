@@ -1,5 +1,5 @@
-"""Two "nodes" on one machine: the trainer commands `hf_grpo.launching.plan_launch` prints for a 2-node cluster, each
-run in its own folder (its "disk") with 127.0.0.1 as every host."""
+"""Two "nodes" on one machine: the trainer commands `hf_grpo.runtime.launching.plan_launch` prints for a 2-node
+cluster, each run in its own folder (its "disk") with 127.0.0.1 as every host."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hf_grpo.launching import plan_launch
+from hf_grpo.runtime.launching import plan_launch
 from tests.helpers.launch import ROOT
 from tests.helpers.servers import free_port
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import InputError
+from ..errors import InputError
 
 LOOPBACK = ("127.0.0.1", "localhost")
 

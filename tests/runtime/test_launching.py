@@ -1,4 +1,4 @@
-"""The multi-node planner (`hf_grpo.launching`), `hf-grpo plan`, and the dry runs of launch/slurm.sbatch and
+"""The multi-node planner (`hf_grpo.runtime.launching`), `hf-grpo plan`, and the dry runs of launch/slurm.sbatch and
 launch/ssh.sh for the 2-node recipe recipes/gpu_multinode_server.yaml: the exact commands each node would run."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from hf_grpo.cli import main as cli_main
-from hf_grpo.launching import NodeCommand, plan_launch
+from hf_grpo.runtime.launching import NodeCommand, plan_launch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/gpu_multinode_server.yaml"
 ZERO3 = "accelerate_configs/zero3.yaml"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"  # the recipe's model_name_or_path
