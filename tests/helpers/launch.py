@@ -1,9 +1,17 @@
-"""Launch tests/scripts/train_worker.py with `accelerate launch` and read back what each process saved."""
+"""The one place tests build multi-process command lines: `accelerate launch` and `torchrun` over gloo on this CPU,
+the environment every launched process gets, a free loopback port, and reading back what
+tests/scripts/train_worker.py saved per process.
+
+A launch costs about 25 s of start-up (two processes importing torch, transformers, DeepSpeed and vLLM) before any
+work, so a test module carries all of its configurations for one layout in one launch (the worker's ``runs``), as
+tests/distributed/test_invariance.py does."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -11,6 +19,7 @@ import torch
 from hf_grpo.models import load_model
 
 ROOT = Path(__file__).resolve().parents[2]
+WORKER = ROOT / "tests/scripts/train_worker.py"
 BACKENDS = ("ddp", "zero2", "zero3", "fsdp2")
 # Colocated vLLM at its smallest on CPU (the tiny model with 64-dim heads: `vllm_tiny_path`).
 COLOCATE = {
@@ -33,6 +42,63 @@ EXACT_SGD = {
 }
 
 
+def free_port() -> int:
+    """A loopback port free now (the kernel's choice); a restarted launch takes a new one, since a killed run's port
+    may not be free again yet."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launched_env(**extra: str) -> dict[str, str]:
+    """What every launched process gets: this checkout first on the path, one OpenMP thread per process (two
+    processes share the two cores), unbuffered output for the logs a test reads while the run goes on, and the
+    venv's own `accelerate` on PATH."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+        **extra,
+    }
+
+
+def accelerate_command(
+    program: list[str],
+    backend: str = "ddp",
+    *,
+    num_processes: int = 2,
+    mixed_precision: str | None = None,
+    port: int | None = None,
+) -> list[str]:
+    """`accelerate launch --config_file accelerate_configs/<backend>.yaml --num_processes N PROGRAM...`; ``program``
+    is a script and its arguments, or ``["-m", module, ...]``."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
+    cmd += [str(ROOT / f"accelerate_configs/{backend}.yaml"), "--num_processes", str(num_processes)]
+    cmd += ["--main_process_port", str(port or free_port())]
+    if mixed_precision is not None:
+        cmd += ["--mixed_precision", mixed_precision]
+    return cmd + [str(p) for p in program]
+
+
+def torchrun_command(script: Path, *args: str, nproc: int = 2) -> list[str]:
+    """`torchrun --nproc_per_node N script args...` (torch's own launcher: for tests that shard with torch directly)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), str(script), *args]
+
+
+def run_checked(cmd: list[str], timeout: int, what: str, **kwargs) -> subprocess.CompletedProcess:
+    """Runs ``cmd`` from the repository root with `launched_env`; a non-zero exit fails the test with both logs."""
+    kwargs.setdefault("env", launched_env())
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kwargs)
+    assert proc.returncode == 0, f"{what}: exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def worker_command(backend: str, model_path: str, out: Path, spec: dict, **launch_options) -> list[str]:
+    return accelerate_command([WORKER, model_path, out, json.dumps(spec)], backend, **launch_options)
+
+
 def launch(
     backend: str,
     model_path: str,
@@ -44,25 +110,44 @@ def launch(
     timeout: int = 600,
     check: bool = True,
 ) -> subprocess.CompletedProcess:
-    """`accelerate launch --config_file accelerate_configs/<backend>.yaml --num_processes N train_worker.py ...`."""
+    """Runs train_worker.py under `accelerate launch` to the end; it writes ``out/rank<R>_<K>.pt`` per run K."""
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ROOT / f"accelerate_configs/{backend}.yaml"),
-        "--num_processes",
-        str(num_processes),
-    ]
-    if mixed_precision is not None:
-        cmd += ["--mixed_precision", mixed_precision]
-    cmd += [str(ROOT / "tests/scripts/train_worker.py"), model_path, str(out), json.dumps(spec)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    cmd = worker_command(backend, model_path, out, spec, num_processes=num_processes, mixed_precision=mixed_precision)
     if check:
-        assert proc.returncode == 0, f"{backend}: exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
-    return proc
+        return run_checked(cmd, timeout, backend)
+    return subprocess.run(cmd, cwd=ROOT, env=launched_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def start(backend: str, model_path: str, out: Path, spec: dict) -> subprocess.Popen:
+    """train_worker.py under `accelerate launch`, in the background (for tests that kill it), logging to
+    ``out/launch.log``; `tests.helpers.processes` waits for a moment in the run and kills it."""
+    log = open(out / "launch.log", "ab")
+    cmd = worker_command(backend, model_path, out, spec)
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=launched_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+@dataclass
+class Run:
+    """One run of a launch: its partial spec, its folder (the run's output_dir: rollouts, checkpoints) and what each
+    process saved."""
+
+    spec: dict
+    folder: Path
+    ranks: list[dict]
+
+
+def launch_runs(
+    backend: str, model_path: str, out: Path, runs: dict[str, dict], *, spec: dict | None = None, **launch_options
+) -> tuple[subprocess.CompletedProcess, dict[str, Run]]:
+    """One launch of train_worker.py training ``runs`` (name: partial spec, see the worker's ``runs``) one after the
+    other, over the spec-wide ``spec``; returns the launch's process and each run by name."""
+    proc = launch(backend, model_path, out, {**(spec or {}), "runs": list(runs.values())}, **launch_options)
+    num_processes = launch_options.get("num_processes", 2)
+    return proc, {
+        name: Run(run, out / f"run{k}", results(out, k, num_processes)) for k, (name, run) in enumerate(runs.items())
+    }
 
 
 def results(out: Path, run: int = 0, num_processes: int = 2) -> list[dict]:

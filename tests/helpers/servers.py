@@ -1,10 +1,14 @@
 """A `vllm serve` process started with `hf-grpo serve` on a free loopback port, and what the server-mode tests read
-from it (health, served requests, weight version, prompt log-probs)."""
+from it (health, served requests, weight version, prompt log-probs).
 
+A server takes the better part of a minute to start on the CI's two cores (three processes import torch and vLLM),
+so a module starts its servers once (`running`, in a module-scoped fixture) and every test that does not need a fresh
+one uses them: each trainer pushes its own weights to them before it generates."""
+
+import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,11 +16,7 @@ import time
 import requests
 import torch
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers.launch import free_port
 
 
 class Server:
@@ -44,7 +44,7 @@ class Server:
         ]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def wait(self, timeout=300):
+    def wait(self, timeout=1200):  # LOCAL-ONLY
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"server {self.url} exited: see {self.log_dir}"
@@ -53,7 +53,7 @@ class Server:
                     return
             except requests.RequestException:
                 pass
-            time.sleep(1)
+            time.sleep(0.25)
         raise TimeoutError(self.url)
 
     def kill(self):
@@ -74,3 +74,19 @@ class Server:
         return torch.tensor(
             [choice["prompt_logprobs"][i][str(ids[i])]["logprob"] for i in range(len(prompt), len(ids))]
         )
+
+
+@contextlib.contextmanager
+def running(*servers: Server):
+    """Starts ``servers`` together (their start-ups overlap), waits until each answers, yields them and kills those
+    still running at the end (a test may have killed and restarted one)."""
+    for s in servers:
+        s.start()
+    try:
+        for s in servers:
+            s.wait()
+        yield servers
+    finally:
+        for s in servers:
+            if s.proc.poll() is None:
+                s.kill()

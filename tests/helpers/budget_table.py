@@ -1,0 +1,52 @@
+"""The per-file table of docs/testing.md from a run's ``--budget-json`` file (tests/helpers/budget.py).
+
+usage: python -m tests.helpers.budget_table RUN.json [--folders]
+"""
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from tests.helpers.budget import KINDS, by_folder
+
+
+def by_file(tests: dict[str, dict]) -> dict[str, dict]:
+    files: dict[str, dict] = defaultdict(lambda: {"tests": 0, "seconds": 0.0, **dict.fromkeys(KINDS, 0)})
+    for nodeid, row in tests.items():
+        file = files[nodeid.split("::")[0]]
+        file["tests"] += 1
+        for key in ("seconds", *KINDS):
+            file[key] += row[key]
+    return files
+
+
+def table(rows: dict[str, dict]) -> str:
+    lines = [
+        "| path | tests | seconds | launches | servers | engines | other processes |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, r in sorted(rows.items(), key=lambda kv: -kv[1]["seconds"]):
+        lines.append(
+            f"| `{name}` | {r['tests']} | {r['seconds']:.0f} | {r['launch']} | {r['server']} | {r['engine']} "
+            f"| {r['process']} |"
+        )
+    total = {k: sum(r[k] for r in rows.values()) for k in ("tests", "seconds", *KINDS)}
+    lines.append(
+        f"| **total** | {total['tests']} | {total['seconds']:.0f} | {total['launch']} | {total['server']} "
+        f"| {total['engine']} | {total['process']} |"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path)
+    parser.add_argument("--folders", action="store_true", help="one row per folder instead of per file")
+    opts = parser.parse_args()
+    tests = json.loads(opts.run.read_text())["tests"]
+    print(table(by_folder(tests) if opts.folders else by_file(tests)))
+
+
+if __name__ == "__main__":
+    main()
