@@ -49,6 +49,11 @@ class Arena:
         self.unix = socket.socket(socket.AF_UNIX)
         self.unix.bind(self.unix_path)
         self.unix.listen()
+        # An abstract unix socket has no file: only a network namespace of its own keeps a program from it.
+        self.abstract_name = f"\0hf-grpo-bait-{self.token}"
+        self.abstract = socket.socket(socket.AF_UNIX)
+        self.abstract.bind(self.abstract_name)
+        self.abstract.listen()
         self._previous = signal.signal(signal.SIGUSR1, lambda signum, frame: self.signals.append(signum))
         return self
 
@@ -56,6 +61,7 @@ class Arena:
         signal.signal(signal.SIGUSR1, self._previous)
         self.tcp.close()
         self.unix.close()
+        self.abstract.close()
         for path in self.outside:
             path.unlink(missing_ok=True)
 
@@ -165,12 +171,14 @@ def _network(arena: Arena) -> str:
         f"import socket\nok = []\ntry:\n    socket.create_connection(('127.0.0.1', {arena.port}), timeout=0.5)\n"
         f"    ok.append('tcp')\nexcept OSError:\n    pass\ntry:\n    s = socket.socket(socket.AF_UNIX)\n"
         f"    s.connect({arena.unix_path!r})\n    ok.append('unix')\nexcept OSError:\n    pass\n"
+        f"try:\n    s = socket.socket(socket.AF_UNIX)\n    s.connect({arena.abstract_name!r})\n"
+        f"    ok.append('abstract')\nexcept OSError:\n    pass\n"
         f"print('ESCAPED' if ok else 'offline')\n"
     )
 
 
 def _connected(arena: Arena, stats: dict, seconds: float) -> str | None:
-    readable = select.select([arena.tcp, arena.unix], [], [], 0)[0]
+    readable = select.select([arena.tcp, arena.unix, arena.abstract], [], [], 0)[0]
     return f"{len(readable)} listener(s) got a connection" if readable else None
 
 
