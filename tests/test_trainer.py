@@ -133,9 +133,8 @@ def test_resume_continues_the_same_data_order(tiny_llama_path, tmp_path, monkeyp
         trainer.train(resume_from_checkpoint=resume)
         return [json.loads(line) for line in record.read_text().splitlines()]
 
-    full = run(tmp_path / "full.jsonl", tmp_path / "a", 4)
-    run(tmp_path / "part.jsonl", tmp_path / "b", 2)
-    resumed = run(tmp_path / "resumed.jsonl", tmp_path / "b", 4, resume=str(tmp_path / "b" / "checkpoint-2"))
+    full = run(tmp_path / "full.jsonl", tmp_path / "a", 4)  # checkpoints at steps 2 and 4
+    resumed = run(tmp_path / "resumed.jsonl", tmp_path / "b", 4, resume=str(tmp_path / "a" / "checkpoint-2"))
     assert [r["step"] for r in full] == [0, 1, 2, 3]
     assert [r["step"] for r in resumed] == [2, 3]
     assert [r["prompts"] for r in resumed] == [r["prompts"] for r in full[2:]]

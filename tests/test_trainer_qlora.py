@@ -45,12 +45,13 @@ def test_qlora_trains_the_adapter_over_a_frozen_4bit_base_and_saves_the_adapter(
 
 
 def test_qlora_resumes_exactly_from_an_adapter_checkpoint(tiny_llama_path, tmp_path):
-    common = dict(max_steps=3, lr_scheduler_type="constant", **QLORA)
+    # One step after the checkpoint: it samples (the restored RNG), scores and updates the restored adapter.
+    common = dict(max_steps=2, lr_scheduler_type="constant", **QLORA)
     full = make_trainer(tiny_llama_path, tmp_path / "full", save_strategy="steps", save_steps=1, **common)
     full.train()
     resumed = make_trainer(tiny_llama_path, tmp_path / "resumed", **common)
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "out" / "checkpoint-1"))
-    assert resumed.state.global_step == 3
+    assert resumed.state.global_step == 2
     for name, p in params(full.model).items():
         assert torch.equal(p, params(resumed.model)[name]), name
 
@@ -76,7 +77,9 @@ def test_quantized_base_without_an_adapter_is_refused_before_loading(tiny_llama_
         make_trainer(tiny_llama_path, tmp_path, load_in_4bit=True)
 
 
-@pytest.mark.parametrize("optim", ["adamw_bnb_8bit", "paged_adamw_8bit"])
+# One case: on CPU adamw_bnb_8bit and paged_adamw_8bit run the same 8-bit AdamW (bitsandbytes' paged state falls back
+# to ordinary tensors there, with a warning); the paged one also proves that fallback.
+@pytest.mark.parametrize("optim", ["paged_adamw_8bit"])
 def test_bitsandbytes_8bit_optimizers_step_on_cpu(tiny_llama_path, tmp_path, optim):
     import bitsandbytes as bnb
 

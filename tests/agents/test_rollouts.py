@@ -3,7 +3,9 @@ owns its data and reward) and ``rollout_func``, each written as a TRL script wou
 
 Mechanics tests use the tiny random Llama with the scripted policy (tests/helpers/scripted_agent.py) in place of its
 generation, since a random model never writes a tool call; `test_multi_turn_sampling_logprobs_match_the_trainers`
-runs the embedded model on colocated vLLM, sampling.
+runs the embedded model on colocated vLLM, sampling. The scripted policy runs over the trainer's own backend (which
+still generates every turn and receives every weight sync) in `test_tools_train_with_messages_reaching_the_reward`
+and the asynchronous (vLLM) case; elsewhere alone (`scripted_policy`).
 """
 
 import random
@@ -24,6 +26,13 @@ def questions(n=8, calls=1):
     return Dataset.from_list(
         [{"prompt": [{"role": "user", "content": f"q{i} calls={calls}"}], "answer": i} for i in range(n)]
     )
+
+
+def scripted_policy(trainer):
+    """The scripted policy alone, its answers varied. Those tests' claims are the environments' and the loop's
+    mechanics: under the policy, the random model's HF generate of each turn's whole budget (thrown away) was most
+    of their time, and the loop over the trainer's real backend is run in the tests that keep it (module docstring)."""
+    return scripted(trainer, real_backend=False, vary=True)
 
 
 def logs(trainer):
@@ -67,7 +76,9 @@ def test_tools_train_with_messages_reaching_the_reward(tiny_llama_path, tmp_path
         GRPOTrainer(
             model=tiny_llama_path,
             reward_funcs=[reward],
-            args=config(tmp_path, plot_metrics=True),
+            # 128 tokens: the two calls, their observations and the answer take 119; the real backend under the
+            # script generates each turn's whole remaining budget.
+            args=config(tmp_path, plot_metrics=True, max_completion_length=128),
             train_dataset=questions(calls=2),
             tools=[calculator],
         )
@@ -89,7 +100,7 @@ def test_tools_train_with_messages_reaching_the_reward(tiny_llama_path, tmp_path
 
 
 def test_observation_tokens_are_out_of_the_loss_mask(tiny_llama_path, tmp_path):
-    trainer = scripted(
+    trainer = scripted_policy(
         GRPOTrainer(
             model=tiny_llama_path,
             reward_funcs=[even_token_reward],
@@ -118,13 +129,39 @@ def test_observation_tokens_are_out_of_the_loss_mask(tiny_llama_path, tmp_path):
         )
 
 
+def test_observation_tokens_are_out_of_the_kl(tiny_llama_path, tmp_path):
+    """With beta > 0 the loss does not depend on the reference's log-probs at observation tokens (tool output the
+    policy did not sample): moving them leaves the micro-batch's loss exactly unchanged."""
+    trainer = scripted_policy(
+        GRPOTrainer(
+            model=tiny_llama_path,
+            reward_funcs=[even_token_reward],
+            args=config(tmp_path, beta=0.5, loss_type="dapo", skip_zero_advantage=False),
+            train_dataset=questions(calls=1),
+            tools=[calculator],
+        ),
+    )
+    trainer.state.max_steps = 1
+    batch = trainer._generate_and_score([trainer.train_dataset[i] for i in range(2)])[0]
+    mask = batch["completion_mask"]  # [B, C]
+    observation = batch["attention_mask"][:, -mask.shape[1] :].bool() & (mask == 0)  # [B, C] tool output
+    assert observation.any() and "ref_logp" in batch
+    with torch.no_grad():
+        loss = trainer.compute_loss(trainer.model, batch)
+        moved = trainer.compute_loss(trainer.model, {**batch, "ref_logp": batch["ref_logp"] - 5.0 * observation})
+        # The KL does act on the policy's own tokens: moving the reference there changes the loss.
+        sampled = trainer.compute_loss(trainer.model, {**batch, "ref_logp": batch["ref_logp"] - 5.0 * mask})
+    assert torch.equal(moved, loss)
+    assert not torch.equal(sampled, loss)
+
+
 def test_single_environment_class(tiny_llama_path, tmp_path):
     def reward(completions, environments, **kwargs):  # TRL passes the rollouts' environments to rewards
         assert all(isinstance(e, Counter) for e in environments)
         return [0.0] * len(completions)
 
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Count. calls=3\n{INCREMENT}"}]}] * 8)
-    trainer = scripted(
+    trainer = scripted_policy(
         GRPOTrainer(
             model=tiny_llama_path,
             reward_funcs=[reward],
@@ -163,7 +200,7 @@ def test_dict_of_environments_routes_by_the_environment_column(tiny_llama_path, 
         {"prompt": [{"role": "user", "content": f"calls=1\n{INCREMENT}"}], "environment": "counter"},
         {"prompt": [{"role": "user", "content": f"calls=1\n{double}"}], "environment": "doubler"},
     ] * 4
-    trainer = scripted(
+    trainer = scripted_policy(
         GRPOTrainer(
             model=tiny_llama_path,
             args=config(tmp_path),
@@ -213,7 +250,7 @@ def test_rows_with_only_an_environment_column_get_an_empty_prompt(tiny_llama_pat
             return f"calls=1\n{INCREMENT}"
 
     rows = Dataset.from_dict({"environment": ["counter", "scripted"] * 4})
-    trainer = scripted(
+    trainer = scripted_policy(
         GRPOTrainer(
             model=tiny_llama_path,
             args=config(tmp_path),
@@ -255,7 +292,7 @@ def test_environment_owns_data_and_reward_and_groups_share_a_task(tiny_llama_pat
         GRPOTrainer(
             model=tiny_llama_path, args=config(tmp_path, max_steps=-1, num_train_epochs=1), environment_factory=Guess
         )
-    trainer = scripted(
+    trainer = scripted_policy(
         GRPOTrainer(model=tiny_llama_path, args=config(tmp_path, num_generations=4), environment_factory=Guess)
     )
     assert len(trainer.train_dataset) == 1  # one round of placeholder prompts, cycled
@@ -321,7 +358,7 @@ VLLM = {"generation_backend": "vllm", "vllm_enforce_eager": True, "vllm_kv_cache
 @pytest.mark.parametrize(
     "options",
     [
-        {"max_staleness": 1, "max_steps": 3, **VLLM},  # the asynchronous pipeline
+        {"max_staleness": 1, **VLLM},  # the asynchronous pipeline: round 2 is generated while step 1 trains
         {"max_tokens_per_microbatch": 1024},  # packing
         {"dynamic_sampling": True, "dynamic_sampling_criterion": "reward_std"},  # DAPO's dynamic sampling
         {"use_peft": True, "learning_rate": 1e-2},  # LoRA
@@ -329,20 +366,20 @@ VLLM = {"generation_backend": "vllm", "vllm_enforce_eager": True, "vllm_kv_cache
     ids=["async", "packing", "dynamic_sampling", "lora"],
 )
 def test_multi_turn_with_training_options(tiny_llama_path, vllm_tiny_path, tmp_path, options):
-    model = vllm_tiny_path if "max_staleness" in options else tiny_llama_path
-    trainer = scripted(
-        GRPOTrainer(
-            model=model,
-            reward_funcs=[even_token_reward],
-            args=config(tmp_path, **options),
-            train_dataset=questions(calls=2),
-            tools=[calculator],
-        )
+    pipeline = "max_staleness" in options
+    trainer = GRPOTrainer(
+        model=vllm_tiny_path if pipeline else tiny_llama_path,
+        reward_funcs=[even_token_reward],
+        args=config(tmp_path, **options),
+        train_dataset=questions(calls=2),
+        tools=[calculator],
     )
+    # The options act on the rollouts' samples; the pipeline also drives the engine, so it keeps it under the script.
+    trainer = scripted(trainer) if pipeline else scripted_policy(trainer)
     trainer.train()
     trainer.generator.close()
     steps = logs(trainer)
-    assert len(steps) == options.get("max_steps", 2)
+    assert len(steps) == 2
     assert all(r["tools/call_frequency"] == 2.0 and r["rollout/termination/eos"] == 1.0 for r in steps)
 
 

@@ -2,9 +2,10 @@
 vision-language policy (hf_grpo/agents/media.py).
 
 A tiny random VLM never writes a tool call, so the policy is scripted (tests/helpers/scripted_agent.py) where a test
-needs a given pattern of calls; on colocated vLLM a regex constraint makes the engine itself write the call. The
-tool returns ``[{"type": "image", "image": <PIL>}, {"type": "text", "text": ...}]``, as in TRL's
-``test_train_with_tools_multimodal_response``.
+needs a given pattern of calls; on colocated vLLM a regex constraint makes the engine itself write the call (the same
+against a real `vllm serve`: tests/generation/test_vllm_server_vlm.py). The tool, the rows and the policies are
+tests/helpers/tool_images.py's: the tool returns ``[{"type": "image", "image": <PIL>}, {"type": "text", "text": ...}]``,
+as in TRL's ``test_train_with_tools_multimodal_response``.
 
 The property the trainer relies on: a rollout's row (prompt, sampled turns, observations with the tool image expanded)
 is exactly what the family's processor gives for the whole conversation, and the micro-batch the trainer collates
@@ -13,16 +14,13 @@ from the rollouts' media scores every completion token as one forward over that 
 
 import http.server
 import json
-import shutil
 import threading
-from pathlib import Path
 
 import pytest
 import torch
 from accelerate import Accelerator
 from datasets import Dataset
-from PIL import Image
-from transformers import AutoProcessor, GenerationConfig
+from transformers import AutoProcessor
 
 from hf_grpo import DistributedGRPOTrainer as GRPOTrainer
 from hf_grpo import GRPOConfig
@@ -36,79 +34,27 @@ from hf_grpo.learner.logprobs import completion_logprobs
 from hf_grpo.vision.inputs import VisionPrompts
 from tests.helpers.models import colocated_vllm_config
 from tests.helpers.scripted_agent import ScriptedToolUse, agent_trainer_config
-from tests.helpers.vlm_models import IMAGE_TOKENS, tiny_vlm
+from tests.helpers.tool_images import (
+    ANSWER,
+    CALL,
+    IDEFICS3_CALL_REGEX,
+    LEAD,
+    SCREEN,
+    SHOWN,
+    length_reward,
+    noise,
+    policy,
+    rows,
+    screenshot,
+)
+from tests.helpers.vlm_models import IMAGE_TOKENS
 
 FAMILIES = ("idefics3", "qwen2_vl")
-# The token each family's template ends an assistant turn with: a tool-call turn must stop on it. SmolVLM's and
-# Idefics3's own tokenizers end on <end_of_utterance>, Gemma 3's generation config stops on <end_of_turn>; the tiny
-# builds keep SmolLM2's <|im_end|> (`policy` makes a copy that stops on the family's token).
-STOP = {"idefics3": "<end_of_utterance>", "qwen2_vl": "<|im_end|>", "gemma3": "<end_of_turn>"}
-# What a turn starts with after the generation prompt: Idefics3's template writes "Assistant:" and renders an
-# assistant message as "Assistant: " + content, so its model answers after a space.
-LEAD = {"idefics3": " ", "qwen2_vl": "", "gemma3": ""}
-CALL = '<tool_call>{"name": "screenshot", "arguments": {}}</tool_call>'
-ANSWER = "The answer is 42."
-SHOWN = "Here is the screenshot"
-
-
-def noise(seed, size=(64, 64)):
-    g = torch.Generator().manual_seed(seed)
-    return Image.fromarray(torch.randint(0, 256, (size[1], size[0], 3), generator=g, dtype=torch.uint8).numpy())
-
-
-SCREEN = noise(7)
-
-
-def screenshot() -> list:
-    """
-    Takes a screenshot and returns it.
-
-    Returns:
-        A list of content blocks with the screenshot image.
-    """
-    return [{"type": "image", "image": SCREEN}, {"type": "text", "text": SHOWN}]
-
-
-def length_reward(completions, **kwargs):
-    return [float(len(c[-1]["content"])) for c in completions]
 
 
 @pytest.fixture(scope="module")
 def vlm_root(tmp_path_factory):
     return tmp_path_factory.mktemp("vlms")
-
-
-def policy(family: str, root) -> str:
-    """The tiny ``family`` model whose turns end on `STOP` (a copy with that EOS when the tiny build has another)."""
-    path = tiny_vlm(family, root)
-    processor = AutoProcessor.from_pretrained(path)
-    if processor.tokenizer.eos_token == STOP[family]:
-        return path
-    target = Path(root) / f"{family}-stop"
-    if not (target / "config.json").is_file():
-        shutil.copytree(path, target)
-        processor.tokenizer.eos_token = STOP[family]
-        processor.save_pretrained(target)
-        generation = GenerationConfig.from_pretrained(target)
-        generation.eos_token_id = processor.tokenizer.convert_tokens_to_ids(STOP[family])
-        generation.save_pretrained(target)
-    return str(target)
-
-
-def rows(family: str, n: int = 2) -> Dataset:
-    """Image rows; even rows call the screenshot tool once (the scripted policy's ``calls=``/``call=``), odd rows
-    answer at once: half the rollouts call, as in TRL's test."""
-    return Dataset.from_list(
-        [
-            {
-                "prompt": [
-                    {"role": "user", "content": f"What changed? calls={1 - i % 2}\ncall={LEAD[family]}{CALL}\n"}
-                ],
-                "image": noise(i),
-            }
-            for i in range(n)
-        ]
-    )
 
 
 def trainer_for(family, root, tmp_path, inner=False, **overrides):
@@ -202,12 +148,13 @@ def test_a_tool_image_is_scored_as_the_processor_expands_the_whole_conversation(
 def test_training_with_a_tool_that_returns_an_image_moves_every_parameter(family, vlm_root, tmp_path):
     """TRL's test_train_with_tools_multimodal_response: half the rollouts call the tool (call frequency 1/2, no
     failures) and every parameter trains. The scripted turns run over the trainer's HF generate, which gets each
-    context's vision tensors, the tool image's included."""
-    trainer = trainer_for(family, vlm_root, tmp_path, inner=True, max_steps=2)
+    context's vision tensors, the tool image's included. One step shows it: Adam moves every parameter with a
+    non-zero gradient by about the learning rate (a second step repeats the same rollouts over new weights)."""
+    trainer = trainer_for(family, vlm_root, tmp_path, inner=True, max_steps=1)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     steps = [r for r in trainer.state.log_history if "tools/call_frequency" in r]
-    assert len(steps) == 2 and trainer.state.log_history[-1]["train_loss"] is not None
+    assert len(steps) == 1 and trainer.state.log_history[-1]["train_loss"] is not None
     assert all(r["tools/call_frequency"] == 0.5 and r["tools/failure_frequency"] == 0.0 for r in steps), steps
     unchanged = [n for n, p in trainer.model.named_parameters() if torch.equal(before[n], p)]
     assert not unchanged, unchanged
@@ -317,7 +264,7 @@ def test_colocated_vllm_expands_a_tool_image_into_the_trainers_context(vlm_root,
         max_completion_length=160,  # a random model may spell the call in one token per character
         max_prompt_length=256,
         max_tool_calling_iterations=1,  # the second turn's call is not run: its rollout ends (max_turns)
-        vllm_structured_outputs_regex=" " + CALL.replace("{", r"\{").replace("}", r"\}"),
+        vllm_structured_outputs_regex=IDEFICS3_CALL_REGEX,
         max_steps=1,
         logging_steps=1,
         save_strategy="no",
@@ -340,53 +287,8 @@ def test_colocated_vllm_expands_a_tool_image_into_the_trainers_context(vlm_root,
     trainer.generator.close()
 
 
-@pytest.mark.slow
-def test_a_real_vllm_serve_expands_a_tool_image_into_the_trainers_context(vlm_root, tmp_path):
-    """The colocated test above against a real `vllm serve` (started with `hf-grpo serve`): the server writes the call
-    (the regex travels in the request), and its second turn is generated from a context holding both images, sent as
-    unexpanded ids with PNG data URLs; the ids the server expanded are checked against the trainer's on every turn.
-    (Sampling log-probs under a regex are the constrained distribution's, so they are not compared here: the server
-    tests of tests/generation/test_vllm_server_vlm.py compare them on image rows.)"""
-    from tests.helpers.servers import Server
-
-    path = policy("idefics3", vlm_root)
-    server = Server(path, tmp_path)
-    server.start()
-    try:
-        server.wait()
-        args = GRPOConfig(
-            output_dir=str(tmp_path / "out"),
-            generation_backend="vllm",
-            vllm_mode="server",
-            vllm_server_urls=[server.url],
-            vllm_server_timeout=5,
-            vllm_request_timeout=120,
-            use_cpu=True,
-            report_to="none",
-            num_generations=2,
-            per_device_train_batch_size=2,
-            max_completion_length=160,
-            max_prompt_length=256,
-            max_tool_calling_iterations=1,
-            vllm_structured_outputs_regex=" " + CALL.replace("{", r"\{").replace("}", r"\}"),
-            learning_rate=0.1,
-            max_steps=2,
-            logging_steps=1,
-            save_strategy="no",
-            disable_tqdm=True,
-            plot_metrics=False,
-            seed=0,
-        )
-        trainer = GRPOTrainer(path, [length_reward], args, rows("idefics3", 1), tools=[screenshot])
-        trainer.train()
-        steps = [r for r in trainer.state.log_history if "tools/call_frequency" in r]
-        assert len(steps) == 2, trainer.state.log_history
-        for log in steps:  # step 2 samples from the synced server: the same images, a moved vision tower
-            assert log["tools/call_frequency"] == 1.0 and log["rollout/termination/max_turns"] == 1.0, log
-            assert log["rollout/observation_tokens_mean"] > IMAGE_TOKENS["idefics3"][1], log
-        trainer.generator.close()
-    finally:
-        server.kill()
+# The colocated test above against a real `vllm serve`: tests/generation/test_vllm_server_vlm.py, whose server
+# loads the same Idefics3 policy (one server for that module's tests and it).
 
 
 class _ImageRoute(http.server.BaseHTTPRequestHandler):

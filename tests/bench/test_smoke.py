@@ -20,21 +20,23 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import one_process
+from tests.helpers.one_process import ScriptResult, ScriptRun
 from tests.helpers.semantic_hacks import CASES as SEMANTIC
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 # Modules the scripts import; they have no RESULT line of their own.
 HELPERS = {"timing.py"}
+# Processes running the smokes (each one script after the other): see the module docstring.
+RUNNERS = int(os.environ.get("BENCH_SMOKE_RUNNERS", "2"))
 
 
 def gsm8k_files(tmp: Path) -> None:
@@ -152,10 +154,12 @@ SMOKES = {
         57,
         prepare=gsm8k_files,
     ),
+    # Three rows go through every branch of the worker once: TRL and ours, HF generate and vLLM, LoRA over a 4-bit base
+    # and no adapter (bf16 and float32), and one ratio (ours_qlora_over_trl_qlora); --parallel runs them at once.
     "memory.py": Smoke(
         "memory",
         "--model {tiny} --steps 1 --prompts 1 --generations 2 --max_tokens 8 --parallel "
-        "--rows trl,ours,ours_vllm,trl_qlora,ours_vllm_qlora",
+        "--rows trl_qlora,ours_qlora,ours_vllm",
         29,
     ),
     "old_logprobs.py": Smoke(
@@ -173,7 +177,10 @@ SMOKES = {
         24,
         expect=("passed=1", "total=1"),
     ),
-    "sampling_filters.py": Smoke("sampling_filters", "--model {tiny} --prompts 1 --generations 2 --max_tokens 8", 22),
+    # One filter setting: the loop over settings runs the same code for each.
+    "sampling_filters.py": Smoke(
+        "sampling_filters", "--model {tiny} --prompts 1 --generations 2 --max_tokens 8 --settings top_p=0.9", 22
+    ),
     "sandbox_table.py": Smoke(
         "sandbox_table",
         "",
@@ -219,7 +226,8 @@ def test_helpers_are_not_benches():
         assert "RESULT" not in (BENCH / name).read_text(), f"bench/{name} prints a RESULT line: give it a smoke run"
 
 
-def run_smoke(script: str, tiny_model: str, tmp: Path) -> tuple[list[str], subprocess.CompletedProcess]:
+def smoke_run(script: str, tiny_model: str, tmp: Path) -> ScriptRun:
+    """The run of ``script``'s smoke: its command line and environment, its output going to files in ``tmp``."""
     smoke = SMOKES[script]
     if smoke.prepare:
         smoke.prepare(tmp)
@@ -227,8 +235,6 @@ def run_smoke(script: str, tiny_model: str, tmp: Path) -> tuple[list[str], subpr
     def fill(text: str) -> str:
         return text.replace("{tiny}", tiny_model).replace("{tmp}", str(tmp))
 
-    program = ["bash"] if script.endswith(".sh") else [sys.executable]
-    command = [*program, str(BENCH / script), *map(fill, shlex.split(smoke.args))]
     # Scratch folders the scripts make (tempfile) land in the smoke's own folder.
     env = {
         **os.environ,
@@ -237,34 +243,72 @@ def run_smoke(script: str, tiny_model: str, tmp: Path) -> tuple[list[str], subpr
         "HF_HUB_OFFLINE": "1",
         **{k: fill(v) for k, v in smoke.env.items()},
     }
-    return command, subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    return ScriptRun(
+        name=script,
+        script=str(BENCH / script),
+        argv=[fill(a) for a in shlex.split(smoke.args)],
+        cwd=str(ROOT),
+        env=env,
+        stdout=str(tmp / "stdout.txt"),
+        stderr=str(tmp / "stderr.txt"),
+    )
+
+
+def split(scripts: list[str], parts: int) -> list[list[str]]:
+    """``scripts`` in ``parts`` lists of about equal seconds (longest first, each to the least loaded list)."""
+    lists: list[list[str]] = [[] for _ in range(parts)]
+    for script in sorted(scripts, key=lambda name: -SMOKES[name].seconds):
+        min(lists, key=lambda names: sum(SMOKES[n].seconds for n in names)).append(script)
+    return [names for names in lists if names]
+
+
+class SmokeRuns:
+    """The runner processes of the selected smokes; `result` waits for the runner of a script (once)."""
+
+    def __init__(self, groups: list[list[ScriptRun]], folder: Path):
+        self.runners = []
+        for i, runs in enumerate(groups):
+            self.runners.append((one_process.start(runs, folder / f"runner{i}"), runs, folder / f"runner{i}"))
+        self.results: dict[str, ScriptResult] = {}
+
+    def result(self, script: str) -> ScriptResult:
+        if script not in self.results:
+            proc, runs, folder = next(r for r in self.runners if any(run.name == script for run in r[1]))
+            self.results.update(one_process.finish(proc, runs, folder, timeout=sum(r.timeout for r in runs) + 60))
+        return self.results[script]
+
+    def close(self) -> None:
+        for proc, _, _ in self.runners:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.fixture(scope="module")
 def smoke_runs(request, vllm_tiny_path, tmp_path_factory):
-    """Starts every selected smoke, two at a time and longest first; each test waits for its own."""
-    selected = {
+    """Starts the selected smokes in RUNNERS processes (each runs its share one after the other)."""
+    selected = sorted(
         item.callspec.params["script"]
         for item in request.session.items
         if item.originalname == "test_bench_script_reaches_its_result_line"
-    }
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="smoke")
-    runs: dict[str, Future] = {}
-    for script in sorted(selected, key=lambda name: -SMOKES[name].seconds):
-        runs[script] = pool.submit(run_smoke, script, vllm_tiny_path, tmp_path_factory.mktemp(script.replace(".", "_")))
-    yield runs
-    pool.shutdown(wait=True, cancel_futures=True)
+    )
+    runs = {s: smoke_run(s, vllm_tiny_path, tmp_path_factory.mktemp(s.replace(".", "_"))) for s in selected}
+    groups = [[runs[s] for s in names] for names in split(selected, RUNNERS)]
+    smokes = SmokeRuns(groups, tmp_path_factory.mktemp("runners"))
+    yield smokes
+    smokes.close()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(SMOKES))
 def test_bench_script_reaches_its_result_line(script, smoke_runs):
     smoke = SMOKES[script]
-    command, run = smoke_runs[script].result()
-    output = run.stdout + run.stderr
+    run = smoke_runs.result(script)
+    output = run.stdout + run.stderr + run.runner_tail
     lines = [line for line in run.stdout.splitlines() if line.strip()]
     last = lines[-1] if lines else ""
-    assert run.returncode == 0, f"{' '.join(command)} exited with {run.returncode}:\n{output[-6000:]}"
+    command = f"bench/{script} {SMOKES[script].args}"
+    assert run.returncode == 0, f"{command} exited with {run.returncode}:\n{output[-6000:]}"
     assert last.startswith(f"RESULT {smoke.name} "), f"last line is not the RESULT line: {last!r}\n{output[-6000:]}"
     pairs = last.split()[2:]
     assert pairs and all(RESULT_PAIR.fullmatch(p) for p in pairs), f"not key=value pairs: {last!r}"

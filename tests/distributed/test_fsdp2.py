@@ -2,18 +2,20 @@
 
 accelerate applies an FSDP config only on GPUs, so the trainer cannot run FSDP2 on this CPU; these are the parts of it
 that differ from DDP: gathering full weights from DTensor shards (weight sync, with and without LoRA, and over a
-4-bit QLoRA base), the weight metadata the NCCL sync announces without gathering, and HF generation with ranks that
+4-bit QLoRA base), the weight metadata the NCCL sync announces without gathering, HF generation with ranks that
 have different numbers of prompts (every forward all-gathers parameters: a rank that stopped early would leave the
-other hanging)."""
+other hanging), and sync_ref_model under FSDP2 (local shards mixed) and ZeRO-3 (parameters gathered one at a time,
+rank 0's mix partitioned again): the reference's full weights after a sync equal the mix computed from whole weights,
+on both ranks.
 
-import os
-import subprocess
-import sys
+All of it runs in one torchrun (tests/scripts/fsdp2_components.py, which runs tests/scripts/ref_sync_components.py in
+the same process group): the ZeRO-3 reference sync shards with DeepSpeed directly, as the FSDP2 parts shard with
+torch, so both share the start-up."""
 
 import pytest
 import torch
 
-from tests.helpers.launch import ROOT
+from tests.helpers.launch import ROOT, run_checked, torchrun_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -21,19 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 @pytest.fixture(scope="module")
 def ranks(smol_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("fsdp2")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        str(ROOT / "tests/scripts/fsdp2_components.py"),
-        smol_path,
-        str(out),
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    run_checked(torchrun_command(ROOT / "tests/scripts/fsdp2_components.py", smol_path, str(out)), 420, "torchrun")
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
 
 
@@ -79,3 +69,12 @@ def test_generation_with_uneven_prompts_completes_on_both_ranks(ranks):
     assert [r["num_prompts"] for r in ranks] == [1, 5]
     assert [len(r["completions"]) for r in ranks] == [2, 10]
     assert all(0 < len(c) <= 5 for r in ranks for c in r["completions"])
+
+
+@pytest.mark.parametrize("backend", ["zero3", "fsdp2"])
+def test_reference_is_the_mix_on_every_rank(ranks, backend):
+    for r in ranks:
+        r = r["ref_sync"]
+        assert r[backend].keys() == r["expected"].keys()
+        for name, tensor in r[backend].items():
+            torch.testing.assert_close(tensor, r["expected"][name], msg=f"{backend} {name}")

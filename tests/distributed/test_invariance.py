@@ -43,9 +43,11 @@ LAYOUTS = {  # name: (accelerate config, processes, gradient_accumulation_steps)
 def spec(ga: int) -> dict:
     runs = [
         {
-            **{k: v for k, v in r.items() if k != "spg_factor"},
-            "gradient_accumulation_steps": ga,
-            "steps_per_generation": ga * r.get("spg_factor", 1),
+            "config": {
+                **{k: v for k, v in r.items() if k != "spg_factor"},
+                "gradient_accumulation_steps": ga,
+                "steps_per_generation": ga * r.get("spg_factor", 1),
+            }
         }
         for r in RUNS
     ]

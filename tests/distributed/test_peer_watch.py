@@ -1,15 +1,13 @@
 """A rank killed by a signal mid-run (as the OS's out-of-memory killer does) is named in one line by the survivor."""
 
-import os
 import re
 import signal
 import subprocess
-import sys
 
 import psutil
 import pytest
 
-from tests.helpers.launch import ROOT
+from tests.helpers.launch import ROOT, accelerate_command, launched_env
 from tests.helpers.processes import kill9, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -28,48 +26,17 @@ def _ranks(proc: subprocess.Popen) -> dict[int, psutil.Process]:
 
 
 def test_survivor_names_the_rank_killed_by_sigkill(tiny_llama_path, tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(ROOT / "accelerate_configs/ddp.yaml"),
-        "--num_processes",
-        "2",
-        "train.py",
-        "--recipe",
-        "recipes/quickstart.yaml",
-        "--model_name_or_path",
-        tiny_llama_path,
-        "--generation_backend",
-        "hf",
-        "--dataset_name",
-        "arithmetic:64",
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--max_steps",
-        "1000",
-        "--per_device_train_batch_size",
-        "4",
-        "--num_generations",
-        "4",
-        "--max_completion_length",
-        "8",
-        "--save_strategy",
-        "no",
-        "--heldout_eval_samples",
-        "0",
-        "--plot_metrics",
-        "false",
-        "--beta",
-        "0",
-    ]
+    train = ["train.py", "--recipe", "recipes/quickstart.yaml", "--model_name_or_path", tiny_llama_path]
+    train += ["--generation_backend", "hf", "--dataset_name", "arithmetic:64", "--output_dir", str(tmp_path / "out")]
+    train += ["--max_steps", "1000", "--per_device_train_batch_size", "4", "--num_generations", "4"]
+    train += ["--max_completion_length", "8", "--save_strategy", "no", "--heldout_eval_samples", "0"]
+    train += ["--plot_metrics", "false", "--beta", "0"]
+    cmd = accelerate_command(train, "ddp")
     log = tmp_path / "log.txt"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=launched_env(), stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: "step 3 |" in log.read_text(), proc, timeout=240)  # both ranks are training
+        wait_for(lambda: "step 1 |" in log.read_text(), proc, timeout=240)  # both ranks are training
         victim = _ranks(proc)[1]
         victim.send_signal(signal.SIGKILL)
         proc.wait(timeout=120)

@@ -3,10 +3,6 @@ against hand-computed values, pass@k / mean@k, the predictions JSONL (also from 
 checkpoints."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -113,45 +109,12 @@ def test_eval_command_writes_every_prediction_and_a_consistent_table(
 @pytest.mark.multiprocess
 def test_two_process_eval_writes_every_row_once_in_dataset_order(tiny_llama_path, small_dataset, tmp_path):
     # Each process evaluates rows r, r + 2, ...; the files must hold both processes' rows, not the last writer's.
-    root = Path(__file__).resolve().parents[2]
+    from tests.helpers.launch import accelerate_command, run_checked
+
     out, summary = tmp_path / "preds.jsonl", tmp_path / "summary.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        str(root / "accelerate_configs/ddp.yaml"),
-        "--num_processes",
-        "2",
-        "-m",
-        "hf_grpo.cli",
-        "eval",
-        "--model",
-        tiny_llama_path,
-        "--dataset",
-        small_dataset,
-        "--backend",
-        "hf",
-        "--max_tokens",
-        "4",
-        "--k",
-        "2",
-        "--reward",
-        "format",
-        "--output",
-        str(out),
-        "--summary",
-        str(summary),
-    ]
-    proc = subprocess.run(
-        cmd,
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    flags = ["--model", tiny_llama_path, "--dataset", small_dataset, "--backend", "hf", "--max_tokens", "4"]
+    flags += ["--k", "2", "--reward", "format", "--output", str(out), "--summary", str(summary)]
+    proc = run_checked(accelerate_command(["-m", "hf_grpo.cli", "eval", *flags]), 600, "two-process eval")
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["row"], r["sample"]) for r in records] == [(row, s) for row in range(4) for s in range(2)]
     assert [r["gt_answer"] for r in records[::2]] == ["3", "7", "15", "14"]

@@ -1,6 +1,8 @@
 """Server mode against two real `vllm serve` processes on loopback, started here with `hf-grpo serve`: prompts are
 spread over both, a weight sync reaches both, a killed server is reported by URL, and a restarted one is brought up
-to the trainer's current weights before it is used. Ends with a 2-process `accelerate launch` run in server mode."""
+to the trainer's current weights before it is used. Ends with 2-process training in server mode: one `accelerate
+launch` per layout (the DDP one carrying the synchronous, asynchronous and QLoRA runs) and one 2-node launch pair
+carrying both server fleets (tests/scripts/train_worker.py's ``runs``)."""
 
 import os
 import re
@@ -14,10 +16,10 @@ from hf_grpo import GRPOConfig
 from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.vllm_server import VLLMServerError, VLLMServerGenerator
 from hf_grpo.models import load_model
-from tests.helpers.launch import BACKENDS, launch, results, step_logs
+from tests.helpers.launch import launch_runs, step_logs
 from tests.helpers.multinode import start_nodes, wait_all
 from tests.helpers.scoring import trainer_logprobs
-from tests.helpers.servers import Server
+from tests.helpers.servers import Server, running
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -25,17 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 @pytest.fixture(scope="module")
 def servers(vllm_tiny_path, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("server-logs")
-    pair = [Server(vllm_tiny_path, log_dir), Server(vllm_tiny_path, log_dir)]
-    for s in pair:
-        s.start()
-    try:
-        for s in pair:
-            s.wait()
-        yield pair
-    finally:
-        for s in pair:
-            if s.proc.poll() is None:
-                s.kill()
+    with running(Server(vllm_tiny_path, log_dir), Server(vllm_tiny_path, log_dir)) as pair:
+        yield list(pair)
 
 
 def setup_args(servers, output_dir, **overrides) -> GRPOConfig:
@@ -139,19 +132,49 @@ def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(ser
     )
 
 
-def server_spec(servers, **overrides) -> dict:
-    """A train_worker spec for server mode against ``servers`` (tests/scripts/train_worker.py)."""
+def server_config(servers, **overrides) -> dict:
+    """GRPOConfig overrides for server mode against ``servers`` (a train_worker run's ``config``)."""
     config = {"generation_backend": "vllm", "vllm_mode": "server", "max_prompt_length": 256}
-    return {"config": {**config, "vllm_server_urls": [s.url for s in servers], **overrides}}
+    return {**config, "vllm_server_urls": [s.url for s in servers], **overrides}
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_two_process_training_in_server_mode(backend, servers, vllm_tiny_path, tmp_path):
-    """Every accelerate config (bf16 mixed precision for the DeepSpeed and FSDP ones) trains against the two servers:
-    the weights they receive after each step are the trainer's (ZeRO-3 gathers them one tensor at a time)."""
-    spec = server_spec(servers)
-    launch(backend, vllm_tiny_path, tmp_path, spec)
-    r0, r1 = results(tmp_path)
+def launched(servers, backend, model_path, out, runs: dict[str, dict], **launch_options) -> dict:
+    """One launch of ``runs`` against ``servers``, and the weight version each server holds right after it (the
+    module's later launches change it)."""
+    _, by_name = launch_runs(backend, model_path, out, runs, **launch_options)
+    return {"runs": by_name, "versions": [s.weight_version() for s in servers]}
+
+
+# fsdp2 is not in this matrix: accelerate applies an FSDP config only on GPUs, so on this CPU `fsdp2.yaml` trains on
+# the DDP path of the ddp case (with bf16 autocast, which zero2 also runs); tests/distributed/test_backends.py keeps
+# the fsdp2 launch that proves the config runs and says it is not FSDP here.
+SERVER_BACKENDS = ("ddp", "zero2", "zero3")
+QLORA = dict(use_peft=True, lora_r=4, lora_dropout=0.0, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def ddp(servers, vllm_tiny_path, tmp_path_factory):
+    """One DDP launch carrying the layout's server-mode runs; the synchronous one last, so that the versions the servers
+    hold after the launch are its."""
+    runs = {
+        "qlora": {"config": server_config(servers, learning_rate=2e-2, **QLORA)},
+        # Three steps are the fewest where the bound binds: round 2 is the first that may start only after an update.
+        "async": {"config": server_config(servers, max_staleness=1, max_steps=3)},
+        "sync": {"config": server_config(servers)},
+    }
+    return launched(servers, "ddp", vllm_tiny_path, tmp_path_factory.mktemp("ddp"), runs, timeout=900)
+
+
+@pytest.mark.parametrize("backend", SERVER_BACKENDS)
+def test_two_process_training_in_server_mode(backend, servers, vllm_tiny_path, tmp_path, request):
+    """Every accelerate config (bf16 mixed precision for the DeepSpeed ones; fsdp2: see `SERVER_BACKENDS`) trains
+    against the two servers: the weights they receive after each step are the trainer's (ZeRO-3 gathers them one
+    tensor at a time)."""
+    if backend == "ddp":
+        result = request.getfixturevalue("ddp")
+    else:
+        result = launched(servers, backend, vllm_tiny_path, tmp_path, {"sync": {"config": server_config(servers)}})
+    r0, r1 = result["runs"]["sync"].ranks
     assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
     before = {n: p.detach() for n, p in load_model(vllm_tiny_path).named_parameters()}
     assert any(not torch.equal(before[n], w) for n, w in r0["weights"].items())
@@ -159,57 +182,57 @@ def test_two_process_training_in_server_mode(backend, servers, vllm_tiny_path, t
     assert [r["weight_version"] for r in logs] == [0.0, 1.0]
     tolerance = 1e-3 if backend == "ddp" else 0.02  # bf16 compute in the trainer, bf16 weights sent
     assert all(r["sampling/logp_difference/mean"] < tolerance for r in logs)  # servers held the trainer's weights
-    assert all(s.weight_version() == "1" for s in servers)
+    assert result["versions"] == ["1", "1"]  # the last step's sync reached both servers
 
 
-def test_two_process_asynchronous_training_in_server_mode(servers, vllm_tiny_path, tmp_path):
+def test_two_process_asynchronous_training_in_server_mode(ddp):
     """max_staleness 1 against the servers, 2 processes: the producers' generate calls and the trainer's weight pushes
     (collective on the trainer's thread) interleave without a hang; rounds are at most one update old and the
     replicas stay identical."""
-    spec = server_spec(servers, max_staleness=1, max_steps=4)
-    launch("ddp", vllm_tiny_path, tmp_path, spec)
-    r0, r1 = results(tmp_path)
+    r0, r1 = ddp["runs"]["async"].ranks
     assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
     for logs in (step_logs(r0), step_logs(r1)):
         behind = [r["async/staleness"] for r in logs]
-        assert len(behind) == 4 and all(0 <= b <= 1 for b in behind), behind
+        assert len(behind) == 3 and all(0 <= b <= 1 for b in behind), behind
         assert [step - r["weight_version"] for step, r in enumerate(logs)] == behind
 
 
-def test_two_process_qlora_training_in_server_mode(servers, vllm_tiny_path, tmp_path):
+def test_two_process_qlora_training_in_server_mode(ddp):
     """A 4-bit base under a LoRA adapter, 2 processes (DDP): the servers (which loaded the dense checkpoint) receive the
     dequantized base with the adapter merged in, so they sample from the policy the trainer scores."""
-    qlora = dict(use_peft=True, lora_r=4, lora_dropout=0.0, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
-    spec = server_spec(servers, learning_rate=2e-2, **qlora)
-    launch("ddp", vllm_tiny_path, tmp_path, spec)
-    r0, r1 = results(tmp_path)
+    r0, r1 = ddp["runs"]["qlora"].ranks
     assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
     logs = step_logs(r0)
     assert [r["weight_version"] for r in logs] == [0.0, 1.0]
-    # Before the first sync the servers held the dense checkpoint: 4-bit rounding alone moves log-probs far more.
+    # Without the sync the servers would sample from other weights (the dense checkpoint a server starts with, or
+    # another run's): 4-bit rounding alone moves log-probs far more. Each process splits its prompts over both servers,
+    # so both sampled both steps. (That the last step's sync reaches both servers is checked after the launch's last
+    # run, `test_two_process_training_in_server_mode[ddp]`: the same sync.)
     assert all(r["sampling/logp_difference/max"] < 1e-3 for r in logs), [
         r["sampling/logp_difference/max"] for r in logs
     ]
-    assert all(s.weight_version() == "1" for s in servers)
 
 
-@pytest.mark.parametrize("fleet", ["a server per node", "one shared server"])
-def test_two_nodes_share_the_servers_equally_and_every_server_gets_the_weights(
-    fleet, servers, vllm_tiny_path, tmp_path
-):
+def test_two_nodes_share_the_servers_equally_and_every_server_gets_the_weights(servers, vllm_tiny_path, tmp_path):
     """2 nodes x 1 process on loopback (the planner's commands, tests/helpers/multinode.py) against the servers, named
     with TRL's vllm_server_base_url as a list: every process splits each round over every server, so each server
-    answers the same number of requests, and each one ends holding the last step's weights."""
-    fleet_servers = servers if fleet.startswith("a server") else servers[:1]
-    spec = server_spec(fleet_servers, max_steps=2)
-    spec["config"]["vllm_server_base_url"] = spec["config"].pop("vllm_server_urls")
-    before = [s.requests_served() for s in fleet_servers]
+    answers the same number of requests, and each one ends holding the last step's weights. One launch pair, two runs:
+    one shared server, then a server per node (last, so the versions the servers hold after it are its)."""
+    runs = []
+    for fleet in (servers[:1], servers):  # one shared server; a server per node
+        config = server_config(fleet, max_steps=2)
+        config["vllm_server_base_url"] = config.pop("vllm_server_urls")
+        runs.append({"config": config})
+    spec = {"runs": runs}
+    before = [s.requests_served() for s in servers]
     folders = [tmp_path, tmp_path]
-    wait_all(start_nodes("ddp", vllm_tiny_path, spec, folders), folders)
-    r0, r1 = (torch.load(tmp_path / "out" / f"rank{r}_0.pt", weights_only=False) for r in (0, 1))
-    assert r0["world"] == 2 and all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
-    served = [s.requests_served() - b for s, b in zip(fleet_servers, before)]
-    # vLLM counts sequences: 2 processes x 2 rounds x 2 prompts x 4 completions, split evenly over the fleet.
-    assert served == [32 / len(fleet_servers)] * len(fleet_servers), served
-    assert all(s.weight_version() == "1" for s in fleet_servers)  # synced after step 1 (the last step's round)
-    assert all(r["sampling/logp_difference/mean"] < 1e-3 for r in step_logs(r0))
+    wait_all(start_nodes("ddp", vllm_tiny_path, spec, folders), folders, timeout=600)
+    for k in range(len(runs)):
+        r0, r1 = (torch.load(tmp_path / "out" / f"rank{r}_{k}.pt", weights_only=False) for r in (0, 1))
+        assert r0["world"] == 2 and all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
+        assert all(r["sampling/logp_difference/mean"] < 1e-3 for r in step_logs(r0))
+    served = [s.requests_served() - b for s, b in zip(servers, before)]
+    # vLLM counts sequences: 2 processes x 2 rounds x 2 prompts x 4 completions = 32 a run, split evenly over its
+    # fleet: the shared server's 32, then 16 each; the counters add up over the two runs.
+    assert served == [32 + 16, 16], served
+    assert all(s.weight_version() == "1" for s in servers)  # synced after step 1 (the last step's round)

@@ -2,7 +2,8 @@
 started with `hf-grpo serve`, which enables vLLM's scale-out routes): image prompts reach the server as unexpanded
 ids plus PNG data URLs and come back with the ids it expanded; a training run's sampling log-probs match the
 trainer's on image rows; every weight sync carries the vision tower and the projector, and a synced server does not
-reuse image embeddings of the old vision tower."""
+reuse image embeddings of the old vision tower; multi-turn rollouts whose tool returns an image are generated from
+contexts holding every image. One server for the module: each test's trainer pushes its own weights to it first."""
 
 import base64
 import copy
@@ -21,8 +22,9 @@ from hf_grpo import DistributedGRPOTrainer, GRPOConfig
 from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.vllm_server import MEDIA_ROUTE, VLLMServerClient, VLLMServerError, image_data_url
 from hf_grpo.vision.inputs import PromptMedia, VisionPrompts
-from tests.helpers.servers import Server
-from tests.helpers.vlm_models import tiny_vlm
+from tests.helpers.servers import Server, running
+from tests.helpers.tool_images import IDEFICS3_CALL_REGEX, length_reward, policy, rows, screenshot
+from tests.helpers.vlm_models import IMAGE_TOKENS
 
 VISION_PARTS = ("model.vision_model.", "model.connector.")  # Idefics3's vision tower and projector
 COLOURS = ("red", "blue")
@@ -30,19 +32,15 @@ COLOURS = ("red", "blue")
 
 @pytest.fixture(scope="module")
 def idefics3(tmp_path_factory):
-    return tiny_vlm("idefics3", tmp_path_factory.mktemp("vlm"))
+    """The tiny Idefics3 whose turns end on its family's end-of-turn token (`tests.helpers.tool_images.policy`): the
+    tool test needs a tool-call turn to stop there; the other tests do not depend on which token ends a turn."""
+    return policy("idefics3", tmp_path_factory.mktemp("vlm"))
 
 
 @pytest.fixture(scope="module")
 def server(idefics3, tmp_path_factory):
-    s = Server(idefics3, tmp_path_factory.mktemp("server-logs"))
-    s.start()
-    try:
-        s.wait()
+    with running(Server(idefics3, tmp_path_factory.mktemp("server-logs"))) as (s,):
         yield s
-    finally:
-        if s.proc.poll() is None:
-            s.kill()
 
 
 def image_rows() -> Dataset:
@@ -169,6 +167,46 @@ def test_generate_checks_the_expanded_prompt_and_keeps_sampling_logprobs(server,
     # Ids that are not what the server expands (its last token dropped) are refused, naming the server.
     with pytest.raises(VLLMServerError, match=server.url + r", prompt 0: the server expanded its images into"):
         trainer.generator.generate([ids[:-1]], 1, SamplingParams(max_tokens=2), media=[media])
+
+
+@pytest.mark.slow
+def test_a_real_vllm_serve_expands_a_tool_image_into_the_trainers_context(server, idefics3, tmp_path):
+    """tests/agents/test_vision_tools.py's colocated test against the real server: the server writes the call (the
+    regex travels in the request), and its second turn is generated from a context holding both images, sent as
+    unexpanded ids with PNG data URLs; the ids the server expanded are checked against the trainer's on every turn.
+    (Sampling log-probs under a regex are the constrained distribution's, so they are not compared here: the tests
+    above compare them on image rows.)"""
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        generation_backend="vllm",
+        vllm_mode="server",
+        vllm_server_urls=[server.url],
+        vllm_server_timeout=5,
+        vllm_request_timeout=120,
+        use_cpu=True,
+        report_to="none",
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_completion_length=160,  # a random model may spell the call in one token per character
+        max_prompt_length=256,
+        max_tool_calling_iterations=1,  # the second turn's call is not run: its rollout ends (max_turns)
+        vllm_structured_outputs_regex=IDEFICS3_CALL_REGEX,
+        learning_rate=0.1,
+        max_steps=2,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        plot_metrics=False,
+        seed=0,
+    )
+    trainer = DistributedGRPOTrainer(idefics3, [length_reward], args, rows("idefics3", 1), tools=[screenshot])
+    trainer.train()
+    steps = [r for r in trainer.state.log_history if "tools/call_frequency" in r]
+    assert len(steps) == 2, trainer.state.log_history
+    for log in steps:  # step 2 samples from the synced server: the same images, a moved vision tower
+        assert log["tools/call_frequency"] == 1.0 and log["rollout/termination/max_turns"] == 1.0, log
+        assert log["rollout/observation_tokens_mean"] > IMAGE_TOKENS["idefics3"][1], log
+    trainer.generator.close()
 
 
 # ---- no server needed --------------------------------------------------------------------------------------------

@@ -218,7 +218,8 @@ def train_once(tiny_llama_path, tmp_path, **overrides):
 @pytest.mark.parametrize(
     "overrides",
     [
-        dict(loss_type="dapo"),
+        # dapo on a round that feeds two optimizer steps: its packed run also shows each step's own token count
+        dict(loss_type="dapo", steps_per_generation=4, max_steps=2, skip_zero_advantage=False),
         dict(loss_type="grpo", beta=0.04, skip_zero_advantage=False),
         dict(loss_type="bnpo", steps_per_generation=4, max_steps=2),
         dict(loss_type="dr_grpo", steps_per_generation=4, num_iterations=2, max_steps=2),
@@ -228,7 +229,9 @@ def train_once(tiny_llama_path, tmp_path, **overrides):
 def test_a_packed_training_step_equals_the_padded_one(tiny_llama_path, tmp_path, overrides):
     """Same samples, same seed: padded micro-batches of 4 vs two token-balanced packed micro-batches per optimizer
     step (rows of at most 160 tokens, ~65 per sequence): the same loss and, with SGD at lr 1 (which passes any
-    normalisation error straight into the weights), the same weights."""
+    normalisation error straight into the weights), the same weights. With dapo, each packed micro-batch's normaliser
+    x accumulation steps = all active tokens of its optimizer step, although packed micro-batches hold different
+    numbers of samples."""
     runs = {}
     for budget in (None, 160):
         trainer, buffers = train_once(
@@ -253,31 +256,19 @@ def test_a_packed_training_step_equals_the_padded_one(tiny_llama_path, tmp_path,
     assert moved > 1e-3
     for name, w in padded_w.items():
         torch.testing.assert_close(packed_w[name], w, atol=2e-5, rtol=1e-4, msg=name)
+    if overrides["loss_type"] == "dapo":  # the normaliser: the step's global token count, whatever the packing
+        micro = buffers[0]
+        for step in range(2):
+            pair = micro[2 * step : 2 * step + 2]
+            tokens = sum(float(m["completion_mask"].sum()) for m in pair)
+            assert all(m["token_normalizer"] * 2 == pytest.approx(tokens) for m in pair)
+        assert len(micro) == 4
 
 
 def make_tiny_reference(path):
     from hf_grpo.models import load_model
 
     return load_model(path)
-
-
-def test_dapo_normaliser_is_the_steps_global_token_count_under_packing(tiny_llama_path, tmp_path):
-    """Each packed micro-batch's normaliser x accumulation steps = all active tokens of its optimizer step, although
-    packed micro-batches hold different numbers of samples."""
-    _, buffers = train_once(
-        tiny_llama_path,
-        tmp_path,
-        max_tokens_per_microbatch=160,
-        skip_zero_advantage=False,
-        steps_per_generation=4,
-        max_steps=2,
-    )
-    micro = buffers[0]
-    for step in range(2):
-        pair = micro[2 * step : 2 * step + 2]
-        tokens = sum(float(m["completion_mask"].sum()) for m in pair)
-        assert all(m["token_normalizer"] * 2 == pytest.approx(tokens) for m in pair)
-    assert len(micro) == 4
 
 
 @pytest.mark.slow
@@ -288,7 +279,9 @@ def test_two_processes_with_accumulation_packed_equals_padded(tiny_llama_path, t
     from tests.helpers.launch import launch, results
 
     runs = [
-        {"loss_type": loss, "max_tokens_per_microbatch": budget} for loss in ("dapo", "grpo") for budget in (None, 160)
+        {"config": {"loss_type": loss, "max_tokens_per_microbatch": budget}}
+        for loss in ("dapo", "grpo")
+        for budget in (None, 160)
     ]
     spec = {
         "fixed_completions": True,
@@ -311,7 +304,9 @@ def test_two_processes_with_accumulation_packed_equals_padded(tiny_llama_path, t
         padded, packed = results(tmp_path, run=k)[0]["weights"], results(tmp_path, run=k + 1)[0]["weights"]
         assert max(float((padded[n] - initial[n]).abs().max()) for n in initial) > 1e-3
         for name, w in padded.items():
-            torch.testing.assert_close(packed[name], w, atol=2e-5, rtol=1e-4, msg=f"{runs[k]['loss_type']} {name}")
+            torch.testing.assert_close(
+                packed[name], w, atol=2e-5, rtol=1e-4, msg=f"{runs[k]['config']['loss_type']} {name}"
+            )
         logs = [r for r in results(tmp_path, run=k + 1)[0]["log"] if "loss" in r]
         assert logs and all(0 < r["packing/packed_ratio"] <= 1 for r in logs)
 

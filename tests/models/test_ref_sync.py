@@ -1,6 +1,6 @@
 """TRL's sync_ref_model (TR-DPO): the reference after a sync is alpha * policy + (1 - alpha) * reference, computed by
 hand and by TRL's own SyncRefModelCallback on identical models; the trainer syncs every ref_model_sync_steps steps.
-The ZeRO-3 and FSDP2 paths run in tests/distributed/test_ref_sync.py."""
+The ZeRO-3 and FSDP2 paths run in tests/distributed/test_fsdp2.py (one torchrun with the FSDP2 components)."""
 
 import copy
 

@@ -3,7 +3,6 @@ schedule through the pipeline, bounded staleness read from the rollout log's rec
 while the trainer trains, dynamic sampling in the stream, and a `kill -9` in the middle of a pipelined run."""
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -17,11 +16,11 @@ from hf_grpo.algorithms import groups_with_spread
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.rollout.sampler import RepeatPromptSampler
 from hf_grpo.runtime import checkpoints
+from tests.helpers.launch import ROOT, WORKER, launched_env
 from tests.helpers.processes import kill9, wait_for
 from tests.helpers.rewards import even_token_reward
 from tests.helpers.trainers import make_trainer, params
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VLLM = dict(
     generation_backend="vllm",
     vllm_enforce_eager=True,
@@ -71,13 +70,15 @@ def test_max_staleness_needs_a_backend_that_can_overlap(tmp_path):
 @pytest.mark.slow
 def test_staleness_zero_through_the_pipeline_trains_the_synchronous_weights(vllm_tiny_path, tmp_path):
     """Same engine seed, same prompts, same order of generate calls and updates: bit-identical weights (SGD at lr 1,
-    so any difference in a sample or a log-prob would show)."""
+    so any difference in a sample or a log-prob would show). Two steps: the second round is the first one generated
+    after an update, which staleness 0 must wait for. Each run has an engine of its own: the two must sample from
+    the same engine seed."""
     weights = {}
     for staleness in (None, 0):
         trainer = make_trainer(
             vllm_tiny_path,
             tmp_path / str(staleness),
-            max_steps=3,
+            max_steps=2,
             optim="sgd",
             learning_rate=1.0,
             skip_zero_advantage=False,
@@ -88,21 +89,76 @@ def test_staleness_zero_through_the_pipeline_trains_the_synchronous_weights(vllm
         trainer.generator.close()
         weights[staleness] = params(trainer.model)
         if staleness == 0:
-            assert [r["async/staleness"] for r in trainer.state.log_history if "loss" in r] == [0.0, 0.0, 0.0]
+            assert [r["async/staleness"] for r in trainer.state.log_history if "loss" in r] == [0.0, 0.0]
     assert all(torch.equal(weights[None][n], weights[0][n]) for n in weights[0])
+
+
+class SlowReward:
+    """even_token_reward, slow: each call lasts until a loss computation is in progress on the trainer's thread, or
+    0.6 s at most (polled, not slept). Synchronously it runs on the trainer's thread, where no loss can run meanwhile,
+    and the trainer waits the 0.6 s at every step; with the pipeline the next round's reward runs on another thread
+    while the trainer computes the current step's loss. Records each call's thread and interval, and the losses'."""
+
+    def __init__(self):
+        self.calls, self.losses, self.in_loss = [], [], threading.Event()
+
+    def __call__(self, completion_ids, **kwargs):
+        start = time.perf_counter()
+        self.in_loss.wait(timeout=0.6)
+        self.calls.append((threading.current_thread() is threading.main_thread(), start, time.perf_counter()))
+        return even_token_reward(completion_ids)
+
+    def watch(self, trainer) -> None:
+        compute_loss = trainer.compute_loss
+
+        def timed_loss(*args, **kwargs):
+            start = time.perf_counter()
+            self.in_loss.set()
+            try:
+                return compute_loss(*args, **kwargs)
+            finally:
+                self.in_loss.clear()
+                self.losses.append((start, time.perf_counter()))
+
+        trainer.compute_loss = timed_loss  # test instrumentation: when the trainer's thread computes a loss
+
+
+@pytest.fixture(scope="module")
+def pipelined(vllm_tiny_path, tmp_path_factory):
+    """``pipelined(staleness)``: a 5-step run with that max_staleness and the `SlowReward`, trained once for the
+    module (the staleness bound and the overlap of rewards with training are read from the same run):
+    ``(trainer, output_dir, reward)``."""
+    runs = {}
+
+    def run(staleness: int):
+        if staleness not in runs:
+            out = tmp_path_factory.mktemp(f"staleness{staleness}")
+            reward = SlowReward()
+            trainer = make_trainer(
+                vllm_tiny_path,
+                out,
+                reward_funcs=(reward,),
+                max_steps=5,
+                max_staleness=staleness,
+                log_completions_steps=1,
+                **VLLM,
+            )
+            reward.watch(trainer)
+            trainer.train()
+            trainer.generator.close()
+            runs[staleness] = trainer, out / "out", reward
+        return runs[staleness]
+
+    return run
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("staleness", [1, 2])
-def test_no_round_is_trained_more_than_max_staleness_updates_after_it_was_sampled(vllm_tiny_path, tmp_path, staleness):
-    trainer = make_trainer(
-        vllm_tiny_path, tmp_path, max_steps=5, max_staleness=staleness, log_completions_steps=1, **VLLM
-    )
-    trainer.train()
-    trainer.generator.close()
+def test_no_round_is_trained_more_than_max_staleness_updates_after_it_was_sampled(pipelined, staleness):
+    trainer, out, _ = pipelined(staleness)
     behind = []
     for step in range(1, 6):
-        versions = {r["weight_version"] for r in rollout_log(tmp_path / "out", step)}
+        versions = {r["weight_version"] for r in rollout_log(out, step)}
         assert len(versions) == 1, f"step {step}: one round, one weight version ({versions})"
         behind.append(step - 1 - versions.pop())  # trained after step - 1 updates
     assert max(behind) <= staleness and min(behind) >= 0, behind
@@ -113,30 +169,11 @@ def test_no_round_is_trained_more_than_max_staleness_updates_after_it_was_sample
 
 
 @pytest.mark.slow
-def test_a_slow_reward_runs_while_the_trainer_trains(vllm_tiny_path, tmp_path):
-    """The reward sleeps 0.6 s per round. Synchronously every step waits for it; with the pipeline the next round's
-    reward runs on another thread while the trainer computes the current step's loss."""
-    calls = []
-
-    def slow_reward(completion_ids, **kwargs):
-        start = time.perf_counter()
-        time.sleep(0.6)
-        calls.append((threading.current_thread() is threading.main_thread(), start, time.perf_counter()))
-        return even_token_reward(completion_ids)
-
-    trainer = make_trainer(vllm_tiny_path, tmp_path, reward_funcs=(slow_reward,), max_steps=4, max_staleness=1, **VLLM)
-    losses = []
-    compute_loss = trainer.compute_loss
-
-    def timed_loss(*args, **kwargs):
-        start = time.perf_counter()
-        out = compute_loss(*args, **kwargs)
-        losses.append((start, time.perf_counter()))
-        return out
-
-    trainer.compute_loss = timed_loss
-    trainer.train()
-    trainer.generator.close()
+def test_a_slow_reward_runs_while_the_trainer_trains(pipelined):
+    """The `SlowReward` lasts up to 0.6 s per round. Synchronously every step waits for it; with the pipeline the
+    next round's reward runs on another thread while the trainer computes the current step's loss."""
+    trainer, _, reward = pipelined(1)
+    calls, losses = reward.calls, reward.losses
     assert calls and not any(on_main for on_main, _, _ in calls), "a reward function ran on the trainer's thread"
     overlapping = [(a, b) for _, a, b in calls for s, e in losses if s < b and e > a]
     assert overlapping, "no loss computation ran while a reward was being computed"
@@ -191,14 +228,18 @@ SPEC = {
 
 
 def start(model_path: str, out) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, os.path.join(ROOT, "tests/scripts/train_worker.py"), model_path, str(out), json.dumps(SPEC)]
+    env = launched_env()
+    cmd = [sys.executable, str(WORKER), model_path, str(out), json.dumps(SPEC)]
     log = open(out / "train.log", "ab")
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @pytest.mark.slow
 def test_kill_9_with_rounds_in_flight_loses_no_prompt_and_trains_none_twice(vllm_tiny_path, tmp_path):
+    """The run is killed in a process of its own; the restart, the same worker code with the same spec, runs in this
+    one (a second interpreter would only add its start-up)."""
+    from tests.scripts.train_worker import train_one
+
     run = tmp_path / "run0"
     proc = start(vllm_tiny_path, tmp_path)
     wait_for(lambda: (run / "checkpoint-2").exists(), proc, timeout=300)
@@ -209,8 +250,8 @@ def test_kill_9_with_rounds_in_flight_loses_no_prompt_and_trains_none_twice(vllm
     done = checkpoints.checkpoint_step(latest)
     assert state["next_round"] == done and state["in_flight"], f"no round in flight at the checkpoint: {state}"
 
-    proc = start(vllm_tiny_path, tmp_path)
-    assert proc.wait(timeout=300) == 0, (tmp_path / "train.log").read_text()[-3000:]
+    train_one(vllm_tiny_path, str(tmp_path), 0, SPEC)  # resumes from the newest complete checkpoint (SPEC's resume)
+    assert (run / f"checkpoint-{STEPS}").is_dir()
     # Every step trained exactly the prompts of its round in the sampler's order: none lost, none repeated.
     dataset = load_prompt_dataset("arithmetic:64")
     sampler = RepeatPromptSampler(len(dataset), 2, 1, repeats=1, seed=0)

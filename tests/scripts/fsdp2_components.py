@@ -1,10 +1,13 @@
 """Run with `torchrun --nproc_per_node 2` by tests/distributed/test_fsdp2.py: hf_grpo's FSDP2 code paths on a tiny
-Llama sharded with torch's own `fully_shard` over gloo (accelerate applies FSDP only on GPUs).
+Llama sharded with torch's own `fully_shard` over gloo (accelerate applies FSDP only on GPUs), then, in the same
+processes and group, sync_ref_model's FSDP2 and ZeRO-3 paths (tests/scripts/ref_sync_components.py): one torchrun's
+start-up for both.
 
 usage: fsdp2_components.py TOKENIZER_DIR OUT
 Writes OUT/rank<R>.pt with the full weights as hf_grpo gathers them (plain, LoRA, and LoRA over a 4-bit base stored in
-float32, the other weights' dtype, as FSDP-QLoRA needs), the weight metadata, and the completions of an HF generation
-in which the ranks have different numbers of prompts."""
+float32, the other weights' dtype, as FSDP-QLoRA needs), the weight metadata, the completions of an HF generation
+in which the ranks have different numbers of prompts, and under ``ref_sync`` what `ref_sync_components.results`
+returns."""
 
 import copy
 import sys
@@ -20,6 +23,7 @@ from hf_grpo.generation import HFGenerator, SamplingParams
 from hf_grpo.generation.weights import iter_policy_weights, policy_weight_metadata
 from hf_grpo.models import load_tokenizer
 from tests.helpers.models import make_tiny_llama
+from tests.scripts import ref_sync_components
 
 
 def shard(model, mesh):
@@ -93,6 +97,9 @@ def main() -> None:
         dense.load_state_dict(qlora_weights, strict=False)  # the head is tied to the embedding
         dense_logits = dense(ids).logits  # [1, 5, V]
 
+    # Last: it starts DeepSpeed engines on this process group.
+    ref_sync = ref_sync_components.results()
+
     torch.save(
         {
             "weights": weights,
@@ -107,6 +114,7 @@ def main() -> None:
             "qlora_meta": qlora_meta,
             "qlora_logits": qlora_logits,
             "dense_logits": dense_logits,
+            "ref_sync": ref_sync,
         },
         f"{out}/rank{rank}.pt",
     )

@@ -1,13 +1,11 @@
-"""sync_ref_model's ZeRO-3 and FSDP2 paths in 2 gloo processes (tests/distributed/test_ref_sync.py).
+"""sync_ref_model's ZeRO-3 and FSDP2 paths in 2 gloo processes: run by tests/scripts/fsdp2_components.py in its torchrun
+(for tests/distributed/test_fsdp2.py), in the process group it set up.
 
-Usage: torch.distributed.run --nproc_per_node 2 ref_sync_components.py OUT_DIR. Each rank saves the reference's full
-weights after `sync_reference` under each backend, and the mix computed from whole weights, to OUT_DIR/rank<r>.pt.
+`results()` returns, on each rank, the reference's full weights after `sync_reference` under each backend and the mix
+computed from whole weights.
 """
 
-import sys
-
 import torch
-import torch.distributed as dist
 
 from hf_grpo.models.ref_sync import sync_reference
 from tests.helpers.models import make_tiny_llama
@@ -52,12 +50,6 @@ def zero3() -> dict[str, torch.Tensor]:
     return out
 
 
-def main(out_dir: str) -> None:
-    dist.init_process_group("gloo")
-    result = {"expected": expected(), "fsdp2": fsdp2(), "zero3": zero3()}
-    torch.save(result, f"{out_dir}/rank{dist.get_rank()}.pt")
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
+def results() -> dict[str, dict[str, torch.Tensor]]:
+    """``expected``, ``fsdp2`` and ``zero3``: the mix from whole weights and the reference after each backend's sync."""
+    return {"expected": expected(), "fsdp2": fsdp2(), "zero3": zero3()}

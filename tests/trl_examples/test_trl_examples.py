@@ -1,22 +1,35 @@
 """TRL's documented GRPO examples, run with only the import changed (plus the model id, a local dataset and the
-run size: 2 steps on CPU), in subprocesses with colocated vLLM: TRL's quickstart, a conversational dataset scored by
-`trl.rewards` (extra columns reach the rewards), and TRL's own `trl/scripts/grpo.py` driven by a recipe."""
+run size), with colocated vLLM: TRL's quickstart, a conversational dataset scored by `trl.rewards` (extra columns
+reach the rewards), and TRL's own `trl/scripts/grpo.py` driven by a recipe (full weights, and QLoRA).
+
+The four runs are scripts run as a user runs them (``python SCRIPT ARGS``, each in its own folder, with its own
+argv and environment), two to a subprocess, one after the other (`tests.helpers.one_process`): the import of torch,
+transformers, TRL and vLLM is paid twice, not four times. Each run builds its own trainer and engine; the second
+trainer's engine retires the first one's, as hf_grpo does for any later colocated trainer in a process. TRL's grpo.py
+runs second in its process: it ends with ``trainer.end()``, which destroys the process group, and retiring its engine
+afterwards fails (``ValueError: Invalid process group specified`` from vLLM's shutdown), so two grpo.py runs cannot
+share a process.
+
+Steps: the quickstart and the QLoRA recipe run 2 steps, so the second round generates after a weight sync into the
+engine (full weights; a LoRA adapter over a 4-bit base: two different sync paths). The conversational example and the
+full-weight recipe prove what one step shows (the columns reach the rewards, the script trains and saves), and their
+sync is the quickstart's path, so they run 1 step.
+"""
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import trl
 
+from tests.helpers.one_process import ScriptResult, ScriptRun, run_scripts
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-# The run size every example gets (TRL's examples train for epochs on a GPU).
+# The run size every example gets (TRL's examples train for epochs on a GPU); max_steps is set per example.
 RUN = dict(
-    max_steps=2,
     per_device_train_batch_size=4,
     num_generations=4,
     max_completion_length=16,
@@ -32,6 +45,7 @@ RUN = dict(
     logging_steps=1,
 )
 MATH = [("What is 2+3?", "5"), ("What is 4*2?", "8"), ("What is 9-6?", "3"), ("What is 10/2?", "5")] * 4
+VARIANTS = ("full", "qlora")
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -40,32 +54,13 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def run_script(tmp_path: Path, source: str, *args: str) -> str:
-    script = tmp_path / "example.py"
-    script.write_text(source)
-    proc = subprocess.run(
-        [sys.executable, str(script), *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={
-            "PYTHONPATH": str(REPO),
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(tmp_path),
-            "TOKENIZERS_PARALLELISM": "false",
-        },
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return proc.stdout
-
-
-def test_trl_quickstart(tmp_path, vllm_tiny_path):
+def quickstart(folder: Path, model: str) -> str:
     data = write_jsonl(
-        tmp_path / "deepmath" / "train.jsonl",
+        folder / "deepmath" / "train.jsonl",
         [{"prompt": [{"role": "user", "content": q}], "solution": a} for q, a in MATH],
     )
-    source = textwrap.dedent(f"""
+    run = {**RUN, "max_steps": 2}
+    return textwrap.dedent(f"""
         from datasets import load_dataset
         from hf_grpo import DistributedGRPOTrainer as GRPOTrainer, GRPOConfig   # was: from trl import GRPOTrainer
         from trl.rewards import accuracy_reward
@@ -73,21 +68,18 @@ def test_trl_quickstart(tmp_path, vllm_tiny_path):
         dataset = load_dataset("json", data_files={str(data)!r}, split="train")
 
         trainer = GRPOTrainer(
-            model={vllm_tiny_path!r},
+            model={model!r},
             reward_funcs=accuracy_reward,
-            args=GRPOConfig(output_dir="out", **{RUN!r}),
+            args=GRPOConfig(output_dir="out", **{run!r}),
             train_dataset=dataset,
         )
         trainer.train()
         print("STEPS", trainer.state.global_step, "BACKEND", trainer.args.generation_backend)
         print("REWARD_KEYS", sorted(k for k in trainer.state.log_history[0] if k.startswith("rewards/")))
     """)
-    out = run_script(tmp_path, source)
-    assert "STEPS 2 BACKEND vllm" in out
-    assert "rewards/accuracy_reward/mean" in out
 
 
-def test_conversational_dataset_with_trl_rewards_and_extra_columns(tmp_path, vllm_tiny_path):
+def conversational(folder: Path, model: str) -> str:
     rows = [
         {
             "prompt": [
@@ -99,8 +91,9 @@ def test_conversational_dataset_with_trl_rewards_and_extra_columns(tmp_path, vll
         }
         for i, (q, a) in enumerate(MATH)
     ]
-    data = write_jsonl(tmp_path / "conv" / "train.jsonl", rows)
-    source = textwrap.dedent(f"""
+    data = write_jsonl(folder / "conv" / "train.jsonl", rows)
+    run = {**RUN, "max_steps": 1}
+    return textwrap.dedent(f"""
         from datasets import load_dataset
         from hf_grpo import DistributedGRPOTrainer as GRPOTrainer, GRPOConfig   # was: from trl import ...
         from trl.rewards import accuracy_reward, think_format_reward
@@ -112,28 +105,18 @@ def test_conversational_dataset_with_trl_rewards_and_extra_columns(tmp_path, vll
             return [0.1 * d for d in difficulty]
 
         dataset = load_dataset("json", data_files={str(data)!r}, split="train")
-        trainer = GRPOTrainer(model={vllm_tiny_path!r}, reward_funcs=[accuracy_reward, think_format_reward,
-                              difficulty_bonus], args=GRPOConfig(output_dir="out", **{RUN!r}), train_dataset=dataset)
+        trainer = GRPOTrainer(model={model!r}, reward_funcs=[accuracy_reward, think_format_reward,
+                              difficulty_bonus], args=GRPOConfig(output_dir="out", **{run!r}), train_dataset=dataset)
         trainer.train()
         n, difficulty, solution = seen[0]
         assert n == len(difficulty) == len(solution) == 4 and set(solution) <= {{"3", "5", "8"}}
         print("STEPS", trainer.state.global_step)
         print("KEYS", sorted(k for k in trainer.state.log_history[0] if k.endswith("/mean") and "rewards" in k))
     """)
-    out = run_script(tmp_path, source)
-    assert "STEPS 2" in out
-    for name in ("accuracy_reward", "think_format_reward", "difficulty_bonus"):
-        assert f"rewards/{name}/mean" in out
 
 
-@pytest.mark.parametrize("variant", ["full", "qlora"])
-def test_trl_grpo_script_with_a_recipe(tmp_path, vllm_tiny_path, variant):
-    """TRL's own grpo.py with two imports swapped. ``qlora``: TRL's ModelConfig flags (``load_in_4bit``, ``use_peft``)
-    reach the trainer as TRL's script builds them (``get_quantization_config``, ``get_peft_config``)."""
-    data_dir = tmp_path / "math_data"
-    write_jsonl(
-        data_dir / "train.jsonl", [{"prompt": [{"role": "user", "content": q}], "solution": a} for q, a in MATH]
-    )
+def trl_grpo_script() -> str:
+    """TRL's own grpo.py with two imports swapped."""
     source = (Path(trl.__file__).parent / "scripts" / "grpo.py").read_text()
     # The only change: GRPOTrainer and GRPOConfig come from hf_grpo.
     swaps = {
@@ -149,21 +132,89 @@ def test_trl_grpo_script_with_a_recipe(tmp_path, vllm_tiny_path, variant):
     for old, new in swaps.items():
         assert source.count(old) == 1, f"TRL's grpo.py changed: {old!r}"
         source = source.replace(old, new)
+    return source
+
+
+def grpo_recipe(folder: Path, model: str, variant: str) -> Path:
+    data_dir = folder / "math_data"
+    write_jsonl(
+        data_dir / "train.jsonl", [{"prompt": [{"role": "user", "content": q}], "solution": a} for q, a in MATH]
+    )
     recipe = {
-        "model_name_or_path": vllm_tiny_path,
+        "model_name_or_path": model,
         "dataset_name": str(data_dir),
         "reward_funcs": ["accuracy_reward"],
-        "output_dir": str(tmp_path / "out"),
+        "output_dir": str(folder / "out"),
         **RUN,
+        "max_steps": 1,
     }
     if variant == "qlora":
         recipe.update(load_in_4bit=True, use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"])
-        recipe.update(save_strategy="steps", save_steps=2)  # the checkpoint's card names the base's quantization
-    (tmp_path / "recipe.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in recipe.items()))
-    out = run_script(tmp_path, source, "--config", str(tmp_path / "recipe.yaml"))
+        # 2 steps: the sync path of an adapter over a 4-bit base; the checkpoint's card names the base's quantization
+        recipe.update(max_steps=2, save_strategy="steps", save_steps=2)
+    (folder / "recipe.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in recipe.items()))
+    return folder / "recipe.yaml"
+
+
+def example_run(name: str, folder: Path, source: str, *args: str) -> ScriptRun:
+    script = folder / "example.py"
+    script.write_text(source)
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(folder), "TOKENIZERS_PARALLELISM": "false"}
+    return ScriptRun(name, str(script), list(args), str(folder), env, str(folder / "stdout"), str(folder / "stderr"))
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory, vllm_tiny_path) -> dict[str, tuple[Path, ScriptResult | None]]:
+    """Every example's folder and result: two subprocesses, each running one of our examples and then TRL's grpo.py
+    (last: it ends with ``trainer.end()``, which destroys the process group a later engine's retirement needs)."""
+    folders = {name: tmp_path_factory.mktemp(name) for name in ("quickstart", "conversational", *VARIANTS)}
+    ours = [
+        example_run(name, folders[name], write(folders[name], vllm_tiny_path))
+        for name, write in (("quickstart", quickstart), ("conversational", conversational))
+    ]
+    try:
+        source = trl_grpo_script()
+    except AssertionError:  # TRL's script changed: its tests say so, the other examples still run
+        source = None
+    grpo = [
+        example_run(v, folders[v], source, "--config", str(grpo_recipe(folders[v], vllm_tiny_path, v)))
+        for v in (VARIANTS if source else ())
+    ]
+    # quickstart (2 steps) with the full recipe (1), the conversational example (1) with the QLoRA recipe (2).
+    groups = [[ours[0], *grpo[:1]], [ours[1], *grpo[1:]]]
+    env = {**ours[0].env, "HOME": str(tmp_path_factory.mktemp("runner_home"))}
+    results = run_scripts(groups, tmp_path_factory.mktemp("runners"), env=env)
+    return {name: (folders[name], results.get(name)) for name in folders}
+
+
+def output_of(examples, name: str) -> tuple[Path, str]:
+    folder, result = examples[name]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:] + result.runner_tail
+    return folder, result.stdout
+
+
+def test_trl_quickstart(examples):
+    _, out = output_of(examples, "quickstart")
+    assert "STEPS 2 BACKEND vllm" in out
+    assert "rewards/accuracy_reward/mean" in out
+
+
+def test_conversational_dataset_with_trl_rewards_and_extra_columns(examples):
+    _, out = output_of(examples, "conversational")
+    assert "STEPS 1\n" in out
+    for name in ("accuracy_reward", "think_format_reward", "difficulty_bonus"):
+        assert f"rewards/{name}/mean" in out
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_trl_grpo_script_with_a_recipe(examples, variant):
+    """TRL's own grpo.py with two imports swapped. ``qlora``: TRL's ModelConfig flags (``load_in_4bit``, ``use_peft``)
+    reach the trainer as TRL's script builds them (``get_quantization_config``, ``get_peft_config``)."""
+    trl_grpo_script()  # TRL's script still has the two import lines to swap
+    folder, out = output_of(examples, variant)
     assert "Training completed" in out
     weights = "adapter_model.safetensors" if variant == "qlora" else "model.safetensors"
-    assert (tmp_path / "out" / weights).exists()
+    assert (folder / "out" / weights).exists()
     if variant == "qlora":
-        card = (tmp_path / "out" / "checkpoint-2" / "README.md").read_text()
+        card = (folder / "out" / "checkpoint-2" / "README.md").read_text()
         assert "library_name: peft" in card and "loaded in 4-bit nf4 (bitsandbytes)" in card

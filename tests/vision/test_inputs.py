@@ -17,11 +17,6 @@ from hf_grpo.vision.inputs import VisionPrompts
 from tests.helpers.vlm_models import FAMILIES, IMAGE_TOKENS, tiny_vlm
 
 
-@pytest.fixture(scope="module")
-def vlm_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("vlms")
-
-
 def noise(size, seed):
     g = torch.Generator().manual_seed(seed)
     pixels = torch.randint(0, 256, (size[1], size[0], 3), generator=g, dtype=torch.uint8)
