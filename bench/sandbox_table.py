@@ -36,16 +36,23 @@ from tests.helpers.reward_hacks import HACKS, SIBLING  # noqa: E402
 from tests.helpers.sandbox_attacks import ATTACKS, Arena, new_secret  # noqa: E402
 from tests.helpers.semantic_hacks import CASES, score, weakened  # noqa: E402
 
-TIMEOUT_S = 1.0
+TIMEOUT_S = 1.0  # per program; a loaded machine (a test run beside others) may need more: --timeout
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-namespaces", action="store_true", help="the fallback: rlimits and seccomp only")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT_S,
+        help="seconds per program (importing numpy takes most of 1 s "
+        "on a busy 2-core machine; a timeout scores 0 and would pass for a held hack)",
+    )
     args = parser.parse_args()
     secret = new_secret()
     os.environ["HF_TOKEN"] = secret  # set before the sandbox starts, as a trainer's token would be
-    reward = CodeReward(timeout_s=TIMEOUT_S, memory_mb=256, max_processes=16, workers=1)
+    reward = CodeReward(timeout_s=args.timeout, memory_mb=256, max_processes=16, workers=1)
     reward.executor = LocalExecutor(
         reward.limits, workers=1, namespaces=not args.no_namespaces, preload=HARNESS_PRELOAD, packages=PACKAGES
     )
@@ -53,7 +60,7 @@ def main() -> None:
     (sandbox,) = reward.executor.sandboxes
     rows, contained = [], 0
     for attack in ATTACKS:
-        with tempfile.TemporaryDirectory() as tmp, Arena(Path(tmp), sandbox.zygote_pid, TIMEOUT_S, secret) as arena:
+        with tempfile.TemporaryDirectory() as tmp, Arena(Path(tmp), sandbox.zygote_pid, args.timeout, secret) as arena:
             completion = f"```python\n{attack.program(arena)}```"
             start = time.monotonic()
             (score,) = reward([completion], test_cases=[{"inputs": [""], "outputs": ["ESCAPED"]}])

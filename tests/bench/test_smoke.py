@@ -181,9 +181,11 @@ SMOKES = {
     "sampling_filters.py": Smoke(
         "sampling_filters", "--model {tiny} --prompts 1 --generations 2 --max_tokens 8 --settings top_p=0.9", 22
     ),
+    # 5 s per program: under the suite's two workers a program that imports numpy can pass 1 s, and a timeout
+    # scores 0, which would count a hack as held with its defence off.
     "sandbox_table.py": Smoke(
         "sandbox_table",
-        "",
+        "--timeout 5",
         9,
         expect=(f"semantic_held={len(SEMANTIC)}/{len(SEMANTIC)}", f"defence_off_held=0/{len(SEMANTIC)}"),
     ),
