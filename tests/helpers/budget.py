@@ -9,13 +9,19 @@ How things are counted: subprocesses through Python's audit event ``subprocess.P
 line), engines through the "vLLM engine ready" line hf_grpo logs when a colocated engine has started. A test's
 counts travel to the controller in its report's ``user_properties``, so they add up under pytest-xdist too. Engines
 and subprocesses started inside a launched or served process are not seen: a launch counts once.
+
+Each test's CPU seconds (its worker's own, plus those of the subprocesses it waited for: a server stopped at its
+module's end counts in the module's last test) and its worker and start time go into the JSON too: on 2 cores the
+suite's wall time is about its CPU seconds over 2, so the CPU column says where a cut pays.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import resource
 import sys
 import threading
 import time
@@ -32,6 +38,7 @@ BUDGET_ROW = re.compile(r"^\|\s*`(tests/[\w/.*]*)`\s*\|\s*(\d+)\s*\|", re.M)
 
 _lock = threading.Lock()
 _current: dict[str, str | None] = {"test": None}
+_cpu_at_start: dict[str, float] = {}
 _counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(KINDS, 0))
 
 
@@ -81,11 +88,18 @@ def pytest_configure(config):
         engine_log.setLevel(logging.INFO)  # the "engine ready" line is INFO
     _config["json"] = config.getoption("--budget-json")
     _config["start"] = time.monotonic()
+    _config["wall_start"] = time.time()  # reports' start times are time.time()
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logstart(nodeid, location):
     _current["test"] = nodeid
+    _cpu_at_start[nodeid] = _cpu_seconds()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -94,19 +108,26 @@ def pytest_runtest_makereport(item, call):
     if call.when == "teardown":
         with _lock:
             counts = _counts.pop(item.nodeid, dict.fromkeys(KINDS, 0))
-        outcome.get_result().user_properties.append(("starts", counts))
+        report = outcome.get_result()
+        report.user_properties.append(("starts", counts))
+        cpu = _cpu_seconds() - _cpu_at_start.pop(item.nodeid, _cpu_seconds())
+        report.user_properties.append(("cpu", {"cpu_seconds": cpu, "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}))
 
 
-_tests: dict[str, dict] = {}  # nodeid -> {"seconds": ..., "launch": ..., ...}
+_tests: dict[str, dict] = {}  # nodeid -> {"seconds": ..., "launch": ..., ..., "cpu_seconds", "worker", "start"}
 
 
 def pytest_runtest_logreport(report):
     row = _tests.setdefault(report.nodeid, {"seconds": 0.0, **dict.fromkeys(KINDS, 0)})
     row["seconds"] += report.duration
+    if report.when == "setup":
+        row["start"] = report.start - _config["wall_start"]
     for name, value in report.user_properties:
         if name == "starts" and report.when == "teardown":
             for kind in KINDS:
                 row[kind] += value[kind]
+        if name == "cpu" and report.when == "teardown":
+            row.update(value)
 
 
 def folder_of(nodeid: str) -> str:
@@ -122,12 +143,14 @@ def budgets() -> dict[str, int]:
 
 
 def by_folder(tests: dict[str, dict]) -> dict[str, dict]:
-    folders: dict[str, dict] = defaultdict(lambda: {"tests": 0, "seconds": 0.0, **dict.fromkeys(KINDS, 0)})
+    folders: dict[str, dict] = defaultdict(
+        lambda: {"tests": 0, "seconds": 0.0, "cpu_seconds": 0.0, **dict.fromkeys(KINDS, 0)}
+    )
     for nodeid, row in tests.items():
         folder = folders[folder_of(nodeid)]
         folder["tests"] += 1
-        for key in ("seconds", *KINDS):
-            folder[key] += row[key]
+        for key in ("seconds", "cpu_seconds", *KINDS):
+            folder[key] += row.get(key, 0)
     return folders
 
 
@@ -137,7 +160,10 @@ def pytest_terminal_summary(terminalreporter, config):
     limits = budgets()
     write = terminalreporter.write_line
     terminalreporter.section("test seconds per folder, against docs/testing.md's budget")
-    write(f"{'folder':<22} {'tests':>6} {'seconds':>8} {'budget':>7} {'launches':>9} {'servers':>8} {'engines':>8}")
+    write(
+        f"{'folder':<22} {'tests':>6} {'seconds':>8} {'budget':>7} {'cpu s':>7} {'launches':>9} {'servers':>8} "
+        f"{'engines':>8}"
+    )
     over = []
     for folder, row in sorted(by_folder(_tests).items(), key=lambda kv: -kv[1]["seconds"]):
         limit = limits.get(folder)
@@ -146,7 +172,7 @@ def pytest_terminal_summary(terminalreporter, config):
             over.append(folder)
         write(
             f"{folder:<22} {row['tests']:>6} {row['seconds']:>8.0f} {limit if limit is not None else '-':>7} "
-            f"{row['launch']:>9} {row['server']:>8} {row['engine']:>8}{flag}"
+            f"{row['cpu_seconds']:>7.0f} {row['launch']:>9} {row['server']:>8} {row['engine']:>8}{flag}"
         )
     wall = time.monotonic() - _config["start"]
     write(f"wall time {wall:.0f} s ({wall / 60:.1f} min); the suite's budget is in docs/testing.md")
