@@ -111,7 +111,8 @@ def pytest_runtest_makereport(item, call):
         report = outcome.get_result()
         report.user_properties.append(("starts", counts))
         cpu = _cpu_seconds() - _cpu_at_start.pop(item.nodeid, _cpu_seconds())
-        report.user_properties.append(("cpu", {"cpu_seconds": cpu, "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}))
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        report.user_properties.append(("cpu", {"cpu_seconds": cpu, "worker": worker}))
 
 
 _tests: dict[str, dict] = {}  # nodeid -> {"seconds": ..., "launch": ..., ..., "cpu_seconds", "worker", "start"}
