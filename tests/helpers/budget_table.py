@@ -1,4 +1,5 @@
-"""The per-file table of docs/testing.md from a run's ``--budget-json`` file (tests/helpers/budget.py).
+"""The per-file table of docs/testing.md from a run's ``--budget-json`` file (tests/helpers/budget.py). CPU seconds:
+the test worker's own and those of the subprocesses it waited for (0 in files written before they were recorded).
 
 usage: python -m tests.helpers.budget_table RUN.json [--folders]
 """
@@ -12,29 +13,31 @@ from tests.helpers.budget import KINDS, by_folder
 
 
 def by_file(tests: dict[str, dict]) -> dict[str, dict]:
-    files: dict[str, dict] = defaultdict(lambda: {"tests": 0, "seconds": 0.0, **dict.fromkeys(KINDS, 0)})
+    files: dict[str, dict] = defaultdict(
+        lambda: {"tests": 0, "seconds": 0.0, "cpu_seconds": 0.0, **dict.fromkeys(KINDS, 0)}
+    )
     for nodeid, row in tests.items():
         file = files[nodeid.split("::")[0]]
         file["tests"] += 1
-        for key in ("seconds", *KINDS):
-            file[key] += row[key]
+        for key in ("seconds", "cpu_seconds", *KINDS):
+            file[key] += row.get(key, 0)
     return files
 
 
 def table(rows: dict[str, dict]) -> str:
     lines = [
-        "| path | tests | seconds | launches | servers | engines | other processes |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| path | tests | seconds | CPU seconds | launches | servers | engines | other processes |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, r in sorted(rows.items(), key=lambda kv: -kv[1]["seconds"]):
         lines.append(
-            f"| `{name}` | {r['tests']} | {r['seconds']:.0f} | {r['launch']} | {r['server']} | {r['engine']} "
-            f"| {r['process']} |"
+            f"| `{name}` | {r['tests']} | {r['seconds']:.0f} | {r['cpu_seconds']:.0f} | {r['launch']} | {r['server']} "
+            f"| {r['engine']} | {r['process']} |"
         )
-    total = {k: sum(r[k] for r in rows.values()) for k in ("tests", "seconds", *KINDS)}
+    total = {k: sum(r[k] for r in rows.values()) for k in ("tests", "seconds", "cpu_seconds", *KINDS)}
     lines.append(
-        f"| **total** | {total['tests']} | {total['seconds']:.0f} | {total['launch']} | {total['server']} "
-        f"| {total['engine']} | {total['process']} |"
+        f"| **total** | {total['tests']} | {total['seconds']:.0f} | {total['cpu_seconds']:.0f} | {total['launch']} "
+        f"| {total['server']} | {total['engine']} | {total['process']} |"
     )
     return "\n".join(lines)
 
