@@ -100,11 +100,11 @@ _frozen = {"module": None}
 def pytest_runtest_setup(item):
     """At each test module's start, once the previous module's fixtures are gone, everything still alive (the
     modules imported so far above all: torch, transformers, vLLM, ~700k objects) moves out of the garbage collector's
-    sight. Each full collection would otherwise walk all of it, ~0.5 s a time, and the tests cause hundreds:
-    accelerate's free_memory in every `Trainer.train`, five at every vLLM engine start, ours when a colocated engine is
-    retired, and the automatic ones (measured: 78 full collections, 50 of the 242 s of tests/rollout/test_pipeline.py
-    and tests/agents/test_rollouts.py). What a module creates is not frozen: its fixtures and engines are collected as
-    before."""
+    sight, so that the module's full collections do not walk it: accelerate's free_memory in every `Trainer.train`,
+    five at every vLLM engine start, ours when a colocated engine is retired, and the automatic ones, ~0.5 s each with
+    those imports alive. What the module creates (its fixtures, engines, models) is still walked and collected as
+    before: in tests/rollout/test_pipeline.py and tests/agents/test_rollouts.py most of the collections' time (about
+    50 of 250 s) is spent on those, and freezing them too would keep a module's engines alive past its end."""
     if item.module is not _frozen["module"]:
         _frozen["module"] = item.module
         gc.collect()
