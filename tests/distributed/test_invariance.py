@@ -46,18 +46,22 @@ def compared_on(layout: str, run: dict) -> bool:
     return layout != "1proc_ga2" or (run["loss_type"] != "bnpo" and "spg_factor" not in run)
 
 
+def trained(layout: str) -> list[int]:
+    """The indices in RUNS of the runs ``layout``'s launch trains, in its order."""
+    return [k for k, r in enumerate(RUNS) if compared_on(layout, r)]
+
+
 def spec(layout: str) -> dict:
     ga = LAYOUTS[layout][2]
     runs = [
         {
             "config": {
-                **{k: v for k, v in r.items() if k != "spg_factor"},
+                **{key: value for key, value in RUNS[k].items() if key != "spg_factor"},
                 "gradient_accumulation_steps": ga,
-                "steps_per_generation": ga * r.get("spg_factor", 1),
+                "steps_per_generation": ga * RUNS[k].get("spg_factor", 1),
             }
         }
-        for r in RUNS
-        if compared_on(layout, r)
+        for k in trained(layout)
     ]
     return {
         "fixed_completions": True,
@@ -77,8 +81,7 @@ def updates(tiny_llama_path, tmp_path_factory):
         folder = tmp_path_factory.mktemp(name)
         launch(backend, tiny_llama_path, folder, spec(name), num_processes=processes, mixed_precision="no")
         out[name] = {}
-        trained = [k for k, r in enumerate(RUNS) if compared_on(name, r)]
-        for j, k in enumerate(trained):  # the launch's j-th run is RUNS[k]
+        for j, k in enumerate(trained(name)):  # the launch's j-th run is RUNS[k]
             ranks = results(folder, run=j, num_processes=processes)
             for r in ranks[1:]:
                 assert all(torch.equal(w, r["weights"][n]) for n, w in ranks[0]["weights"].items())

@@ -143,16 +143,21 @@ def budgets() -> dict[str, int]:
     return {folder: int(seconds) for folder, seconds in BUDGET_ROW.findall(section)}
 
 
-def by_folder(tests: dict[str, dict]) -> dict[str, dict]:
-    folders: dict[str, dict] = defaultdict(
+def grouped(tests: dict[str, dict], group) -> dict[str, dict]:
+    """The tests' numbers added up per ``group(nodeid)`` (a row without cpu_seconds, from an older file, adds 0)."""
+    groups: dict[str, dict] = defaultdict(
         lambda: {"tests": 0, "seconds": 0.0, "cpu_seconds": 0.0, **dict.fromkeys(KINDS, 0)}
     )
     for nodeid, row in tests.items():
-        folder = folders[folder_of(nodeid)]
-        folder["tests"] += 1
+        totals = groups[group(nodeid)]
+        totals["tests"] += 1
         for key in ("seconds", "cpu_seconds", *KINDS):
-            folder[key] += row.get(key, 0)
-    return folders
+            totals[key] += row.get(key, 0)
+    return groups
+
+
+def by_folder(tests: dict[str, dict]) -> dict[str, dict]:
+    return grouped(tests, folder_of)
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -6,22 +6,13 @@ usage: python -m tests.helpers.budget_table RUN.json [--folders]
 
 import argparse
 import json
-from collections import defaultdict
 from pathlib import Path
 
-from tests.helpers.budget import KINDS, by_folder
+from tests.helpers.budget import KINDS, by_folder, grouped
 
 
 def by_file(tests: dict[str, dict]) -> dict[str, dict]:
-    files: dict[str, dict] = defaultdict(
-        lambda: {"tests": 0, "seconds": 0.0, "cpu_seconds": 0.0, **dict.fromkeys(KINDS, 0)}
-    )
-    for nodeid, row in tests.items():
-        file = files[nodeid.split("::")[0]]
-        file["tests"] += 1
-        for key in ("seconds", "cpu_seconds", *KINDS):
-            file[key] += row.get(key, 0)
-    return files
+    return grouped(tests, lambda nodeid: nodeid.split("::")[0])
 
 
 def table(rows: dict[str, dict]) -> str:
