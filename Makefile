@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo agent-demo vlm-demo qlora-demo lint test test-fast test-latest bench clean mutation-check
+.PHONY: install demo agent-demo vlm-demo qlora-demo lint deepspeed-ops test test-fast test-latest bench clean mutation-check
 
 install: $(STAMP)
 
@@ -48,11 +48,19 @@ lint: install
 	$(BIN)/ruff check hf_grpo tests bench train.py
 	$(BIN)/ruff format --check hf_grpo tests bench train.py
 
+# DeepSpeed compiles its CPU shared-memory op (deepspeed/ops/csrc/cpu/comm) in the first ZeRO process that starts:
+# about a minute of both cores here. Built before pytest, so that no launch pays it inside its time limit; it is cached in
+# ~/.cache/torch_extensions (0.1 s to load once built). ninja rebuilds it when a different ninja runs the build, so the
+# venv's bin comes first on PATH, as in every process the tests launch (tests/helpers/launch.py, launched_env).
+deepspeed-ops: install
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -c \
+	  "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
+
 # Two pytest workers, each test file whole in one (module fixtures stay shared), each process on one OpenMP thread:
 # on 2 cores this is what measured fastest (docs/testing.md). The summary prints the wall time, the 20 slowest tests
 # and the seconds per folder against the budget.
 PYTEST_WORKERS ?= 2
-test: install lint
+test: install lint deepspeed-ops
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=20 --budget-json outputs/test-budget.json
 

@@ -226,7 +226,7 @@ def test_two_nodes_share_the_servers_equally_and_every_server_gets_the_weights(s
     spec = {"runs": runs}
     before = [s.requests_served() for s in servers]
     folders = [tmp_path, tmp_path]
-    wait_all(start_nodes("ddp", vllm_tiny_path, spec, folders), folders, timeout=600)
+    wait_all(start_nodes("ddp", vllm_tiny_path, spec, folders), folders)
     for k in range(len(runs)):
         r0, r1 = (torch.load(tmp_path / "out" / f"rank{r}_{k}.pt", weights_only=False) for r in (0, 1))
         assert r0["world"] == 2 and all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())

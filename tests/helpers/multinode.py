@@ -6,12 +6,14 @@ of launches) or any script the planner is given, such as train.py itself."""
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import torch
 
 from hf_grpo.runtime.launching import plan_launch
 from tests.helpers.launch import ROOT, WORKER, free_port, launched_env
+from tests.helpers.processes import kill9
 
 
 def start_planned(
@@ -55,10 +57,21 @@ def start_nodes(
     return start_planned(folders, WORKER, backend, processes_per_node, script_args=[model, "out", json.dumps(spec)])
 
 
-def wait_all(procs: list[subprocess.Popen], folders: list[Path], timeout: float = 300) -> None:
-    for proc, folder in zip(procs, folders):
-        code = proc.wait(timeout=timeout)
-        assert code == 0, f"{folder}: exit {code}\n{(folder / 'launch.log').read_text()[-4000:]}"
+def wait_all(procs: list[subprocess.Popen], folders: list[Path], timeout: float = 600) -> None:
+    """Wait for every node's launch to exit 0 within ``timeout`` seconds in all (the same limit as a one-node launch,
+    tests.helpers.launch.launch). A node that fails or runs over fails the test with the end of its log, and no node
+    outlives the test: a pair left running would take a core from every test after it."""
+    deadline = time.monotonic() + timeout
+    try:
+        for proc, folder in zip(procs, folders):
+            try:
+                code = proc.wait(timeout=max(deadline - time.monotonic(), 0))
+            except subprocess.TimeoutExpired:
+                code = f"still running after {timeout:.0f} s"
+            assert code == 0, f"{folder}: exit {code}\n{(folder / 'launch.log').read_text()[-4000:]}"
+    finally:
+        for proc in procs:
+            kill9(proc)
 
 
 def rank_results(folders: list[Path], world: int, run: int = 0) -> list[dict]:
