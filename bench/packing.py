@@ -56,7 +56,11 @@ def step(model, head, batch: dict, packed: bool) -> tuple[float, torch.Tensor]:
         )  # [B, C]
     else:
         logp, _ = completion_logprobs(
-            model, head, batch["input_ids"], batch["attention_mask"], mask.shape[1], with_entropy=False
+            model,
+            head,
+            {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]},
+            mask.shape[1],
+            with_entropy=False,
         )  # [B, C]
     ((logp * mask).sum() / mask.sum()).backward()
     return time.perf_counter() - start, logp.detach()

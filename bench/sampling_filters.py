@@ -35,7 +35,7 @@ from hf_grpo import GRPOConfig  # noqa: E402
 from hf_grpo.data import encode_prompts, load_prompt_dataset  # noqa: E402
 from hf_grpo.generation import SamplingParams  # noqa: E402
 from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator  # noqa: E402
-from hf_grpo.learner.logprobs import SamplingFilters, completion_logprobs  # noqa: E402
+from hf_grpo.learner.logprobs import Readout, SamplingFilters, completion_logprobs  # noqa: E402
 from hf_grpo.models import load_model, load_tokenizer, resolve_model_path  # noqa: E402
 
 SETTINGS = {"top_k=50": dict(top_k=50), "min_p=0.05": dict(min_p=0.05), "top_p=0.9": dict(top_p=0.9)}
@@ -51,12 +51,10 @@ def trainer_logprobs(model, prompt_ids, completion_ids, temperature, filters):
             logp, _ = completion_logprobs(
                 model,
                 model.get_output_embeddings(),
-                ids,
-                torch.ones_like(ids),
+                {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
                 len(completion),
-                temperature=temperature,
+                Readout(temperature=temperature, filters=filters),
                 with_entropy=False,
-                filters=filters,
             )
             out.append(logp[0])  # [C]
     return out, time.perf_counter() - start

@@ -341,18 +341,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
                 function_name="<other process>",
             )
         advantages = rollout_advantages(batch, args, self.accelerator, self.reward_runner.weights)  # [P*G]
-        samples = build_samples(
-            batch.prompt_ids,
-            batch.completion_ids,
-            batch.finished,
-            advantages,
-            G,
-            args.mask_truncated_completions,
-            batch.sampling_logprobs,
-            batch.completion_mask,
-            batch.completion_prompt_ids,
-            batch.media,
-        )
+        samples = build_samples(batch, advantages, args.mask_truncated_completions)
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
         # Zero-advantage completions have exactly zero gradient unless a KL, entropy or MoE term pulls on them.
         skip = args.skip_zero_advantage and args.beta == 0 and not (self.entropy_control or self.aux_loss_enabled)

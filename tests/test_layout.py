@@ -162,6 +162,37 @@ def test_no_helper_reads_the_trainers_private_state():
     assert private_trainer_reads() == []
 
 
+# The pure-tensor and loss layers take records (settings objects, typed batches) rather than long parameter lists.
+MAX_PARAMETERS = 8
+NARROW_PACKAGES = ("algorithms", "learner")
+
+
+def wide_functions(source: str, where: str) -> list[str]:
+    """``where:function (n parameters)`` for each function in ``source`` with more than MAX_PARAMETERS parameters
+    (``self``/``cls`` not counted; ``*args``/``**kwargs`` count one each)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs] + [x.arg for x in (a.vararg, a.kwarg) if x]
+            n = len(names) - (names[:1] in (["self"], ["cls"]))
+            if n > MAX_PARAMETERS:
+                found.append(f"{where}:{node.name} ({n} parameters)")
+    return found
+
+
+def test_no_function_in_the_loss_layers_takes_more_than_8_parameters():
+    found = [
+        hit
+        for package in NARROW_PACKAGES
+        for path in sorted((PACKAGE / package).glob("*.py"))
+        for hit in wide_functions(path.read_text(), str(path.relative_to(ROOT)))
+    ]
+    assert found == []
+    planted = "def f(a, b, c, d, e, f, g, h, *, i): pass\nclass C:\n    def m(self, a, b, c, d, e, f, g, h): pass\n"
+    assert wide_functions(planted, "x") == ["x:f (9 parameters)"]
+
+
 def test_imports_between_tests():
     """Shared fixtures live in tests/helpers/ or a conftest.py: no test imports another test file, and each test file
     sits in the folder of the package it tests, named after a module (tests/<package>/test_<module>.py)."""

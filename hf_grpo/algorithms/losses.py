@@ -127,7 +127,7 @@ def _sequence_sum_mean(masked: torch.Tensor, mask: torch.Tensor, n: Denominators
     return masked.sum() / n.sequences
 
 
-# ---- Per-token objectives: (_Tokens, parameters) -> ([B, T] loss, extra outputs) ------------------------------------
+# ---- Per-token objectives: (_Tokens, LossSettings) -> ([B, T] loss, extra outputs) ----------------------------------
 @dataclass(frozen=True)
 class _Tokens:
     logp: torch.Tensor  # [B, T] current policy, with grad
@@ -138,33 +138,33 @@ class _Tokens:
     is_weights: torch.Tensor | None
 
 
-def _clipped(t: _Tokens, p: dict) -> tuple[torch.Tensor, dict]:
-    clipped = torch.clamp(t.ratio, 1.0 - p["epsilon_low"], 1.0 + p["epsilon_high"]) * t.adv  # [B, T]
-    unclipped = (t.ratio if p["delta"] is None else torch.clamp(t.ratio, max=p["delta"])) * t.adv  # [B, T]
+def _clipped(t: _Tokens, s: LossSettings) -> tuple[torch.Tensor, dict]:
+    clipped = torch.clamp(t.ratio, 1.0 - s.epsilon_low, 1.0 + s.epsilon_high) * t.adv  # [B, T]
+    unclipped = (t.ratio if s.delta is None else torch.clamp(t.ratio, max=s.delta)) * t.adv  # [B, T]
     return -torch.min(unclipped, clipped), {}
 
 
-def _cispo(t: _Tokens, p: dict) -> tuple[torch.Tensor, dict]:
+def _cispo(t: _Tokens, s: LossSettings) -> tuple[torch.Tensor, dict]:
     # epsilon_high is CISPO's absolute cap on the ratio (TRL's meaning)
-    per_token = cispo_per_token(t.ratio, t.logp, t.adv, p["epsilon_high"])  # [B, T]
-    return per_token, {"cispo_clipped": (t.ratio.detach() > p["epsilon_high"]) & (t.adv > 0)}
+    per_token = cispo_per_token(t.ratio, t.logp, t.adv, s.epsilon_high)  # [B, T]
+    return per_token, {"cispo_clipped": (t.ratio.detach() > s.epsilon_high) & (t.adv > 0)}
 
 
-def _sapo(t: _Tokens, p: dict) -> tuple[torch.Tensor, dict]:
-    return sapo_per_token(t.ratio, t.adv, p["sapo_temperature_pos"], p["sapo_temperature_neg"]), {}
+def _sapo(t: _Tokens, s: LossSettings) -> tuple[torch.Tensor, dict]:
+    return sapo_per_token(t.ratio, t.adv, s.sapo_temperature_pos, s.sapo_temperature_neg), {}
 
 
-def _vespo(t: _Tokens, p: dict) -> tuple[torch.Tensor, dict]:
+def _vespo(t: _Tokens, s: LossSettings) -> tuple[torch.Tensor, dict]:
     # Per-token log-ratios whatever the level; the train/inference ratio goes into phi.
     phi = vespo_weights(
         t.raw_log_ratio,
         t.adv,
         t.mask,
         t.is_weights,
-        k_pos=p["vespo_k_pos"],
-        lambda_pos=p["vespo_lambda_pos"],
-        k_neg=p["vespo_k_neg"],
-        lambda_neg=p["vespo_lambda_neg"],
+        k_pos=s.vespo_k_pos,
+        lambda_pos=s.vespo_lambda_pos,
+        k_neg=s.vespo_k_neg,
+        lambda_neg=s.vespo_lambda_neg,
     )  # [B, 1]
     return vespo_per_token(t.logp, t.adv, phi), {"vespo_phi": phi.squeeze(-1)}
 
@@ -173,7 +173,7 @@ def _vespo(t: _Tokens, p: dict) -> tuple[torch.Tensor, dict]:
 class LossType:
     """One ``loss_type``: its per-token objective, its aggregation, and the facts other code asks about it."""
 
-    objective: Callable[[_Tokens, dict], tuple[torch.Tensor, dict]]
+    objective: Callable[[_Tokens, LossSettings], tuple[torch.Tensor, dict]]
     aggregation: Callable[[torch.Tensor, torch.Tensor, Denominators], torch.Tensor]
     clipped: bool  # PPO's clipped surrogate: the clip_ratio/* metrics apply
     sums_tokens: bool  # sums per-token terms, so a sequence-level ratio weighs by length (TRL's warning)
@@ -219,6 +219,88 @@ def aggregate(
     return LOSS_TYPES[loss_type].aggregation(per_token * mask, mask, n)
 
 
+@dataclass(frozen=True)
+class LossSettings:
+    """What the policy loss reads of the config, built once (`from_config`) and checked when built. Defaults are
+    TRL's; comments name the GRPOConfig field where it differs."""
+
+    loss_type: str = "grpo"
+    importance_sampling_level: str = "token"  # token (PPO/GRPO) or sequence (GSPO)
+    epsilon_low: float = 0.2  # epsilon
+    epsilon_high: float = 0.2
+    delta: float | None = None  # cap of the unclipped ratio (two-sided clipping; None: off)
+    beta: float = 0.0  # the KL term's weight
+    kl_estimator: str = "k3"
+    use_bias_correction_kl: bool = False  # multiply the KL by the importance ratio, with its gradient
+    ratio_skip_threshold: float | None = None  # completions whose mean ratio exceeds it leave the loss (None: off)
+    off_policy_threshold: float | None = None  # off_policy_mask_threshold: DeepSeek-V3.2's sequence mask (None: off)
+    max_completion_length: int | None = None  # dr_grpo's constant denominator
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
+
+    def __post_init__(self):
+        for name, value, allowed in (
+            ("loss_type", self.loss_type, tuple(LOSS_TYPES)),
+            ("importance_sampling_level", self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS),
+            ("kl_estimator", self.kl_estimator, tuple(KL_ESTIMATORS)),
+        ):
+            if value not in allowed:
+                raise ValueError(f"unknown {name} {value!r}; expected one of {allowed}")
+        if self.loss_type == "dr_grpo" and self.max_completion_length is None:
+            raise ValueError("loss_type='dr_grpo' needs max_completion_length")
+
+    @classmethod
+    def from_config(cls, args) -> LossSettings:
+        """The one mapping from a GRPOConfig (training and the in-training eval loss both use it)."""
+        return cls(
+            loss_type=args.loss_type,
+            importance_sampling_level=args.importance_sampling_level,
+            epsilon_low=args.epsilon,
+            epsilon_high=args.epsilon_high,
+            delta=args.delta,
+            beta=args.beta,
+            kl_estimator=args.kl_estimator,
+            use_bias_correction_kl=args.use_bias_correction_kl,
+            ratio_skip_threshold=args.ratio_skip_threshold,
+            off_policy_threshold=args.off_policy_mask_threshold,
+            max_completion_length=args.max_completion_length,
+            sapo_temperature_pos=args.sapo_temperature_pos,
+            sapo_temperature_neg=args.sapo_temperature_neg,
+            vespo_k_pos=args.vespo_k_pos,
+            vespo_lambda_pos=args.vespo_lambda_pos,
+            vespo_k_neg=args.vespo_k_neg,
+            vespo_lambda_neg=args.vespo_lambda_neg,
+        )
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """One batch's per-token tensors for `policy_loss`."""
+
+    logp: torch.Tensor  # [B, T] current policy, with grad
+    old_logp: torch.Tensor  # [B, T] the policy that generated the batch, no grad (logp.detach() for one step per batch)
+    advantages: torch.Tensor  # [B] one per completion
+    mask: torch.Tensor  # [B, T] 1.0 on completion tokens that count for the loss
+    ref_logp: torch.Tensor | None = None  # [B, T] reference model (needed when beta != 0)
+    sampling_logp: torch.Tensor | None = None  # [B, T] the sampler's, for the off-policy mask (None: old_logp)
+    is_weights: torch.Tensor | None = None  # [B, T] detached train/inference correction weights
+    entropy_mask: torch.Tensor | None = None  # [B, T] 0/1: the tokens that carry the policy-gradient term
+
+
+@dataclass(frozen=True)
+class Normalizers:
+    """A batch's loss denominators where they are not its own counts (`aggregate`): the trainer's micro-batches
+    leave out rows known to contribute zero and share their optimizer step's counts."""
+
+    num_sequences: int | None = None  # None: the batch's B
+    num_tokens: float | None = None  # bnpo: this process's active tokens per micro-batch (None: the batch's own)
+    token_normalizer: float | torch.Tensor | None = None  # dapo, cispo, vespo: active tokens of the global batch
+
+
 @dataclass
 class PolicyLossOutput:
     loss: torch.Tensor  # scalar, differentiable
@@ -236,122 +318,64 @@ class PolicyLossOutput:
 
 
 def policy_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.2,
-    loss_type: str = "grpo",
-    importance_sampling_level: str = "token",
-    beta: float = 0.0,
-    ref_logp: torch.Tensor | None = None,
-    kl_estimator: str = "k3",
-    max_completion_length: int | None = None,
-    token_normalizer: float | torch.Tensor | None = None,
-    num_sequences: int | None = None,
-    num_tokens: float | None = None,
-    is_weights: torch.Tensor | None = None,
-    use_bias_correction_kl: bool = False,
-    ratio_skip_threshold: float | None = None,
-    delta: float | None = None,
-    entropy_mask: torch.Tensor | None = None,
-    sapo_temperature_pos: float = 1.0,
-    sapo_temperature_neg: float = 1.05,
-    vespo_k_pos: float = 2.0,
-    vespo_lambda_pos: float = 3.0,
-    vespo_k_neg: float = 3.0,
-    vespo_lambda_neg: float = 2.0,
-    off_policy_threshold: float | None = None,
-    sampling_logp: torch.Tensor | None = None,
+    inputs: LossInputs, settings: LossSettings, normalizers: Normalizers = Normalizers()
 ) -> PolicyLossOutput:
     """Clipped surrogate loss  -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A) (+ beta * KL), or TRL's cispo,
-    sapo or vespo objective in its place (`hf_grpo.algorithms.surrogates`).
+    sapo or vespo objective in its place (`hf_grpo.algorithms.surrogates`), of one batch's tokens (``inputs``) under
+    ``settings``, normalised by ``normalizers`` (the batch's own counts where they are None; see `aggregate`).
 
-    Args:
-        logp: ``[B, T]`` log-probs of the sampled tokens under the current policy (requires grad).
-        old_logp: ``[B, T]`` log-probs under the policy that generated the batch (no grad). With a single
-            gradient step per batch pass ``logp.detach()``: the ratio is 1 but its gradient is the policy gradient.
-        advantages: ``[B]`` one advantage per completion.
-        mask: ``[B, T]`` 1.0 on completion tokens that count for the loss.
-        importance_sampling_level: ``token`` (PPO/GRPO) or ``sequence`` (GSPO).
-        is_weights: optional ``[B, T]`` detached correction weights (train/inference mismatch).
-        use_bias_correction_kl: multiply the KL term by the (token or sequence) importance ratio, with its gradient.
-        ratio_skip_threshold: drop completions whose mean per-token ratio exceeds this from the loss (None: off).
-        delta: cap of the unclipped ratio (two-sided clipping; None: off).
-        entropy_mask: optional ``[B, T]`` 0/1 mask of the tokens that carry the policy-gradient term.
-        num_sequences, num_tokens: denominators to use instead of this batch's own counts (see `aggregate`).
-        sapo_temperature_pos/neg, vespo_*: TRL's parameters of those loss types.
-        off_policy_threshold: DeepSeek-V3.2's off-policy sequence mask (None: off), measured against
-            ``sampling_logp`` (``[B, T]``, the sampler's log-probs; ``old_logp`` when None).
+    Off-policy sequence mask (``off_policy_threshold``, DeepSeek-V3.2), entropy mask, train/inference weights and the
+    KL term apply in that order; ``ratio_skip_threshold`` then takes whole completions out of the numerator.
     """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"unknown loss_type {loss_type!r}; expected one of {tuple(LOSS_TYPES)}")
-    if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
-        raise ValueError(
-            f"unknown importance_sampling_level {importance_sampling_level!r}; "
-            f"expected one of {IMPORTANCE_SAMPLING_LEVELS}"
-        )
-    kind = LOSS_TYPES[loss_type]
-    mask = mask.to(logp.dtype)
+    s, t = settings, inputs
+    kind = LOSS_TYPES[s.loss_type]
+    logp, old_logp = t.logp, t.old_logp
+    mask = t.mask.to(logp.dtype)  # [B, T]
     raw_log_ratio = logp - old_logp  # [B, T]
     ratio_clamped = raw_log_ratio.detach().abs() > LOG_RATIO_CLAMP  # [B, T]
     log_ratio = raw_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # [B, T]
-    if importance_sampling_level == "sequence":
+    if s.importance_sampling_level == "sequence":
         seq_log_ratio = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B]
         log_ratio = seq_log_ratio.unsqueeze(-1).expand_as(logp)  # [B, T]
     ratio = torch.exp(log_ratio)  # [B, T]
-    adv = advantages.unsqueeze(-1).to(logp.dtype)  # [B, 1]
-    params = dict(
-        epsilon_low=epsilon_low,
-        epsilon_high=epsilon_high,
-        delta=delta,
-        sapo_temperature_pos=sapo_temperature_pos,
-        sapo_temperature_neg=sapo_temperature_neg,
-        vespo_k_pos=vespo_k_pos,
-        vespo_lambda_pos=vespo_lambda_pos,
-        vespo_k_neg=vespo_k_neg,
-        vespo_lambda_neg=vespo_lambda_neg,
-    )
-    per_token, extra = kind.objective(_Tokens(logp, raw_log_ratio, ratio, adv, mask, is_weights), params)  # [B, T]
+    adv = t.advantages.unsqueeze(-1).to(logp.dtype)  # [B, 1]
+    per_token, extra = kind.objective(_Tokens(logp, raw_log_ratio, ratio, adv, mask, t.is_weights), s)  # [B, T]
     kept = None
-    if off_policy_threshold is not None:
-        kept = off_policy_mask(
-            adv, logp, old_logp if sampling_logp is None else sampling_logp, mask, off_policy_threshold
-        )  # [B, 1]
+    if s.off_policy_threshold is not None:
+        sampler = old_logp if t.sampling_logp is None else t.sampling_logp  # [B, T]
+        kept = off_policy_mask(adv, logp, sampler, mask, s.off_policy_threshold)  # [B, 1]
         per_token = per_token * kept
-    if entropy_mask is not None:
-        per_token = per_token * entropy_mask.detach()
-    if is_weights is not None and not kind.own_is_weights:
-        per_token = per_token * is_weights.detach()
+    if t.entropy_mask is not None:
+        per_token = per_token * t.entropy_mask.detach()
+    if t.is_weights is not None and not kind.own_is_weights:
+        per_token = per_token * t.is_weights.detach()
     kl = None
     kl_clamped = torch.zeros_like(ratio_clamped)
-    if beta != 0.0:
-        if ref_logp is None:
+    if s.beta != 0.0:
+        if t.ref_logp is None:
             raise ValueError("beta != 0 needs ref_logp (log-probs under the reference model)")
-        kl, kl_clamped = kl_penalty(logp, ref_logp, kl_estimator)  # [B, T] each
-        if use_bias_correction_kl:
+        kl, kl_clamped = kl_penalty(logp, t.ref_logp, s.kl_estimator)  # [B, T] each
+        if s.use_bias_correction_kl:
             kl = kl * ratio  # [B, T] E_old[r * kl] = E_current[kl]
-        per_token = per_token + beta * kl
+        per_token = per_token + s.beta * kl
     skipped = torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)  # [B]
-    if ratio_skip_threshold is not None:
+    if s.ratio_skip_threshold is not None:
         with torch.no_grad():
             mean_ratio = (ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B]
-            skipped = mean_ratio > ratio_skip_threshold
+            skipped = mean_ratio > s.ratio_skip_threshold
         mask = mask * (~skipped).unsqueeze(-1).to(mask.dtype)  # [B, T]
     loss = aggregate(
         per_token,
         mask,
-        loss_type,
-        max_completion_length=max_completion_length,
-        token_normalizer=token_normalizer,
-        num_sequences=num_sequences,
-        num_tokens=num_tokens,
+        s.loss_type,
+        max_completion_length=s.max_completion_length,
+        token_normalizer=normalizers.token_normalizer,
+        num_sequences=normalizers.num_sequences,
+        num_tokens=normalizers.num_tokens,
     )
     with torch.no_grad():
-        low = (ratio < 1.0 - epsilon_low) & (adv < 0) & kind.clipped  # [B, T]
-        high = (ratio > 1.0 + epsilon_high) & (adv > 0) & kind.clipped  # [B, T]
+        low = (ratio < 1.0 - s.epsilon_low) & (adv < 0) & kind.clipped  # [B, T]
+        high = (ratio > 1.0 + s.epsilon_high) & (adv > 0) & kind.clipped  # [B, T]
     return PolicyLossOutput(
         loss=loss,
         per_token_loss=per_token,

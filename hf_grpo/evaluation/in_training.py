@@ -26,14 +26,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..algorithms import ADVANTAGE_ESTIMATORS, group_advantages, policy_loss
+from ..algorithms import ADVANTAGE_ESTIMATORS, LossInputs, LossSettings, Normalizers, group_advantages, policy_loss
 from ..data.checks import KEEP, model_positions, prepare_datasets
 from ..data.streaming import LazyEvalSet, is_streaming
 from ..generation import SamplingParams
 from ..learner.batching import build_samples, collate
 from ..learner.scoring import PolicyScorer
 from ..rewards import RewardRunner
-from ..rollout.collector import reward_columns
+from ..rollout.collector import RolloutBatch, reward_columns
 from .accuracy import evaluate_rows
 
 
@@ -41,23 +41,9 @@ def eval_loss_value(
     logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, args, ref_logp: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The GRPO loss of freshly sampled completions under the policy that sampled them (old = current: ratio 1)."""
-    out = policy_loss(
-        logp,
-        logp.detach(),
-        advantages,
-        mask,
-        epsilon_low=args.epsilon,
-        epsilon_high=args.epsilon_high,
-        loss_type=args.loss_type,
-        importance_sampling_level=args.importance_sampling_level,
-        beta=args.beta,
-        ref_logp=ref_logp,
-        kl_estimator=args.kl_estimator,
-        max_completion_length=args.max_completion_length,
-        token_normalizer=mask.sum().clamp(min=1.0),
-        use_bias_correction_kl=args.use_bias_correction_kl,
-        delta=args.delta,
-    )
+    # The on-policy surrogate (old = current) under the training loss's settings, its tokens its own normaliser.
+    tokens = LossInputs(logp, logp.detach(), advantages, mask, ref_logp=ref_logp)
+    out = policy_loss(tokens, LossSettings.from_config(args), Normalizers(token_normalizer=mask.sum().clamp(min=1.0)))
     return out.loss
 
 
@@ -102,15 +88,18 @@ class EvalLoss:
         advantages = group_advantages(
             rewards, k, estimator, args.advantage_eps, valid=~per_func.isnan().all(-1)
         )  # [n*k]
-        samples = build_samples(
-            prompt_ids,
-            result.completion_ids,
-            result.finished,
-            advantages,
-            k,
-            args.mask_truncated_completions,
+        sampled = RolloutBatch(
+            rows=rows,
+            prompt_ids=prompt_ids,
+            completion_ids=result.completion_ids,
+            finished=result.finished,
+            completions=completions,
+            rewards_per_func=per_func,
+            rewards=rewards,
+            overlong=torch.zeros_like(rewards),  # no overlong shaping in the eval loss
             media=media,
         )
+        samples = build_samples(sampled, advantages, args.mask_truncated_completions)
         batch = collate(samples, ctx.tokenizer.pad_token_id)
         inputs = ctx.scorer.model_inputs(batch)
         mask = batch["completion_mask"].to(ctx.accelerator.device)  # [n*k, C]

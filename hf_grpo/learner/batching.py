@@ -20,42 +20,37 @@ from __future__ import annotations
 import torch
 
 from ..algorithms import truncated_completion_mask
+from ..rollout.collector import RolloutBatch
 from ..vision.inputs import collate_vision
 from .packing import pack, padding_metrics
 
 
-def build_samples(
-    prompt_ids: list[list[int]],
-    completion_ids: list[list[int]],
-    finished: list[bool],
-    advantages: torch.Tensor,
-    num_generations: int,
-    mask_truncated: bool,
-    sampling_logprobs: list[list[float]] | None = None,
-    completion_mask: list[list[int]] | None = None,
-    completion_prompt_ids: list[list[int]] | None = None,
-    media: list | None = None,
-) -> list[dict]:
-    """One dict per completion: its prompt ids, completion ids, loss mask, advantage, (from vLLM) the sampler's
-    log-probs of its tokens and (vision-language policies) its `PromptMedia`: ``media`` has one per prompt, or one
-    per completion (multi-turn rollouts, whose tool turns add images of their own; `hf_grpo.agents.media`).
+def build_samples(batch: RolloutBatch, advantages: torch.Tensor, mask_truncated: bool) -> list[dict]:
+    """One dict per completion of ``batch`` (``P`` prompts, ``P*G`` completions, group-major): its prompt ids,
+    completion ids, loss mask, advantage (``advantages``: ``[P*G]``), (from vLLM) the sampler's log-probs of its
+    tokens and (vision-language policies) its `PromptMedia`: ``batch.media`` has one per prompt, or one per completion
+    (multi-turn rollouts, whose tool turns add images of their own; `hf_grpo.agents.media`).
 
-    Multi-turn rollouts (`hf_grpo.agents`) pass ``completion_mask`` (0 on tool and environment tokens): it multiplies
+    Multi-turn rollouts (`hf_grpo.agents`) carry ``completion_mask`` (0 on tool and environment tokens): it multiplies
     the loss mask, so those tokens are out of the loss, the KL, the entropy, the token normalisers and the importance
     ratios, all of which read the loss mask. ``completion_prompt_ids`` gives each completion its own prompt.
+    ``mask_truncated``: TRL's ``mask_truncated_completions``.
     """
+    completion_ids, media, sampling_logprobs = batch.completion_ids, batch.media, batch.sampling_logprobs
+    num_generations = len(completion_ids) // len(batch.prompt_ids)
     samples = []
     for i, completion in enumerate(completion_ids):
         mask = torch.ones(len(completion))  # [C_i]
-        if completion_mask is not None:
-            if len(completion_mask[i]) != len(completion):
+        if batch.completion_mask is not None:
+            if len(batch.completion_mask[i]) != len(completion):
                 raise ValueError(
-                    f"completion {i}: a mask of {len(completion_mask[i])} entries for {len(completion)} tokens"
+                    f"completion {i}: a mask of {len(batch.completion_mask[i])} entries for {len(completion)} tokens"
                 )
-            mask = torch.tensor(completion_mask[i], dtype=torch.float32)  # [C_i] 1 sampled, 0 tool
+            mask = torch.tensor(batch.completion_mask[i], dtype=torch.float32)  # [C_i] 1 sampled, 0 tool
         if mask_truncated:
-            mask = truncated_completion_mask(torch.tensor([finished[i]]), mask.unsqueeze(0))[0]
-        prompt = completion_prompt_ids[i] if completion_prompt_ids is not None else prompt_ids[i // num_generations]
+            mask = truncated_completion_mask(torch.tensor([batch.finished[i]]), mask.unsqueeze(0))[0]
+        own_prompt = batch.completion_prompt_ids
+        prompt = own_prompt[i] if own_prompt is not None else batch.prompt_ids[i // num_generations]
         sample = {
             "prompt_ids": prompt,
             "completion_ids": completion,

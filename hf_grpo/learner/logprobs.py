@@ -162,39 +162,52 @@ def _chunked(
     return torch.cat(logps), torch.cat(entropies)
 
 
+@dataclass(frozen=True)
+class Readout:
+    """How a forward's outputs become the sampled tokens' log-probs: the sampling temperature, the sampler's
+    truncation to renormalise over (None: none; see the module docstring), the model's logit transform (the chunked
+    path applies it; the model path gets it from the model) and the positions per head call (the chunk)."""
+
+    temperature: float = 1.0
+    filters: SamplingFilters | None = None
+    transform: LogitTransform = LogitTransform()
+    chunk_size: int = 1024
+
+
 def completion_logprobs(
     model: torch.nn.Module,
     head: torch.nn.Module | None,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
+    inputs: dict,
     completion_length: int,
+    readout: Readout = Readout(),
     *,
-    temperature: float = 1.0,
-    chunk_size: int = 1024,
     with_entropy: bool | str = True,
-    transform: LogitTransform = LogitTransform(),
-    filters: SamplingFilters | None = None,
     aux_losses: list | None = None,
-    vision: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (and entropy) of the last ``completion_length`` tokens of each row.
 
     Args:
         model: the (possibly DDP/DeepSpeed/FSDP-wrapped) causal LM; it is *called*, so wrappers see the forward.
         head: the unwrapped model's output embedding for the ``chunked`` path; None for the ``model`` path.
-        input_ids: ``[B, P + C]`` left-padded prompt followed by right-padded completion.
-        attention_mask: ``[B, P + C]``.
+        inputs: ``input_ids`` and ``attention_mask``, ``[B, P + C]`` each: left-padded prompt followed by
+            right-padded completion; and a vision-language micro-batch's tensors (``pixel_values``, ...) under
+            ``vision``, passed to the forward.
         completion_length: ``C``.
-        transform: the model's logit transform (chunked path only; the model path gets it from the model).
-        filters: the sampler's top_k/top_p/min_p truncation to renormalise over (see the module docstring), or None.
+        readout: temperature, sampling filters, logit transform and chunk size (`Readout`).
         with_entropy: True for the entropy as a (detached) metric, ``"grad"`` to keep its gradient (a loss term).
         aux_losses: a list: the (MoE) model is called with ``output_router_logits=True`` and its load-balancing
             ``aux_loss`` is appended to it.
-        vision: a vision-language micro-batch's tensors (``pixel_values``, ...), passed to the forward.
     Returns:
         ``([B, C] log-probs, [B, C] entropy)``; zeros for the entropy if not requested.
     """
-    extra = {**(vision or {}), **({} if aux_losses is None else {"output_router_logits": True})}
+    input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]  # [B, P + C] each
+    temperature, chunk_size, transform, filters = (
+        readout.temperature,
+        readout.chunk_size,
+        readout.transform,
+        readout.filters,
+    )
+    extra = {**(inputs.get("vision") or {}), **({} if aux_losses is None else {"output_router_logits": True})}
     C = completion_length
     targets = input_ids[:, -C:]  # [B, C]
     batch = input_ids.shape[0]
@@ -243,12 +256,9 @@ def packed_completion_logprobs(
     model: torch.nn.Module,
     head: torch.nn.Module | None,
     inputs: dict[str, torch.Tensor],
+    readout: Readout = Readout(),
     *,
-    temperature: float = 1.0,
-    chunk_size: int = 1024,
     with_entropy: bool | str = True,
-    transform: LogitTransform = LogitTransform(),
-    filters: SamplingFilters | None = None,
     aux_losses: list | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`completion_logprobs` for packed rows (`hf_grpo.learner.packing`): the same ``([B, C] log-probs, [B, C]
@@ -259,6 +269,12 @@ def packed_completion_logprobs(
     path selects their hidden states, the model path asks the model for the logits of those columns only.
     """
     input_ids, index = inputs["input_ids"], inputs["completion_index"]  # [R, L], [B, C]
+    temperature, chunk_size, transform, filters = (
+        readout.temperature,
+        readout.chunk_size,
+        readout.transform,
+        readout.filters,
+    )
     flat = index[index >= 0]  # [N] positions predicting completions
     targets = input_ids.reshape(-1)[flat + 1]  # [N]
     forward = {k: inputs[k] for k in ("input_ids", "position_ids", "attention_mask") if k in inputs}
@@ -311,9 +327,10 @@ def chunked_path_matches(
     tolerance: float,
 ) -> tuple[bool, float]:
     """Whether the chunked path reproduces the model's own log-probs on these inputs (max abs difference)."""
-    own, _ = completion_logprobs(model, None, input_ids, attention_mask, completion_length, with_entropy=False)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    own, _ = completion_logprobs(model, None, inputs, completion_length, with_entropy=False)
     ours, _ = completion_logprobs(
-        model, head, input_ids, attention_mask, completion_length, with_entropy=False, transform=transform
+        model, head, inputs, completion_length, Readout(transform=transform), with_entropy=False
     )
     diff = float((own - ours).abs().max()) if own.numel() else 0.0
     return diff <= tolerance, diff

@@ -27,6 +27,9 @@ from transformers.trainer_callback import ExportableState
 from ..algorithms import (
     LOSS_TYPES,
     EntropyControl,
+    LossInputs,
+    LossSettings,
+    Normalizers,
     entropy_bonus,
     importance_sampling_weights,
     logp_difference,
@@ -182,6 +185,7 @@ class LossStep:
             terms,
             ptx,
         )
+        self.loss_settings = LossSettings.from_config(args)
 
     def __call__(self, model, inputs: dict) -> torch.Tensor:
         args, accelerator, m = self.args, self.accelerator, self.metrics
@@ -221,36 +225,11 @@ class LossStep:
             if args.top_entropy_quantile == 1.0
             else top_entropy_mask(accelerator, entropy.detach(), mask, args.top_entropy_quantile)
         )  # [B, C]
-        out = policy_loss(
-            logp,
-            old_logp,
-            inputs["advantages"].to(device),
-            mask,
-            epsilon_low=args.epsilon,
-            epsilon_high=args.epsilon_high,
-            loss_type=args.loss_type,
-            importance_sampling_level=args.importance_sampling_level,
-            beta=args.beta,
-            ref_logp=ref_logp,
-            kl_estimator=args.kl_estimator,
-            max_completion_length=args.max_completion_length,
-            token_normalizer=inputs["token_normalizer"],
-            num_sequences=inputs["num_sequences"],
-            num_tokens=inputs["num_tokens"],
-            is_weights=is_weights,
-            use_bias_correction_kl=args.use_bias_correction_kl,
-            ratio_skip_threshold=args.ratio_skip_threshold,
-            delta=args.delta,
-            entropy_mask=entropy_mask,
-            sapo_temperature_pos=args.sapo_temperature_pos,
-            sapo_temperature_neg=args.sapo_temperature_neg,
-            vespo_k_pos=args.vespo_k_pos,
-            vespo_lambda_pos=args.vespo_lambda_pos,
-            vespo_k_neg=args.vespo_k_neg,
-            vespo_lambda_neg=args.vespo_lambda_neg,
-            off_policy_threshold=args.off_policy_mask_threshold,
-            sampling_logp=sampling_logp,
+        tokens = LossInputs(
+            logp, old_logp, inputs["advantages"].to(device), mask, ref_logp, sampling_logp, is_weights, entropy_mask
         )
+        normalizers = Normalizers(inputs["num_sequences"], inputs["num_tokens"], inputs["token_normalizer"])
+        out = policy_loss(tokens, self.loss_settings, normalizers)
         _record_policy_metrics(m, args, out, entropy.detach(), mask)
         loss = out.loss
         if control is not None:

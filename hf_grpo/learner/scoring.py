@@ -26,6 +26,7 @@ from ..models.reference import check_reference_matches
 from ..runtime.distributed import is_fsdp, is_zero3
 from .logprobs import (
     LogitTransform,
+    Readout,
     SamplingFilters,
     chunked_path_matches,
     completion_logprobs,
@@ -108,31 +109,13 @@ class PolicyScorer:
             self.chunked = self._choose_path(inputs, completion_length)
         head = self.accelerator.unwrap_model(model).get_output_embeddings() if self.chunked else None
         filters = self.filters if sampled else None
+        readout = Readout(temperature, filters, self.transform, self.args.logprob_chunk_size)
         if "completion_index" in inputs:  # packed rows (hf_grpo.learner.packing)
             return packed_completion_logprobs(
-                model,
-                head,
-                inputs,
-                temperature=temperature,
-                chunk_size=self.args.logprob_chunk_size,
-                with_entropy=with_entropy,
-                transform=self.transform,
-                aux_losses=aux_losses,
-                filters=filters,
+                model, head, inputs, readout, with_entropy=with_entropy, aux_losses=aux_losses
             )
         return completion_logprobs(
-            model,
-            head,
-            inputs["input_ids"],
-            inputs["attention_mask"],
-            completion_length,
-            temperature=temperature,
-            chunk_size=self.args.logprob_chunk_size,
-            with_entropy=with_entropy,
-            transform=self.transform,
-            aux_losses=aux_losses,
-            filters=filters,
-            vision=inputs.get("vision"),
+            model, head, inputs, completion_length, readout, with_entropy=with_entropy, aux_losses=aux_losses
         )
 
     def reference_logprobs(self, inputs: dict, completion_length: int, temperature: float) -> torch.Tensor:

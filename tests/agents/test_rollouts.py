@@ -110,17 +110,7 @@ def test_observation_tokens_are_out_of_the_loss_mask(tiny_llama_path, tmp_path):
         )
     )
     batch = trainer.collector.collect([trainer.train_dataset[i] for i in range(2)])
-    samples = build_samples(
-        batch.prompt_ids,
-        batch.completion_ids,
-        batch.finished,
-        torch.ones(4),
-        2,
-        False,
-        None,
-        batch.completion_mask,
-        batch.completion_prompt_ids,
-    )
+    samples = build_samples(batch, torch.ones(4), mask_truncated=False)
     for sample, mask, ids in zip(samples, batch.completion_mask, batch.completion_ids):
         assert sample["completion_mask"].tolist() == [float(m) for m in mask]
         observation = [t for t, m in zip(ids, mask) if m == 0]

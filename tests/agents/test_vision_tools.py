@@ -108,27 +108,15 @@ def test_a_tool_image_is_scored_as_the_processor_expands_the_whole_conversation(
     assert batch.agent_metrics["tools/call_frequency"] == 0.5
 
     # One micro-batch of the four rollouts, collated as the trainer collates it.
-    samples = build_samples(
-        batch.prompt_ids,
-        batch.completion_ids,
-        batch.finished,
-        torch.zeros(4),
-        2,
-        False,
-        completion_mask=batch.completion_mask,
-        completion_prompt_ids=batch.completion_prompt_ids,
-        media=batch.media,
-    )
+    samples = build_samples(batch, torch.zeros(4), mask_truncated=False)
     micro = collate(samples, trainer.text_tokenizer.pad_token_id)
     model = trainer.accelerator.unwrap_model(trainer.model).eval()
     with torch.no_grad():
         logp, _ = completion_logprobs(
             model,
             model.get_output_embeddings(),
-            micro["input_ids"],
-            micro["attention_mask"],
+            {"input_ids": micro["input_ids"], "attention_mask": micro["attention_mask"], "vision": micro["vision"]},
             micro["completion_mask"].shape[1],
-            vision=micro["vision"],
         )  # [4, C]
         for i in range(4):
             prompt, ids = batch.completion_prompt_ids[i], batch.completion_ids[i]

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from hf_grpo.algorithms import aggregate, kl_penalty, policy_loss
+from hf_grpo.algorithms import LossInputs, LossSettings, aggregate, kl_penalty, policy_loss
 
 
 def test_kl_estimators_hand_computed():
@@ -44,7 +44,7 @@ def test_on_policy_loss_is_minus_advantage_and_gradient_is_policy_gradient():
     logp = torch.tensor([[-1.0, -2.0], [-0.5, -0.1]], requires_grad=True)
     adv = torch.tensor([2.0, -1.0])
     mask = torch.ones(2, 2)
-    out = policy_loss(logp, logp.detach(), adv, mask, loss_type="bnpo")
+    out = policy_loss(LossInputs(logp, logp.detach(), adv, mask), LossSettings(loss_type="bnpo"))
     assert out.loss.item() == pytest.approx(-(2 + 2 - 1 - 1) / 4)
     out.loss.backward()
     # d/dlogp of -A * exp(logp - sg(logp)) is -A at ratio 1, divided by the 4 tokens
@@ -55,12 +55,18 @@ def test_clipping_hand_computed():
     old = torch.zeros(1, 4)
     logp = torch.log(torch.tensor([[1.5, 0.5, 1.1, 0.7]]))  # ratios
     mask = torch.ones(1, 4)
-    pos = policy_loss(logp, old, torch.tensor([1.0]), mask, epsilon_low=0.2, epsilon_high=0.28, loss_type="bnpo")
+    pos = policy_loss(
+        LossInputs(logp, old, torch.tensor([1.0]), mask),
+        LossSettings(epsilon_low=0.2, epsilon_high=0.28, loss_type="bnpo"),
+    )
     # A>0: min(r, clip(r, .8, 1.28)) = [1.28, 0.5, 1.1, 0.7]
     assert pos.loss.item() == pytest.approx(-(1.28 + 0.5 + 1.1 + 0.7) / 4, rel=1e-5)
     assert pos.high_clipped.tolist() == [[True, False, False, False]]
     assert not pos.low_clipped.any()
-    neg = policy_loss(logp, old, torch.tensor([-1.0]), mask, epsilon_low=0.2, epsilon_high=0.28, loss_type="bnpo")
+    neg = policy_loss(
+        LossInputs(logp, old, torch.tensor([-1.0]), mask),
+        LossSettings(epsilon_low=0.2, epsilon_high=0.28, loss_type="bnpo"),
+    )
     # A<0: -min(-r, -clip(r)) = max(r, clip(r)) = [1.5, 0.8, 1.1, 0.8]
     assert neg.loss.item() == pytest.approx((1.5 + 0.8 + 1.1 + 0.8) / 4, rel=1e-5)
     assert neg.low_clipped.tolist() == [[False, True, False, True]]
@@ -71,14 +77,8 @@ def test_gspo_sequence_ratio_is_geometric_mean():
     logp = torch.log(torch.tensor([[2.0, 0.5, 1.0]]))  # geometric mean of ratios = 1
     mask = torch.tensor([[1.0, 1.0, 0.0]])  # last token masked out
     out = policy_loss(
-        logp,
-        old,
-        torch.tensor([1.0]),
-        mask,
-        importance_sampling_level="sequence",
-        loss_type="grpo",
-        epsilon_low=0.2,
-        epsilon_high=0.2,
+        LossInputs(logp, old, torch.tensor([1.0]), mask),
+        LossSettings(importance_sampling_level="sequence", loss_type="grpo", epsilon_low=0.2, epsilon_high=0.2),
     )
     assert torch.allclose(out.ratio, torch.ones(1, 3))
     assert out.loss.item() == pytest.approx(-1.0)
@@ -87,17 +87,23 @@ def test_gspo_sequence_ratio_is_geometric_mean():
 def test_kl_added_per_token():
     logp = torch.zeros(1, 2)
     ref = torch.full((1, 2), math.log(0.5))
-    out = policy_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 2), beta=0.1, ref_logp=ref, loss_type="bnpo")
+    out = policy_loss(
+        LossInputs(logp, logp, torch.tensor([0.0]), torch.ones(1, 2), ref_logp=ref),
+        LossSettings(beta=0.1, loss_type="bnpo"),
+    )
     d = math.log(0.5)
     assert out.loss.item() == pytest.approx(0.1 * (math.exp(d) - d - 1))
     with pytest.raises(ValueError, match="ref_logp"):
-        policy_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 2), beta=0.1)
+        policy_loss(LossInputs(logp, logp, torch.tensor([0.0]), torch.ones(1, 2)), LossSettings(beta=0.1))
 
 
 def test_is_weights_scale_the_loss_without_gradient():
     logp = torch.zeros(1, 2, requires_grad=True)
     w = torch.tensor([[2.0, 0.0]], requires_grad=True)
-    out = policy_loss(logp, logp.detach(), torch.tensor([1.0]), torch.ones(1, 2), is_weights=w, loss_type="bnpo")
+    out = policy_loss(
+        LossInputs(logp, logp.detach(), torch.tensor([1.0]), torch.ones(1, 2), is_weights=w),
+        LossSettings(loss_type="bnpo"),
+    )
     assert out.loss.item() == pytest.approx(-1.0)
     out.loss.backward()
     assert w.grad is None
@@ -108,7 +114,10 @@ def test_an_extreme_ratio_with_zero_advantage_stays_finite_and_is_counted():
     # log-ratio 100: exp overflows to inf, and inf * advantage 0 is NaN in the loss without the clamp.
     logp = torch.tensor([[100.0, -1.0]], requires_grad=True)
     old = torch.tensor([[0.0, -1.0]])
-    out = policy_loss(logp, old, torch.tensor([0.0]), torch.ones(1, 2), beta=0.1, ref_logp=old, loss_type="bnpo")
+    out = policy_loss(
+        LossInputs(logp, old, torch.tensor([0.0]), torch.ones(1, 2), ref_logp=old),
+        LossSettings(beta=0.1, loss_type="bnpo"),
+    )
     assert torch.isfinite(out.loss)
     out.loss.backward()
     assert torch.isfinite(logp.grad).all()
@@ -129,11 +138,14 @@ def test_k3_exponent_and_value_are_clamped_and_counted():
 def test_policy_loss_reports_kl_clamps():
     logp = torch.tensor([[-60.0, -1.0]])
     out = policy_loss(
-        logp, logp, torch.tensor([1.0]), torch.ones(1, 2), beta=0.1, ref_logp=torch.zeros(1, 2), loss_type="bnpo"
+        LossInputs(logp, logp, torch.tensor([1.0]), torch.ones(1, 2), ref_logp=torch.zeros(1, 2)),
+        LossSettings(beta=0.1, loss_type="bnpo"),
     )
     assert out.kl_clamped.tolist() == [[True, False]]
     assert torch.isfinite(out.loss)
-    assert not policy_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 2)).kl_clamped.any()  # beta 0: no KL
+    assert not policy_loss(
+        LossInputs(logp, logp, torch.tensor([1.0]), torch.ones(1, 2)), LossSettings()
+    ).kl_clamped.any()  # beta 0: no KL
 
 
 # ---- KL gradients: k3+ (verl) and the importance-weighted KL (TRL's use_bias_correction_kl) -------------------------
@@ -156,14 +168,8 @@ def test_bias_corrected_kl_hand_computed():
     logp = torch.tensor([[math.log(0.6)]], requires_grad=True)
     old, ref = torch.tensor([[math.log(0.5)]]), torch.tensor([[math.log(0.3)]])
     out = policy_loss(
-        logp,
-        old,
-        torch.tensor([0.0]),
-        torch.ones(1, 1),
-        beta=1.0,
-        ref_logp=ref,
-        loss_type="bnpo",
-        use_bias_correction_kl=True,
+        LossInputs(logp, old, torch.tensor([0.0]), torch.ones(1, 1), ref_logp=ref),
+        LossSettings(beta=1.0, loss_type="bnpo", use_bias_correction_kl=True),
     )
     r, d = 1.2, math.log(0.5)
     k3 = math.exp(d) - d - 1
@@ -183,25 +189,14 @@ def test_bias_corrected_k3_gradient_is_the_kl_gradient_on_policy():
     x = torch.multinomial(p.detach(), 200_000, replacement=True)
     logp = theta.log_softmax(-1)[x].unsqueeze(0)  # [1, N]
     out = policy_loss(
-        logp,
-        logp.detach(),
-        torch.zeros(1),
-        torch.ones_like(logp),
-        beta=1.0,
-        loss_type="bnpo",
-        ref_logp=q.log()[x].unsqueeze(0),
-        use_bias_correction_kl=True,
+        LossInputs(logp, logp.detach(), torch.zeros(1), torch.ones_like(logp), ref_logp=q.log()[x].unsqueeze(0)),
+        LossSettings(beta=1.0, loss_type="bnpo", use_bias_correction_kl=True),
     )
     (grad,) = torch.autograd.grad(out.loss, theta, retain_graph=True)
     assert torch.allclose(grad, true_grad, atol=0.01)
     plain = policy_loss(
-        logp,
-        logp.detach(),
-        torch.zeros(1),
-        torch.ones_like(logp),
-        beta=1.0,
-        loss_type="bnpo",
-        ref_logp=q.log()[x].unsqueeze(0),
+        LossInputs(logp, logp.detach(), torch.zeros(1), torch.ones_like(logp), ref_logp=q.log()[x].unsqueeze(0)),
+        LossSettings(beta=1.0, loss_type="bnpo"),
     )
     (biased,) = torch.autograd.grad(plain.loss, theta)
     assert (biased - true_grad).abs().max() > 0.05  # k3's own gradient is not the KL's
@@ -226,12 +221,12 @@ def test_completions_above_the_ratio_threshold_leave_the_loss_and_are_counted():
     logp = torch.log(torch.tensor([[3.0, 3.0], [1.1, 0.9], [2.5, 1.0]])).requires_grad_(True)  # mean ratios 3, 1, 1.75
     adv = torch.tensor([-1.0, 1.0, -1.0])
     mask = torch.ones(3, 2)
-    out = policy_loss(logp, old, adv, mask, loss_type="grpo", ratio_skip_threshold=2.0)
+    out = policy_loss(LossInputs(logp, old, adv, mask), LossSettings(loss_type="grpo", ratio_skip_threshold=2.0))
     assert out.ratio_skipped.tolist() == [True, False, False]
     # The kept rows' per-sequence means, over all 3 sequences (denominators as planned):
     # row 1: -min(r, clip(r)) with A=1 -> -(1.1 + 0.9) / 2; row 2: A=-1 -> (2.5 + 1.0) / 2.
     assert out.loss.item() == pytest.approx((-(1.1 + 0.9) / 2 + (2.5 + 1.0) / 2) / 3, rel=1e-5)
     out.loss.backward()
     assert torch.equal(logp.grad[0], torch.zeros(2))
-    unskipped = policy_loss(logp, old, adv, mask, loss_type="grpo")
+    unskipped = policy_loss(LossInputs(logp, old, adv, mask), LossSettings(loss_type="grpo"))
     assert not unskipped.ratio_skipped.any() and unskipped.loss.item() > out.loss.item()

@@ -9,6 +9,8 @@ import torch
 from accelerate import Accelerator
 
 from hf_grpo.algorithms import (
+    LossInputs,
+    LossSettings,
     batch_std_group_advantages,
     entropy_threshold,
     high_entropy_mask,
@@ -31,8 +33,8 @@ def test_delta_caps_the_unclipped_ratio():
     mask = torch.ones(1, 3)
     adv = torch.tensor([-1.0])
     # Negative advantage: -min(r*A, clip(r)*A) = max(r, clip(r)) -> r=3 unbounded without delta, 2 with delta=2.
-    plain = policy_loss(logp, old, adv, mask, loss_type="bnpo").per_token_loss
-    capped = policy_loss(logp, old, adv, mask, loss_type="bnpo", delta=2.0).per_token_loss
+    plain = policy_loss(LossInputs(logp, old, adv, mask), LossSettings(loss_type="bnpo")).per_token_loss
+    capped = policy_loss(LossInputs(logp, old, adv, mask), LossSettings(loss_type="bnpo", delta=2.0)).per_token_loss
     torch.testing.assert_close(plain, torch.tensor([[3.0, 0.8, 1.0]]))
     torch.testing.assert_close(capped, torch.tensor([[2.0, 0.8, 1.0]]))
     # TRL's formula (grpo_trainer._compute_loss) on the same tensors.
@@ -58,14 +60,10 @@ def test_entropy_mask_matches_trl_and_leaves_kl_alone():
     assert kept.sum() == 3  # 20% of 11 tokens, interpolated threshold: the top 3
     logp = torch.randn(3, 5, requires_grad=True)
     out = policy_loss(
-        logp,
-        logp.detach(),
-        torch.tensor([1.0, -1.0, 0.5]),
-        mask,
-        loss_type="bnpo",
-        beta=0.1,
-        ref_logp=logp.detach() + 0.3,
-        entropy_mask=kept,
+        LossInputs(
+            logp, logp.detach(), torch.tensor([1.0, -1.0, 0.5]), mask, ref_logp=logp.detach() + 0.3, entropy_mask=kept
+        ),
+        LossSettings(loss_type="bnpo", beta=0.1),
     )
     pg = -torch.tensor([1.0, -1.0, 0.5]).unsqueeze(1) * kept  # ratio 1: -A on kept tokens only
     torch.testing.assert_close(out.per_token_loss, pg + 0.1 * out.kl)  # KL on every token

@@ -8,7 +8,7 @@ downstream is TRL's own code.
 import pytest
 import torch
 
-from hf_grpo.algorithms import policy_loss
+from hf_grpo.algorithms import LossInputs, LossSettings, Normalizers, policy_loss
 from tests.helpers.trl_loss import TRLLoss, make_inputs
 
 
@@ -30,18 +30,16 @@ def test_token_level_matches_trl(loss_type, beta, eps_high):
     }
     expected = trl._compute_loss(None, inputs)
     ours = policy_loss(
-        logp,
-        old,
-        adv,
-        mask,
-        epsilon_low=0.2,
-        epsilon_high=eps_high,
-        loss_type=loss_type,
-        beta=beta,
-        ref_logp=ref,
-        kl_estimator="k3",
-        max_completion_length=7,
-        token_normalizer=mask.sum(),
+        LossInputs(logp, old, adv, mask, ref_logp=ref),
+        LossSettings(
+            epsilon_low=0.2,
+            epsilon_high=eps_high,
+            loss_type=loss_type,
+            beta=beta,
+            kl_estimator="k3",
+            max_completion_length=7,
+        ),
+        Normalizers(token_normalizer=mask.sum()),
     )
     assert ours.loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
     low = float(trl._metrics["train"]["clip_ratio/low_mean"][0])
@@ -61,14 +59,8 @@ def test_sequence_level_gspo_matches_trl():
     }
     expected = trl._compute_loss(None, inputs)
     ours = policy_loss(
-        logp,
-        old,
-        adv,
-        mask,
-        epsilon_low=3e-4,
-        epsilon_high=4e-4,
-        loss_type="grpo",
-        importance_sampling_level="sequence",
+        LossInputs(logp, old, adv, mask),
+        LossSettings(epsilon_low=3e-4, epsilon_high=4e-4, loss_type="grpo", importance_sampling_level="sequence"),
     )
     assert ours.loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
@@ -102,35 +94,25 @@ def test_bias_corrected_kl_matches_trl_value_and_gradient(level):
     expected.backward()
     ours_logp = logp.clone().requires_grad_(True)
     ours = policy_loss(
-        ours_logp,
-        old,
-        adv,
-        mask,
-        epsilon_low=0.2,
-        epsilon_high=0.28,
-        loss_type="dapo",
-        beta=0.1,
-        ref_logp=ref,
-        importance_sampling_level=level,
-        token_normalizer=mask.sum(),
-        use_bias_correction_kl=True,
+        LossInputs(ours_logp, old, adv, mask, ref_logp=ref),
+        LossSettings(
+            epsilon_low=0.2,
+            epsilon_high=0.28,
+            loss_type="dapo",
+            beta=0.1,
+            importance_sampling_level=level,
+            use_bias_correction_kl=True,
+        ),
+        Normalizers(token_normalizer=mask.sum()),
     )
     ours.loss.backward()
     assert ours.loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
     torch.testing.assert_close(ours_logp.grad, trl_logp.grad, rtol=1e-5, atol=1e-7)
     plain_logp = logp.clone().requires_grad_(True)
     plain = policy_loss(
-        plain_logp,
-        old,
-        adv,
-        mask,
-        epsilon_low=0.2,
-        epsilon_high=0.28,
-        loss_type="dapo",
-        beta=0.1,
-        ref_logp=ref,
-        importance_sampling_level=level,
-        token_normalizer=mask.sum(),
+        LossInputs(plain_logp, old, adv, mask, ref_logp=ref),
+        LossSettings(epsilon_low=0.2, epsilon_high=0.28, loss_type="dapo", beta=0.1, importance_sampling_level=level),
+        Normalizers(token_normalizer=mask.sum()),
     )
     plain.loss.backward()
     assert (plain_logp.grad - trl_logp.grad).abs().max() > 1e-4  # the correction changes the gradient here

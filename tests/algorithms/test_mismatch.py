@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from hf_grpo.algorithms import logp_difference, policy_loss, truncated_importance_weights
+from hf_grpo.algorithms import LossInputs, LossSettings, logp_difference, policy_loss, truncated_importance_weights
 
 
 def test_token_level_weights_are_capped_ratios_and_zero_on_padding():
@@ -56,7 +56,10 @@ def test_weights_scale_each_tokens_policy_gradient():
     adv = torch.tensor([1.0])
     mask = torch.ones(1, 2)
     w = torch.tensor([[0.5, 2.0]])
-    out = policy_loss(logp, logp.detach(), adv, mask, epsilon_low=0.2, epsilon_high=0.2, loss_type="grpo", is_weights=w)
+    out = policy_loss(
+        LossInputs(logp, logp.detach(), adv, mask, is_weights=w),
+        LossSettings(epsilon_low=0.2, epsilon_high=0.2, loss_type="grpo"),
+    )
     torch.testing.assert_close(out.per_token_loss.detach(), torch.tensor([[-0.5, -2.0]]))
     out.loss.backward()
     torch.testing.assert_close(logp.grad, torch.tensor([[-0.25, -1.0]]))  # d/dlogp of -(r*A*w)/T, r = 1

@@ -9,7 +9,16 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from hf_grpo.algorithms import cispo_per_token, off_policy_mask, policy_loss, sapo_per_token, vespo_weights
+from hf_grpo.algorithms import (
+    LossInputs,
+    LossSettings,
+    Normalizers,
+    cispo_per_token,
+    off_policy_mask,
+    policy_loss,
+    sapo_per_token,
+    vespo_weights,
+)
 from hf_grpo.algorithms.entropy_control import EntropyControl, entropy_bonus
 from tests.helpers.trl_loss import TRLLoss, make_inputs
 
@@ -64,16 +73,11 @@ def test_loss_and_gradient_match_trl(loss_type, level, eps_high):
     expected.backward()
     ours_logp = logp.clone().requires_grad_(True)
     ours = policy_loss(
-        ours_logp,
-        old,
-        adv,
-        mask,
-        epsilon_low=0.2,
-        epsilon_high=eps_high,
-        loss_type=loss_type,
-        importance_sampling_level=level,
-        token_normalizer=mask.sum(),
-        **PARAMS,
+        LossInputs(ours_logp, old, adv, mask),
+        LossSettings(
+            epsilon_low=0.2, epsilon_high=eps_high, loss_type=loss_type, importance_sampling_level=level, **PARAMS
+        ),
+        Normalizers(token_normalizer=mask.sum()),
     )
     ours.loss.backward()
     assert ours.loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
@@ -112,15 +116,9 @@ def test_off_policy_mask_matches_trl_in_the_loss(threshold):
     trl = trl_loss(trl_logp, "dapo", "token", 0.28, off_policy=threshold)
     expected = trl._compute_loss(None, inputs_for(mask, adv, old, sampling_per_token_logps=sampling))
     ours = policy_loss(
-        logp,
-        old,
-        adv,
-        mask,
-        epsilon_high=0.28,
-        loss_type="dapo",
-        token_normalizer=mask.sum(),
-        off_policy_threshold=threshold,
-        sampling_logp=sampling,
+        LossInputs(logp, old, adv, mask, sampling_logp=sampling),
+        LossSettings(epsilon_high=0.28, loss_type="dapo", off_policy_threshold=threshold),
+        Normalizers(token_normalizer=mask.sum()),
     )
     assert ours.loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
     theirs = GRPOTrainer.get_off_policy_mask(adv.unsqueeze(1), logp, sampling, mask, threshold)
@@ -153,7 +151,10 @@ def test_hand_computed_values():
     torch.testing.assert_close(kept, torch.tensor([[1.0], [0.0], [1.0]]))
     # LUSPO: per-sequence sums, averaged over sequences (length-weighted), not per-sequence means.
     lp = torch.zeros(2, 3)
-    out = policy_loss(lp, lp, torch.tensor([1.0, 1.0]), torch.tensor([[1.0, 1, 1], [1, 0, 0]]), loss_type="luspo")
+    out = policy_loss(
+        LossInputs(lp, lp, torch.tensor([1.0, 1.0]), torch.tensor([[1.0, 1, 1], [1, 0, 0]])),
+        LossSettings(loss_type="luspo"),
+    )
     assert out.loss.item() == pytest.approx(-(3 + 1) / 2)
 
 
@@ -191,7 +192,9 @@ def test_entropy_bonus_and_adaptive_coefficient_match_trl(adaptive):
         trl._entropy = entropy
         expected = trl._compute_loss(None, inputs_for(mask, adv, old))
         policy = policy_loss(
-            logp, old, adv, mask, epsilon_high=0.28, loss_type="dapo", token_normalizer=mask.sum()
+            LossInputs(logp, old, adv, mask),
+            LossSettings(epsilon_high=0.28, loss_type="dapo"),
+            Normalizers(token_normalizer=mask.sum()),
         ).loss
         loss = policy - ours.applied() * entropy_bonus(entropy, mask)
         ours.update(((entropy * mask).sum() / mask.sum()).item())

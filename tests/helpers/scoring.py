@@ -3,7 +3,7 @@ a colocated engine's log-probs of the same completion."""
 
 import torch
 
-from hf_grpo.learner.logprobs import SamplingFilters, completion_logprobs
+from hf_grpo.learner.logprobs import Readout, SamplingFilters, completion_logprobs
 
 
 def trainer_logprobs(
@@ -14,11 +14,9 @@ def trainer_logprobs(
         logp, _ = completion_logprobs(
             model,
             model.get_output_embeddings(),
-            ids,
-            torch.ones_like(ids),
+            {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
             len(completion),
-            temperature=temperature,
-            filters=filters,
+            Readout(temperature=temperature, filters=filters),
         )
     return logp[0]  # [C]
 

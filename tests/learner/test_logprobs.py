@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from hf_grpo.learner.logprobs import completion_logprobs
+from hf_grpo.learner.logprobs import Readout, completion_logprobs
 from tests.helpers.models import make_tiny_llama
 
 
@@ -24,7 +24,11 @@ def test_chunked_logprobs_match_full_logits_and_gradients(chunk_size):
     ref_grad = model.model.layers[0].mlp.up_proj.weight.grad.clone()
     model.zero_grad()
     logp, ent = completion_logprobs(
-        model, model.get_output_embeddings(), input_ids, attention_mask, 6, temperature=0.7, chunk_size=chunk_size
+        model,
+        model.get_output_embeddings(),
+        {"input_ids": input_ids, "attention_mask": attention_mask},
+        6,
+        Readout(temperature=0.7, chunk_size=chunk_size),
     )
     assert torch.allclose(logp, ref_logp, atol=1e-5)
     assert torch.allclose(ent, ref_ent, atol=1e-4)
@@ -46,7 +50,11 @@ def test_no_full_vocab_logits_are_kept_for_backward():
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         logp, _ = completion_logprobs(
-            model, model.get_output_embeddings(), input_ids, attention_mask, 48, chunk_size=32
+            model,
+            model.get_output_embeddings(),
+            {"input_ids": input_ids, "attention_mask": attention_mask},
+            48,
+            Readout(chunk_size=32),
         )
     full = 8 * 48 * V
     assert max(saved) < full / 4, f"largest saved tensor {max(saved)} vs full logits {full}"
@@ -85,13 +93,21 @@ def test_logit_transforms_of_each_family_are_applied(family):
     attention_mask = torch.ones_like(input_ids)
     expected, _ = reference(model, input_ids, attention_mask, 5, 1.0)
     transform = LogitTransform.from_config(model.config)
-    plain, _ = completion_logprobs(model, model.get_output_embeddings(), input_ids, attention_mask, 5)
+    plain, _ = completion_logprobs(
+        model, model.get_output_embeddings(), {"input_ids": input_ids, "attention_mask": attention_mask}, 5
+    )
     assert (plain - expected).abs().max() > 1e-3, "this family's transform should matter on these inputs"
     ours, _ = completion_logprobs(
-        model, model.get_output_embeddings(), input_ids, attention_mask, 5, transform=transform, chunk_size=3
+        model,
+        model.get_output_embeddings(),
+        {"input_ids": input_ids, "attention_mask": attention_mask},
+        5,
+        Readout(transform=transform, chunk_size=3),
     )
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
-    own, _ = completion_logprobs(model, None, input_ids, attention_mask, 5, chunk_size=3)  # the model path
+    own, _ = completion_logprobs(
+        model, None, {"input_ids": input_ids, "attention_mask": attention_mask}, 5, Readout(chunk_size=3)
+    )  # the model path
     torch.testing.assert_close(own, expected, atol=1e-5, rtol=0)
     assert chunked_path_matches(model, model.get_output_embeddings(), transform, input_ids, attention_mask, 5, 1e-4)[0]
     assert not chunked_path_matches(
@@ -176,10 +192,18 @@ def test_filtered_logprobs_through_the_model_and_their_gradients():
     mask = torch.ones_like(input_ids)
     filters = SamplingFilters(top_k=10, top_p=0.9)
     chunked, _ = completion_logprobs(
-        model, model.get_output_embeddings(), input_ids, mask, 4, temperature=0.7, chunk_size=3, filters=filters
+        model,
+        model.get_output_embeddings(),
+        {"input_ids": input_ids, "attention_mask": mask},
+        4,
+        Readout(temperature=0.7, filters=filters, chunk_size=3),
     )
-    own, _ = completion_logprobs(model, None, input_ids, mask, 4, temperature=0.7, filters=filters)
-    plain, _ = completion_logprobs(model, None, input_ids, mask, 4, temperature=0.7)
+    own, _ = completion_logprobs(
+        model, None, {"input_ids": input_ids, "attention_mask": mask}, 4, Readout(temperature=0.7, filters=filters)
+    )
+    plain, _ = completion_logprobs(
+        model, None, {"input_ids": input_ids, "attention_mask": mask}, 4, Readout(temperature=0.7)
+    )
     torch.testing.assert_close(chunked, own, atol=1e-5, rtol=0)
     assert torch.isfinite(chunked).all() and (chunked >= plain - 1e-6).all()  # renormalised: never below
     assert (chunked - plain).abs().max() > 1e-3

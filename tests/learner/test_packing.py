@@ -128,7 +128,10 @@ def test_packed_logprobs_equal_padded_logprobs(tiny, attn, chunked, capacity):
     assert ("attention_mask" in inputs) == (attn != "flash_attention_2")
     with torch.no_grad():
         want, want_entropy = completion_logprobs(
-            tiny, head, padded["input_ids"], padded["attention_mask"], padded["completion_mask"].shape[1]
+            tiny,
+            head,
+            {"input_ids": padded["input_ids"], "attention_mask": padded["attention_mask"]},
+            padded["completion_mask"].shape[1],
         )
         got, got_entropy = packed_completion_logprobs(tiny, head, inputs)
     mask = padded["completion_mask"].bool()  # [B, C]
@@ -145,7 +148,9 @@ def test_packed_gradients_equal_padded_gradients(tiny):
     mask = padded["completion_mask"]  # [B, C]
     grads = []
     for logp_fn in (
-        lambda: completion_logprobs(tiny, None, padded["input_ids"], padded["attention_mask"], mask.shape[1])[0],
+        lambda: completion_logprobs(
+            tiny, None, {"input_ids": padded["input_ids"], "attention_mask": padded["attention_mask"]}, mask.shape[1]
+        )[0],
         lambda: packed_completion_logprobs(tiny, None, model_inputs(packed, "cpu", "sdpa", torch.float32))[0],
     ):
         tiny.zero_grad()

@@ -13,8 +13,25 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.learner.batching import build_samples, collate
 from hf_grpo.learner.logprobs import completion_logprobs
+from hf_grpo.rollout.collector import RolloutBatch
 from hf_grpo.vision.inputs import VisionPrompts
 from tests.helpers.vlm_models import FAMILIES, IMAGE_TOKENS, tiny_vlm
+
+
+def sampled(prompt_ids: list[list[int]], completions: list[list[int]], media: list) -> RolloutBatch:
+    """One finished completion per prompt, unscored: what `build_samples` reads of a rollout."""
+    n = len(completions)
+    return RolloutBatch(
+        rows=[{} for _ in prompt_ids],
+        prompt_ids=prompt_ids,
+        completion_ids=completions,
+        finished=[True] * n,
+        completions=[""] * n,
+        rewards_per_func=torch.zeros(n, 1),
+        rewards=torch.zeros(n),
+        overlong=torch.zeros(n),
+        media=media,
+    )
 
 
 def noise(size, seed):
@@ -44,10 +61,8 @@ def logprobs(model, batch):
         logp, _ = completion_logprobs(
             model,
             model.get_output_embeddings(),
-            batch["input_ids"],
-            batch["attention_mask"],
+            {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "vision": batch.get("vision")},
             batch["completion_mask"].shape[1],
-            vision=batch.get("vision"),
         )
     return logp * batch["completion_mask"]  # [B, C], 0 on padding
 
@@ -76,9 +91,7 @@ def test_a_batch_of_mixed_rows_scores_each_row_as_alone(family, vlm_root):
     ]
 
     completions = [[11, 12, 13, 14, 15], [21, 22], [31, 32, 33], [41, 42, 43, 44]]
-    samples = build_samples(
-        prompt_ids, completions, [True] * 4, torch.zeros(4), 1, False, media=media
-    )  # one completion per prompt
+    samples = build_samples(sampled(prompt_ids, completions, media), torch.zeros(4), False)  # one completion per prompt
     pad = processor.tokenizer.pad_token_id
     batched = logprobs(model, collate(samples, pad))  # [4, C]
     for row, sample in enumerate(samples):
@@ -87,5 +100,5 @@ def test_a_batch_of_mixed_rows_scores_each_row_as_alone(family, vlm_root):
         torch.testing.assert_close(batched[row, :c], single[0, :c], atol=2e-5, rtol=1e-4)
     # The rows' images matter: another image in row 0 changes its log-probs (a batch that dropped them would not).
     other = VisionPrompts(processor).encode_one(rows[0]["prompt"], [noise((64, 64), 9)])
-    swapped = build_samples([other[0]], completions[:1], [True], torch.zeros(1), 1, False, media=[other[1]])
+    swapped = build_samples(sampled([other[0]], completions[:1], [other[1]]), torch.zeros(1), False)
     assert not torch.allclose(logprobs(model, collate(swapped, pad))[0, :5], batched[0, :5])
