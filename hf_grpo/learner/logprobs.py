@@ -201,12 +201,6 @@ def completion_logprobs(
         ``([B, C] log-probs, [B, C] entropy)``; zeros for the entropy if not requested.
     """
     input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]  # [B, P + C] each
-    temperature, chunk_size, transform, filters = (
-        readout.temperature,
-        readout.chunk_size,
-        readout.transform,
-        readout.filters,
-    )
     extra = {**(inputs.get("vision") or {}), **({} if aux_losses is None else {"output_router_logits": True})}
     C = completion_length
     targets = input_ids[:, -C:]  # [B, C]
@@ -217,11 +211,11 @@ def completion_logprobs(
         flat = logits.reshape(-1, logits.shape[-1])  # [B*C, V]
         logp, entropy = _chunked(
             _logits_logprobs,
-            filters,
+            readout.filters,
             inputs=flat,
             targets=targets.reshape(-1),
-            chunk_size=chunk_size,
-            temperature=temperature,
+            chunk_size=readout.chunk_size,
+            temperature=readout.temperature,
             with_entropy=with_entropy,
         )
     else:
@@ -238,12 +232,12 @@ def completion_logprobs(
         logp, entropy = _chunked(
             _head_logprobs,
             head,
-            transform,
-            filters,
+            readout.transform,
+            readout.filters,
             inputs=flat,
             targets=targets.reshape(-1),
-            chunk_size=chunk_size,
-            temperature=temperature,
+            chunk_size=readout.chunk_size,
+            temperature=readout.temperature,
             with_entropy=with_entropy,
         )
     if aux_losses is not None:
@@ -269,12 +263,6 @@ def packed_completion_logprobs(
     path selects their hidden states, the model path asks the model for the logits of those columns only.
     """
     input_ids, index = inputs["input_ids"], inputs["completion_index"]  # [R, L], [B, C]
-    temperature, chunk_size, transform, filters = (
-        readout.temperature,
-        readout.chunk_size,
-        readout.transform,
-        readout.filters,
-    )
     flat = index[index >= 0]  # [N] positions predicting completions
     targets = input_ids.reshape(-1)[flat + 1]  # [N]
     forward = {k: inputs[k] for k in ("input_ids", "position_ids", "attention_mask") if k in inputs}
@@ -288,11 +276,11 @@ def packed_completion_logprobs(
         rows = logits[flat // width * columns.numel() + torch.searchsorted(columns, flat % width)]  # [N, V]
         logp, entropy = _chunked(
             _logits_logprobs,
-            filters,
+            readout.filters,
             inputs=rows,
             targets=targets,
-            chunk_size=chunk_size,
-            temperature=temperature,
+            chunk_size=readout.chunk_size,
+            temperature=readout.temperature,
             with_entropy=with_entropy,
         )
     else:
@@ -302,12 +290,12 @@ def packed_completion_logprobs(
         logp, entropy = _chunked(
             _head_logprobs,
             head,
-            transform,
-            filters,
+            readout.transform,
+            readout.filters,
             inputs=rows,
             targets=targets,
-            chunk_size=chunk_size,
-            temperature=temperature,
+            chunk_size=readout.chunk_size,
+            temperature=readout.temperature,
             with_entropy=with_entropy,
         )
     if aux_losses is not None:
