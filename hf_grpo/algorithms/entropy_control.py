@@ -67,3 +67,10 @@ class EntropyControl:
         else:
             self.coef = max(self.coef - self.delta, self.coef_min)
         self.last_entropy = step_entropy
+
+    def state(self) -> dict[str, float]:
+        """What changes while training (saved with each checkpoint): the coefficient and the last step's entropy."""
+        return {"coef": self.coef, "last_entropy": self.last_entropy}
+
+    def load_state(self, state: dict[str, float]) -> None:
+        self.coef, self.last_entropy = state["coef"], state["last_entropy"]

@@ -496,6 +496,7 @@ class GRPOConfig(GenerationFields):
         self._resolve_precision()
         super().__post_init__()
         trl_compat.resolve_trl_fields(self)
+        trl_compat.resolve_liger_kernel(self)
         check_quantization_fields(self)
         self.steps_per_generation = self.steps_per_generation or self.gradient_accumulation_steps
         self.epsilon_high = self.epsilon if self.epsilon_high is None else self.epsilon_high

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import json
+import warnings
 from typing import Any
 
 from ..errors import InputError
@@ -317,3 +319,28 @@ def check_trainer_arguments(
             "DistributedGRPOTrainer: quantization_config applies when the model is loaded from a name "
             "or path; this model is already loaded (quantize it yourself, or pass its name)"
         )
+
+
+def resolve_liger_kernel(config) -> None:
+    """TRL's use_liger_kernel: deprecated, needs liger-kernel, and never its fused linear cross-entropy (the
+    log-probs are computed here from the hidden states, `hf_grpo.learner.logprobs`)."""
+    if not config.use_liger_kernel:
+        return
+    warnings.warn(
+        "use_liger_kernel=True is deprecated in TRL (removed in v2.0.0); TRL points to the Hub kernels "
+        "(model_init_kwargs={'use_kernels': True}) instead",
+        FutureWarning,
+        stacklevel=4,
+    )
+    settings = dict(config.liger_kernel_config or {})
+    if settings.get("fused_linear_cross_entropy"):
+        raise ValueError(
+            "GRPOConfig: liger_kernel_config={'fused_linear_cross_entropy': True} is not supported: it "
+            "replaces the model's forward, which the log-prob computation relies on"
+        )
+    if importlib.util.find_spec("liger_kernel") is None:
+        raise ImportError(
+            "GRPOConfig: use_liger_kernel=True needs the liger-kernel package, which is not installed "
+            "(`pip install liger-kernel`; its kernels need a GPU)"
+        )
+    config.liger_kernel_config = {**settings, "fused_linear_cross_entropy": False}

@@ -199,185 +199,213 @@ TOOL_PARSERS = (
 
 
 def validate(config) -> None:
-    """The rules between fields, on a config whose types and counts have been checked."""
+    """The rules between fields, on a config whose types and counts have been checked, section by section (the order
+    decides which error a config with several faults gets first)."""
+    _check_generation(config)
+    _check_rewards_and_tools(config)
+    _check_batch_and_loss(config)
+    _check_rounds(config)
+    _check_run(config)
 
-    def check(ok: bool, message: str) -> None:
-        if not ok:
-            raise ConfigError(message)
 
-    def one_of(name: str, allowed) -> None:  # a tuple of names, or a table keyed by them
-        if getattr(config, name) not in allowed:
-            raise ConfigError(f"{name}={getattr(config, name)!r} is not one of {tuple(allowed)}", name)
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
 
-    check(bool(config.output_dir), "output_dir must name a folder (checkpoints and logs go there), got an empty one")
-    one_of("generation_backend", GENERATION_BACKENDS)
-    one_of("vllm_mode", VLLM_MODES)
-    one_of("vllm_weight_transfer", VLLM_WEIGHT_TRANSFERS)
-    one_of("vllm_server_on_failure", ("wait", "reroute"))
-    one_of("logprob_path", LOGPROB_PATHS)
-    one_of("dtype", ("auto", "float32", "bfloat16", "float16"))
-    one_of("vllm_importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
-    check(
+
+def _one_of(config, name: str, allowed) -> None:
+    """``config.<name>`` is one of ``allowed``: a tuple of names, or a table keyed by them."""
+    if getattr(config, name) not in allowed:
+        raise ConfigError(f"{name}={getattr(config, name)!r} is not one of {tuple(allowed)}", name)
+
+
+def _check_generation(config) -> None:
+    """Where generation runs and how the sampler's log-probs may be used."""
+    _check(bool(config.output_dir), "output_dir must name a folder (checkpoints and logs go there), got an empty one")
+    _one_of(config, "generation_backend", GENERATION_BACKENDS)
+    _one_of(config, "vllm_mode", VLLM_MODES)
+    _one_of(config, "vllm_weight_transfer", VLLM_WEIGHT_TRANSFERS)
+    _one_of(config, "vllm_server_on_failure", ("wait", "reroute"))
+    _one_of(config, "logprob_path", LOGPROB_PATHS)
+    _one_of(config, "dtype", ("auto", "float32", "bfloat16", "float16"))
+    _one_of(config, "vllm_importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
+    _check(
         config.vllm_importance_sampling_cap >= 1.0,
         f"vllm_importance_sampling_cap must be >= 1 (a ratio cap), got {config.vllm_importance_sampling_cap}",
     )
     if config.generation_backend == "vllm" and config.vllm_mode == "server":
-        check(
+        _check(
             bool(config.vllm_server_urls),
             "vllm_mode=server needs vllm_server_urls (start servers with "
             "`hf-grpo serve --model <model> --port <port>`)",
         )
-        check(
+        _check(
             config.vllm_server_on_failure != "reroute" or config.vllm_weight_transfer != "nccl",
             "vllm_server_on_failure=reroute needs vllm_weight_transfer=disk: the nccl transfer's group of servers "
             "is fixed at start, so a server that went away cannot rejoin it",
         )
     _check_backend_options(config)
-    check(
+    _check(
         not config.old_logprobs_from_sampler or config.generation_backend == "vllm",
         f"old_logprobs_from_sampler needs the sampler's log-probs, which generation_backend="
         f"{config.generation_backend!r} does not return; use generation_backend=vllm",
     )
-    check(
+    _check(
         0 < config.vllm_gpu_memory_utilization <= 1,
         f"vllm_gpu_memory_utilization must be in (0, 1], got {config.vllm_gpu_memory_utilization}",
     )
-    one_of("advantage_estimator", ADVANTAGE_ESTIMATORS)
-    one_of("loss_type", LOSS_TYPES)
-    one_of("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
-    one_of("kl_estimator", KL_ESTIMATORS)
-    one_of("reward_error", ("raise", "zero", "skip"))  # RewardRunner's ON_ERROR (config stays import-light)
-    one_of("tool_protocol", ("auto", "template", "fallback"))  # hf_grpo.agents.protocol.PROTOCOLS
+
+
+def _check_rewards_and_tools(config) -> None:
+    """The algorithm's names, rewards and tools: what each may be set to."""
+    _one_of(config, "advantage_estimator", ADVANTAGE_ESTIMATORS)
+    _one_of(config, "loss_type", LOSS_TYPES)
+    _one_of(config, "importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)
+    _one_of(config, "kl_estimator", KL_ESTIMATORS)
+    _one_of(config, "reward_error", ("raise", "zero", "skip"))  # RewardRunner's ON_ERROR (config stays import-light)
+    _one_of(config, "tool_protocol", ("auto", "template", "fallback"))  # hf_grpo.agents.protocol.PROTOCOLS
     if config.tool_parser is not None:  # hf_grpo.agents.parsers.PARSERS, plus transformers' parse_response
-        one_of("tool_parser", TOOL_PARSERS)
-    check(
+        _one_of(config, "tool_parser", TOOL_PARSERS)
+    _check(
         config.max_tool_calling_iterations is None or config.max_tool_calling_iterations >= 0,
         f"max_tool_calling_iterations must be >= 0 or None, got {config.max_tool_calling_iterations}",
     )
-    check(
+    _check(
         config.max_tool_output_tokens is None or config.max_tool_output_tokens >= 1,
         f"max_tool_output_tokens must be >= 1 or None, got {config.max_tool_output_tokens}",
     )
-    check(
+    _check(
         config.reward_timeout is None or config.reward_timeout > 0,
         f"reward_timeout must be > 0 seconds or None (no limit), got {config.reward_timeout}",
     )
-    check(config.tool_timeout > 0, f"tool_timeout must be > 0 seconds, got {config.tool_timeout}")
-    check(config.max_concurrent_tools >= 1, f"max_concurrent_tools must be >= 1, got {config.max_concurrent_tools}")
-    check(config.remove_unused_columns is False, "remove_unused_columns must be False (rewards read dataset columns)")
-    check(
+    _check(config.tool_timeout > 0, f"tool_timeout must be > 0 seconds, got {config.tool_timeout}")
+    _check(config.max_concurrent_tools >= 1, f"max_concurrent_tools must be >= 1, got {config.max_concurrent_tools}")
+
+
+def _check_batch_and_loss(config) -> None:
+    """Batch shapes, the loss and its clipping, sampling, schedules, PTX, KL and packing."""
+    _check(config.remove_unused_columns is False, "remove_unused_columns must be False (rewards read dataset columns)")
+    _check(
         config.num_generations >= 2 or config.advantage_estimator == "reinforce_pp",
         f"advantage_estimator={config.advantage_estimator!r} compares samples within a group, so "
         f"num_generations must be >= 2 (got {config.num_generations}); use reinforce_pp for G=1",
     )
     per_round = config.per_device_train_batch_size * config.steps_per_generation
-    check(
+    _check(
         per_round % config.num_generations == 0,
         f"each process generates whole groups: per_device_train_batch_size ({config.per_device_train_batch_size})"
         f" x steps_per_generation ({config.steps_per_generation}) = {per_round} completions must be a multiple "
         f"of num_generations ({config.num_generations}); groups never straddle processes here (TRL only needs the "
         f"global batch over all processes to hold whole groups)",
     )
-    check(0 <= config.epsilon < 1, f"epsilon must be in [0, 1), got {config.epsilon}")
-    check(config.epsilon_high >= 0, f"epsilon_high must be >= 0, got {config.epsilon_high}")
-    check(config.beta >= 0, f"beta must be >= 0, got {config.beta}")
-    check(config.temperature > 0, f"temperature must be > 0, got {config.temperature}")
-    check(0 < config.top_p <= 1, f"top_p must be in (0, 1], got {config.top_p}")
-    check(config.top_k >= 0, f"top_k must be >= 0 (0 disables), got {config.top_k}")
-    check(0 <= config.min_p < 1, f"min_p must be in [0, 1), got {config.min_p}")
-    _check_sampler_logprobs(config, check)
-    one_of("reinforce_pp_whitening", WHITENING_LEVELS)
-    one_of("temperature_schedule", TEMPERATURE_SCHEDULES)
+    _check(0 <= config.epsilon < 1, f"epsilon must be in [0, 1), got {config.epsilon}")
+    _check(config.epsilon_high >= 0, f"epsilon_high must be >= 0, got {config.epsilon_high}")
+    _check(config.beta >= 0, f"beta must be >= 0, got {config.beta}")
+    _check(config.temperature > 0, f"temperature must be > 0, got {config.temperature}")
+    _check(0 < config.top_p <= 1, f"top_p must be in (0, 1], got {config.top_p}")
+    _check(config.top_k >= 0, f"top_k must be >= 0 (0 disables), got {config.top_k}")
+    _check(0 <= config.min_p < 1, f"min_p must be in [0, 1), got {config.min_p}")
+    _check_sampler_logprobs(config, _check)
+    _one_of(config, "reinforce_pp_whitening", WHITENING_LEVELS)
+    _one_of(config, "temperature_schedule", TEMPERATURE_SCHEDULES)
     if config.temperature_schedule != "constant":
-        check(
+        _check(
             config.temperature_end is not None and config.temperature_end > 0,
             f"temperature_schedule={config.temperature_schedule!r} anneals from temperature to temperature_end, "
             f"which must be > 0 (got {config.temperature_end})",
         )
-    check(
+    _check(
         config.temperature_anneal_steps is None or config.temperature_anneal_steps >= 1,
         f"temperature_anneal_steps must be >= 1 or None, got {config.temperature_anneal_steps}",
     )
-    check(
+    _check(
         config.ratio_skip_threshold is None or config.ratio_skip_threshold > 1,
         f"ratio_skip_threshold must be > 1 (a ratio above the on-policy 1) or None, got {config.ratio_skip_threshold}",
     )
-    check(config.ptx_coef >= 0, f"ptx_coef must be >= 0, got {config.ptx_coef}")
-    check(
+    _check(config.ptx_coef >= 0, f"ptx_coef must be >= 0, got {config.ptx_coef}")
+    _check(
         (config.ptx_coef > 0) == (config.ptx_dataset is not None),
         f"the PTX loss needs both ptx_dataset and ptx_coef > 0 (got ptx_dataset={config.ptx_dataset!r}, "
         f"ptx_coef={config.ptx_coef})",
     )
-    check(
+    _check(
         config.ptx_batch_size >= 1 and config.ptx_max_length >= 2, "ptx_batch_size must be >= 1 and ptx_max_length >= 2"
     )
-    check(
+    _check(
         not config.use_bias_correction_kl or config.kl_estimator in ("k1", "k3"),
         f"use_bias_correction_kl weights the KL by the importance ratio, which unbiases the gradients of k1 and "
         f"k3 but biases kl_estimator={config.kl_estimator!r}'s; set use_bias_correction_kl: false or use k3",
     )
-    check(config.logprob_chunk_size >= 1, "logprob_chunk_size must be >= 1")
-    check(
+    _check(config.logprob_chunk_size >= 1, "logprob_chunk_size must be >= 1")
+    _check(
         config.generation_chunk_size is None or config.generation_chunk_size >= 1,
         "generation_chunk_size must be None (one call) or >= 1",
     )
     if config.max_tokens_per_microbatch is not None:
         longest = (config.max_prompt_length or 0) + config.max_completion_length
-        check(
+        _check(
             config.max_tokens_per_microbatch >= longest,
             f"max_tokens_per_microbatch ({config.max_tokens_per_microbatch}) must be >= max_prompt_length + "
             f"max_completion_length ({longest}): a packed row holds whole sequences",
         )
     if config.overlong_buffer_length is not None:
-        check(
+        _check(
             0 < config.overlong_buffer_length <= config.max_completion_length,
             f"overlong_buffer_length ({config.overlong_buffer_length}) must be in (0, max_completion_length="
             f"{config.max_completion_length}]",
         )
+
+
+def _check_rounds(config) -> None:
+    """Dynamic sampling and asynchronous generation (max_staleness)."""
     low, high = (list(config.dynamic_sampling_filter_range) + [None, None])[:2]
-    check(
+    _check(
         len(config.dynamic_sampling_filter_range) == 2 and 0 <= low <= high <= 1,
         f"dynamic_sampling_filter_range must be [low, high] with 0 <= low <= high <= 1, "
         f"got {config.dynamic_sampling_filter_range}",
     )
-    check(config.dynamic_sampling_max_rounds >= 0, "dynamic_sampling_max_rounds must be >= 0")
-    one_of("dynamic_sampling_criterion", ("success_rate", "reward_std"))
+    _check(config.dynamic_sampling_max_rounds >= 0, "dynamic_sampling_max_rounds must be >= 0")
+    _one_of(config, "dynamic_sampling_criterion", ("success_rate", "reward_std"))
     if config.max_staleness is not None:
-        check(config.max_staleness >= 0, f"max_staleness must be None or >= 0, got {config.max_staleness}")
-        check(
+        _check(config.max_staleness >= 0, f"max_staleness must be None or >= 0, got {config.max_staleness}")
+        _check(
             config.generation_backend == "vllm",
             "max_staleness needs generation_backend=vllm: the HF backend generates with the policy being "
             "trained, so generation cannot overlap training",
         )
-        check(
+        _check(
             config.vllm_tensor_parallel_size == 1 and not config.vllm_enable_sleep_mode,
             "max_staleness: a tensor-parallel colocated engine (its generate is a collective) and sleep mode "
             "(the engine sleeps while training) cannot overlap generation with training",
         )
-        check(
+        _check(
             config.steps_per_generation % config.gradient_accumulation_steps == 0,
             f"max_staleness needs steps_per_generation ({config.steps_per_generation}) to be a multiple of "
             f"gradient_accumulation_steps ({config.gradient_accumulation_steps}): a round's staleness is counted "
             f"in whole optimizer steps, which a round ending inside a step does not have",
         )
+
+
+def _check_run(config) -> None:
+    """Reward weights against reward functions, time budgets, logging and the code sandbox."""
     if config.reward_weights is not None and config.reward_funcs is not None:
-        check(
+        _check(
             len(config.reward_weights) == len(config.reward_funcs),
             f"reward_weights has {len(config.reward_weights)} entries but reward_funcs has "
             f"{len(config.reward_funcs)} ({config.reward_funcs})",
         )
-    check(
+    _check(
         config.max_train_minutes is None or config.max_train_minutes > 0,
         f"max_train_minutes must be > 0 or None, got {config.max_train_minutes}",
     )
-    check(
+    _check(
         config.save_every_minutes is None or config.save_every_minutes > 0,
         f"save_every_minutes must be > 0 or None, got {config.save_every_minutes}",
     )
-    check(config.log_completions_steps >= 0, "log_completions_steps must be >= 0")
-    check(config.code_timeout_s > 0, f"code_timeout_s must be > 0, got {config.code_timeout_s}")
-    check(config.code_memory_mb > 0, f"code_memory_mb must be > 0, got {config.code_memory_mb}")
-    check(
+    _check(config.log_completions_steps >= 0, "log_completions_steps must be >= 0")
+    _check(config.code_timeout_s > 0, f"code_timeout_s must be > 0, got {config.code_timeout_s}")
+    _check(config.code_memory_mb > 0, f"code_memory_mb must be > 0, got {config.code_memory_mb}")
+    _check(
         config.code_workers is None or config.code_workers >= 1,
         f"code_workers must be >= 1 or None (one per CPU), got {config.code_workers}",
     )

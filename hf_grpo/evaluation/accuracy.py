@@ -165,7 +165,7 @@ def evaluate_rows(
             completions=completions,
             completion_ids=result.completion_ids,
             columns=reward_columns(rows, k),
-        )[:, 0]  # [n*k]
+        ).per_func[:, 0]  # [n*k]
         for j, row in enumerate(rows):
             strict, lenient = [], []
             for i in range(j * k, (j + 1) * k):

@@ -75,14 +75,14 @@ class EvalLoss:
     def __call__(self, rows, prompt_ids, result, completions, media=None) -> None:
         ctx, args, k = self.ctx, self.ctx.args, self.k
         runner = ctx.train_rewards
-        per_func = runner(
+        scored = runner(
             prompts=[r["prompt"] for r in rows for _ in range(k)],
             completions=completions,
             completion_ids=result.completion_ids,
             columns=reward_columns(rows, k),
             trainer_state=ctx.trainer_state,
-        )  # [n*k, F]
-        rewards = runner.total(per_func)  # [n*k]
+        )
+        per_func, rewards = scored.per_func, scored.total  # [n*k, F], [n*k]
         # A batch-level estimator needs the whole step's statistics, which a chunk of eval prompts is not.
         estimator = args.advantage_estimator if ADVANTAGE_ESTIMATORS[args.advantage_estimator].group_local else "grpo"
         advantages = group_advantages(

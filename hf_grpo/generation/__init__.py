@@ -13,8 +13,10 @@ def build_generator(args, accelerator, model, tokenizer, model_path: str) -> Gen
     """The backend ``args`` asks for. ``model_path`` is a checkpoint vLLM can load (the base model under PEFT).
     With ``generation_backend: auto`` (TRL's ``use_vllm`` unset) a colocated engine that cannot load the model's
     architecture here falls back to HF generate, with a warning: every process meets the same failure, so all fall
-    back together. A backend the user named is never swapped."""
-    if args.generation_backend == "vllm" and args.vllm_mode == "colocate":
+    back together. A backend the user named is never swapped. ``args`` is left as it is: the generator returned
+    is what generates (the config says what was asked for)."""
+    backend = args.generation_backend
+    if backend == "vllm" and args.vllm_mode == "colocate":
         from .vllm_colocate import EngineCannotLoadModel, VLLMColocateGenerator
 
         try:
@@ -23,8 +25,8 @@ def build_generator(args, accelerator, model, tokenizer, model_path: str) -> Gen
             if not args.generation_backend_is_auto or args.max_staleness is not None:
                 raise
             logger.warning("%s; generation_backend auto: generating with transformers instead", e)
-            args.generation_backend = "hf"
-    if args.generation_backend == "hf":
+            backend = "hf"
+    if backend == "hf":
         return HFGenerator(
             accelerator,
             model,
@@ -34,7 +36,7 @@ def build_generator(args, accelerator, model, tokenizer, model_path: str) -> Gen
             args.cache_implementation,
             args.ds3_gather_for_generation,
         )
-    if args.generation_backend == "hf_continuous":
+    if backend == "hf_continuous":
         from .continuous import ContinuousBatchingGenerator
 
         return ContinuousBatchingGenerator(

@@ -15,9 +15,7 @@ The adaptive entropy coefficient is run state: `EntropyControlCallback` is an ``
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -52,13 +50,12 @@ class EntropyControlCallback(TrainerCallback, ExportableState):
         self.window: torch.Tensor | None = None  # [2] entropy sum and token count of this optimizer step
 
     def state(self) -> dict:
-        return {"args": {}, "attributes": {"coef": self.control.coef, "last_entropy": self.control.last_entropy}}
+        return {"args": {}, "attributes": self.control.state()}
 
     def on_train_begin(self, args, state, control, **kwargs):
         saved = state.stateful_callbacks.get(type(self).__name__)  # the checkpoint's, when resuming
         if isinstance(saved, dict):
-            self.control.coef = saved["attributes"]["coef"]
-            self.control.last_entropy = saved["attributes"]["last_entropy"]
+            self.control.load_state(saved["attributes"])
 
     def accumulate(self, accelerator, entropy: torch.Tensor, mask: torch.Tensor) -> None:
         """Add a micro-batch's entropy; at the optimizer step's last one, update the coefficient from the step's
@@ -84,7 +81,6 @@ def loss_terms(args, model: torch.nn.Module) -> LossTerms:
     """Check the loss settings against the (unwrapped) model, as TRL does when its trainer is built, and decide the
     terms: the MoE auxiliary loss's weight and the entropy bonus's control (a callback the trainer registers)."""
     warn_about_loss_settings(args)
-    check_liger_kernel(args)
     text_config = model.config.get_text_config()
     coef = args.router_aux_loss_coef
     router_aux_loss_coef = getattr(text_config, "router_aux_loss_coef", 0.0) if coef is None else coef
@@ -139,31 +135,6 @@ def warn_about_loss_settings(args) -> None:
             f"(vllm_importance_sampling_mode token_truncate or token_mask), got "
             f"{args.vllm_importance_sampling_mode!r}"
         )
-
-
-def check_liger_kernel(args) -> None:
-    """TRL's use_liger_kernel: deprecated, needs liger-kernel, and never its fused linear cross-entropy (the
-    log-probs are computed here from the hidden states, `hf_grpo.learner.logprobs`)."""
-    if not args.use_liger_kernel:
-        return
-    warnings.warn(
-        "use_liger_kernel=True is deprecated in TRL (removed in v2.0.0); TRL points to the Hub kernels "
-        "(model_init_kwargs={'use_kernels': True}) instead",
-        FutureWarning,
-        stacklevel=3,
-    )
-    config = dict(args.liger_kernel_config or {})
-    if config.get("fused_linear_cross_entropy"):
-        raise ValueError(
-            "GRPOConfig: liger_kernel_config={'fused_linear_cross_entropy': True} is not supported: it "
-            "replaces the model's forward, which the log-prob computation relies on"
-        )
-    if importlib.util.find_spec("liger_kernel") is None:
-        raise ImportError(
-            "GRPOConfig: use_liger_kernel=True needs the liger-kernel package, which is not installed "
-            "(`pip install liger-kernel`; its kernels need a GPU)"
-        )
-    args.liger_kernel_config = {**config, "fused_linear_cross_entropy": False}
 
 
 class LossStep:

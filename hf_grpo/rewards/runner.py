@@ -15,8 +15,9 @@ Departures from TRL:
   broadcasts a 1-element list), a non-list, a non-number or NaN/inf raise :class:`RewardFunctionError` naming the
   function and showing a sample. ``bool`` is accepted as 0/1; so are ``numpy`` scalars and 0-d tensors.
 * Functions that do not take ``**kwargs`` are rejected when the runner is built, not at the first step.
-* TRL's ``log_extra``/``log_metric`` keyword arguments are passed (checked when called, `.user_logs`); after a call
-  ``last_extra`` holds one dict of logged columns per completion and ``last_logged_metrics`` the logged values.
+* TRL's ``log_extra``/``log_metric`` keyword arguments are passed (checked when called, `.user_logs`); the call's
+  `RewardResult` holds one dict of logged columns per completion (``extra``) and the logged values
+  (``logged_metrics``).
   ``environments`` is passed in multi-turn runs with an ``environment_factory`` (a column, `hf_grpo.rollout`).
 * ``gated`` (open-instruct's default for its format reward, TRL has no equivalent): the named functions count in
   :meth:`total` only for completions whose ``gate`` function scored > 0, so a format reward cannot be farmed while
@@ -29,7 +30,8 @@ Departures from TRL:
   group-relative advantage); they differ in what the per-function metrics and the all-None count show, and
   ``zero`` keeps the function's "everything failed" signal visible. Only exceptions are subject to the policy: a
   function that returns a wrong length, a non-number or NaN has a bug that recurs every step, so that always raises.
-  Errors are counted per call (``last_error_counts``) and in total (``error_counts``) for the trainer to log.
+  Errors are counted per call (`RewardResult` ``error_counts``) and in total (the runner's ``error_counts``) for the
+  trainer to log.
 
 Time limit (``timeout``, ``GRPOConfig.reward_timeout``; TRL has none, a function that never returns hangs its run):
 
@@ -39,9 +41,9 @@ Time limit (``timeout``, ``GRPOConfig.reward_timeout``; TRL has none, a function
 * To find out which sample hangs, the function is then called once per sample, concurrently (at most
   :data:`SPLIT_WORKERS` at a time), under one shared deadline of another ``timeout`` seconds; a step thus waits at
   most twice ``timeout`` for a hung function. Samples scored by then keep their scores; the others score None for
-  that function (no ``on_error`` policy applies: a timeout is not an exception) and are counted in
-  ``last_timeout_counts``/``timeout_counts`` (logged as ``rewards/<name>/timeouts``). One warning per timed-out call
-  names the function, the samples that hung and how long it waited. A row no function scored is left out of
+  that function (no ``on_error`` policy applies: a timeout is not an exception) and are counted in the call's
+  ``timeout_counts`` and the runner's running total (logged as ``rewards/<name>/timeouts``). One warning per timed-out
+  call names the function, the samples that hung and how long it waited. A row no function scored is left out of
   training, as any all-None row. A reward object whose scores depend on the whole batch (batch normalisation, group
   comparisons) sets ``split_on_timeout = False`` (``RewardModel`` does): its samples then all score None instead.
 * With a time limit every sync function runs in a worker thread, so functions using signal-based timeouts (e.g.
@@ -79,6 +81,7 @@ from .contract import (
     reward_name,
     sample_text,
 )
+from .result import RewardResult
 from .user_logs import LogExtra, RewardLogs
 
 logger = logging.getLogger(__name__)
@@ -90,20 +93,14 @@ _SHOWN = 3  # hung samples quoted in a timeout warning
 
 
 class RewardRunner:
-    """Runs reward functions on a batch and returns their rewards as an ``[N, F]`` float32 tensor (NaN = None).
+    """Runs reward functions on a batch and returns a `RewardResult`: the rewards as an ``[N, F]`` float32 tensor
+    (NaN = None), their weighted totals, and the call's timings, handled errors, timeouts, the functions' own stats
+    and per-completion details, and the ``log_extra``/``log_metric`` values.
 
     ``timeout``: seconds one call may take (None: no limit), see "Time limit" in the module docstring.
 
-    After each call: ``last_timings`` maps each name to the function's wall time in seconds,
-    ``last_all_none_count`` is the number of completions for which every function returned None (their total is
-    0, see :meth:`total`; the trainer gives them advantage 0 and leaves them out of the group statistics),
-    ``last_error_counts`` maps each name to 1 if it raised (handled by ``on_error``) else 0 (``error_counts`` sums
-    those over all calls), ``last_timeout_counts`` maps each name to the number of samples it left unscored when
-    its time ran out (``timeout_counts`` sums them), and ``last_function_stats`` maps the name of each function
-    object that exposes a ``last_stats`` dict (e.g. ``CodeReward``: runs, timeouts, ...) to a copy of it, for
-    logging; ``last_details`` holds one dict per completion with the non-empty entries of the functions' own
-    ``last_details`` lists (notes such as suspected reward hacks), for the rollout log. ``names`` are the functions'
-    names, made unique with ``_2``, ``_3`` suffixes.
+    What spans calls stays here: ``error_counts`` and ``timeout_counts`` sum the calls' counts per function (the
+    logged totals). ``names`` are the functions' names, made unique with ``_2``, ``_3`` suffixes.
     """
 
     def __init__(
@@ -151,16 +148,8 @@ class RewardRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._stranded: list[list[threading.Thread]] = [[] for _ in self.funcs]  # abandoned calls' threads
-        self.last_timings: dict[str, float] = {}
-        self.last_all_none_count = 0
-        self.last_error_counts = dict.fromkeys(self.names, 0)
-        self.error_counts = dict.fromkeys(self.names, 0)
-        self.last_timeout_counts = dict.fromkeys(self.names, 0)
-        self.timeout_counts = dict.fromkeys(self.names, 0)
-        self.last_function_stats: dict[str, dict[str, float]] = {}
-        self.last_details: list[dict] = []
-        self.last_extra: list[dict] = []  # log_extra columns, one dict per completion
-        self.last_logged_metrics: dict[str, list[float]] = {}  # log_metric values
+        self.error_counts = dict.fromkeys(self.names, 0)  # handled errors per function, over all calls
+        self.timeout_counts = dict.fromkeys(self.names, 0)  # samples left unscored per function, over all calls
         self._warned_all_none = False
 
     def _index(self, name: str, key: str) -> int:
@@ -187,8 +176,9 @@ class RewardRunner:
         completion_ids: list[list[int]],
         columns: dict[str, list] | None = None,
         trainer_state: Any = None,
-    ) -> torch.Tensor:
-        """Rewards ``[N, F]`` (float32, CPU, NaN where a function returned None) for N completions.
+    ) -> RewardResult:
+        """The rewards of N completions (``per_func`` ``[N, F]``, float32, CPU, NaN where a function returned None;
+        ``total`` ``[N]``) and what the call recorded about them.
 
         ``columns`` maps each dataset column except the prompt to one value per completion. Raises
         :class:`RewardFunctionError` (after all functions finished) for the first function, in order, that raised
@@ -220,17 +210,17 @@ class RewardRunner:
             **columns,
         }
         outcomes = self._call_all(kwargs)
-        self.last_extra, self.last_logged_metrics = logs.close()
+        extra, logged_metrics = logs.close()
         outcomes = [self._merge(i, o, kwargs) if o.split is not None else o for i, o in enumerate(outcomes)]
-        self.last_timings = {name: o.seconds for name, o in zip(self.names, outcomes)}
-        self.last_error_counts = dict.fromkeys(self.names, 0)
-        self.last_timeout_counts = dict.fromkeys(self.names, 0)
+        timeout_counts = {name: len(o.timed_out) for name, o in zip(self.names, outcomes)}
         for i, outcome in enumerate(outcomes):
             if outcome.timed_out:
                 self._on_timeout(i, outcome, kwargs)
+        error_counts = dict.fromkeys(self.names, 0)
         per_func = torch.empty(n, len(self.funcs), dtype=torch.float32)  # [N, F]
         for i, outcome in enumerate(outcomes):  # in function order, so the first broken function is reported
             if outcome.error is not None and self.on_error != "raise":
+                error_counts[self.names[i]] = 1
                 per_func[:, i] = self._on_error(i, outcome, kwargs)
                 continue
             per_func[:, i] = torch.tensor(
@@ -238,23 +228,41 @@ class RewardRunner:
             )
         # Optional contract for reward objects: ``last_stats``, a dict describing their last call (same keys always,
         # so every process logs the same metrics).
-        self.last_function_stats = {
+        function_stats = {
             name: dict(fn.last_stats)
             for fn, name in zip(self.funcs, self.names)
             if isinstance(getattr(fn, "last_stats", None), dict)
         }
         # And ``last_details``, one dict per completion (e.g. CodeReward's suspected hacks), for the rollout log; not
         # from a function that timed out, whose details may be an earlier call's.
-        self.last_details = [{} for _ in range(n)]
+        details = [{} for _ in range(n)]
         for fn, name, outcome in zip(self.funcs, self.names, outcomes):
-            details = None if outcome.timed_out else getattr(fn, "last_details", None)
-            if isinstance(details, list) and len(details) == n:
-                for row, detail in zip(self.last_details, details):
+            own = None if outcome.timed_out else getattr(fn, "last_details", None)
+            if isinstance(own, list) and len(own) == n:
+                for row, detail in zip(details, own):
                     if detail:
                         row[name] = detail
-        all_none = per_func.isnan().all(dim=1)  # [N]
-        self.last_all_none_count = int(all_none.sum())
-        if self.last_all_none_count and not self._warned_all_none:
+        result = RewardResult(
+            names=list(self.names),
+            per_func=per_func,
+            total=self.total(per_func),
+            timings={name: o.seconds for name, o in zip(self.names, outcomes)},
+            error_counts=error_counts,
+            timeout_counts=timeout_counts,
+            function_stats=function_stats,
+            details=details,
+            extra=extra,
+            logged_metrics=logged_metrics,
+        )
+        self._warn_all_none(result, kwargs)
+        return result
+
+    def _warn_all_none(self, result: RewardResult, kwargs: dict[str, Any]) -> None:
+        """Once per runner: rows no function scored may be expected (rows no function applies to), so one warning,
+        with TRL's wording first."""
+        n = len(result.details)
+        all_none = result.per_func.isnan().all(dim=1)  # [N]
+        if result.all_none_count and not self._warned_all_none:
             self._warned_all_none = True  # once: it may be expected (rows no function applies to)
             row = int(all_none.nonzero()[0, 0])
             row_kwargs = {k: preview(v[row]) for k, v in kwargs.items() if isinstance(v, list) and len(v) == n}
@@ -264,11 +272,10 @@ class RewardRunner:
                 "got None from every reward function (%s): they are unscored, get advantage 0 and are "
                 "left out of their group's statistics.",
                 row_kwargs,
-                self.last_all_none_count,
+                result.all_none_count,
                 n,
                 ", ".join(self.names),
             )
-        return per_func
 
     def _call_all(self, kwargs: dict[str, Any]) -> list[Outcome]:
         """Every function's outcome: sync ones in threads (the first in this thread when there is no time limit),
@@ -419,17 +426,6 @@ class RewardRunner:
             self._loop.close()
             self._loop = self._loop_thread = None
 
-    def log_entries(self) -> dict[str, float]:
-        """The last call's statistics as step-log entries: ``rewards/<name>/seconds``, ``.../errors`` (failures handled
-        by ``reward_error`` are counted, never silent), ``.../timeouts`` (samples left unscored when the function's
-        time ran out) and each function's own ``last_stats``."""
-        entries = {f"rewards/{name}/seconds": seconds for name, seconds in self.last_timings.items()}
-        entries.update({f"rewards/{name}/errors": count for name, count in self.last_error_counts.items()})
-        entries.update({f"rewards/{name}/timeouts": count for name, count in self.last_timeout_counts.items()})
-        for name, stats in self.last_function_stats.items():
-            entries.update({f"rewards/{name}/{key}": value for key, value in stats.items()})
-        return entries
-
     def total(self, per_func: torch.Tensor) -> torch.Tensor:
         """Weighted sum over functions, ignoring NaN (TRL semantics): ``[N, F] -> [N]``; all-NaN rows give 0. Gated
         functions count only where the gate function's value is > 0 (None, i.e. NaN, is not)."""
@@ -467,7 +463,6 @@ class RewardRunner:
     def _on_timeout(self, i: int, outcome: Outcome, kwargs: dict[str, Any]) -> None:
         """Count and log the samples a function left unscored when its time ran out (they score None for it)."""
         name, n, missed = self.names[i], len(kwargs["completions"]), len(outcome.timed_out)
-        self.last_timeout_counts[name] = missed
         self.timeout_counts[name] += missed
         if outcome.hung:
             shown = "; ".join(f"sample {row}: {sample_text(kwargs, row)}" for row in outcome.hung[:_SHOWN])
@@ -495,7 +490,6 @@ class RewardRunner:
     def _on_error(self, i: int, outcome: Outcome, kwargs: dict[str, Any]) -> float:
         """Count and log a handled error; the value the function's column gets for this call."""
         name, error = self.names[i], outcome.error
-        self.last_error_counts[name] = 1
         self.error_counts[name] += 1
         sample = call_context(kwargs, outcome.error_row) if kwargs["completions"] else ""
         logger.warning(

@@ -272,8 +272,8 @@ class RolloutCollector:
         media: list | None = None,
         trainer_state=None,
     ) -> RolloutBatch:
-        """Decode and score generated completions (any thread: the reward runner's per-call statistics are copied
-        into the batch, so a pipeline scoring the next round cannot overwrite what the trainer logs)."""
+        """Decode and score generated completions (any thread: each call of the reward runner returns its own
+        `RewardResult`, which goes into the batch)."""
         G = self.args.num_generations
         t1 = time.perf_counter()
         multi_turn = isinstance(result, AgentResult)
@@ -290,20 +290,21 @@ class RolloutCollector:
             prompts = result.prompts  # TRL: with the text each environment's reset() appended
         else:
             prompts = [r["prompt"] for r in rows for _ in range(G)]
-        details: list[dict] = []
         if rows:
-            per_func = self.reward_runner(
+            scored = self.reward_runner(
                 prompts=prompts,
                 completions=completions,
                 completion_ids=result.completion_ids,
                 columns=columns,
                 trainer_state=trainer_state,
-            )  # [P*G, F]
-            total = self.reward_runner.total(per_func)  # [P*G]
-            details = self.reward_runner.last_details
+            )
+            per_func, total = scored.per_func, scored.total  # [P*G, F], [P*G]
+            details, extra, logged = scored.details, scored.extra, scored.logged_metrics
+            reward_log = scored.log_entries()
         else:
             per_func = torch.zeros(0, len(self.reward_runner.names))
             total = torch.zeros(0)
+            details, reward_log, extra, logged = [], {}, [], {}
         if self.args.non_stop_penalty:
             # open-instruct: a completion cut at the length limit gets a fixed total reward, whatever it scored.
             finished = torch.tensor(result.finished, dtype=torch.bool)  # [P*G]
@@ -330,9 +331,9 @@ class RolloutCollector:
             overlong=overlong,
             sampling_logprobs=result.logprobs,
             details=details,
-            reward_log=self.reward_runner.log_entries() if rows else {},
-            extra=self.reward_runner.last_extra if rows else [],
-            logged_metrics=self.reward_runner.last_logged_metrics if rows else {},
+            reward_log=reward_log,
+            extra=extra,
+            logged_metrics=logged,
             timings={"generation": generation_s, "rewards": t2 - t1},
             completion_mask=result.completion_mask if multi_turn else None,
             completion_prompt_ids=result.prompt_ids if multi_turn else None,

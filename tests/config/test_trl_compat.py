@@ -226,3 +226,16 @@ def test_trl_fields_in_recipes_and_flags(tmp_path):
     recipe.write_text("scale_reward: batch\n")
     with pytest.raises(RecipeError, match="did you mean `scale_rewards`"):
         parse_config(["--recipe", str(recipe)])
+
+
+def test_use_liger_kernel_errors_as_trl(tmp_path):
+    """Deprecated (TRL's warning), needs liger-kernel, and never its fused linear cross-entropy: checked when the
+    config is built, before any model loads."""
+    with (
+        pytest.warns(FutureWarning, match="use_liger_kernel=True is deprecated"),
+        pytest.raises(ImportError, match="needs the liger-kernel package"),
+    ):
+        GRPOConfig(output_dir=str(tmp_path), use_liger_kernel=True)
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="fused_linear_cross_entropy"):
+        fused = {"fused_linear_cross_entropy": True}
+        GRPOConfig(output_dir=str(tmp_path), use_liger_kernel=True, liger_kernel_config=fused)

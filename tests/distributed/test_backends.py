@@ -50,8 +50,9 @@ MATRIX = [(b, None) for b in BACKENDS] + [("ddp", "lora"), ("zero3", "lora"), ("
 
 # Rank 0's rollouts make no call; rank 1's make four calls in their first turn (one tool round, the limit) and call
 # again in their second, which ends them (max_turns). Two waves on rank 1 against one on rank 0 are all the
-# unevenness needs; 288 tokens hold rank 1's two turns and the observation (279 do; each HF wave decodes up to the
-# budget left). Four rounds of one call each (256 tokens) took 730 decode steps per rank; this takes 288 + 116.
+# unevenness needs; 288 tokens hold rank 1's two turns and the observation (279 do). The real HF generate under the
+# script decodes at most 4 tokens a wave (tests/helpers/scripted_agent.py INNER_TOKENS): the number of waves is what
+# the ranks must agree on, not their length (decoding the budget left took 288 + 116 decode steps per rank).
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call>'
 AGENTS = {
     "dataset": [{"prompt": [{"role": "user", "content": f"What is {i} + 1?\ncall={CALL * 4}"}]} for i in range(8)],

@@ -44,8 +44,7 @@ CONFIG = {
 }
 # Multi-turn: calculator rollouts, the policy scripted over the real HF generate, the ranks making 1 and 2 tool rounds.
 # 119 tokens is the least that holds rank 1's rollout (call 31 + result 24, twice, and an answer of up to 9 tokens);
-# HF generate decodes each turn's whole remaining budget with the random-init model, so every token more costs a
-# decode step per turn.
+# the real HF generate under the script decodes at most 4 of them a turn (tests/helpers/scripted_agent.py).
 TOOL_ROUNDS = [1, 2]
 VARIANTS = {
     "single-turn": {"config": CONFIG},

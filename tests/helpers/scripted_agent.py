@@ -8,16 +8,21 @@ rewards, loss) is the real code.
 
 ``vary`` makes successive answers differ, so that rewards vary within a group. ``calls`` overrides the prompt's count
 (the distributed tests give each rank its own). ``inner``, when given, is a real backend whose ``generate`` runs first
-with the same arguments and whose output is then replaced by the script: under ZeRO-3 that keeps the real lock-step
-forward passes (collectives) of HF generate in the loop.
+with the same arguments, at most ``INNER_TOKENS`` new tokens, and whose output is then replaced by the script:
+under ZeRO-3 that keeps the real lock-step forward passes (collectives) of HF generate in the loop. The inner output is
+thrown away, so only the number of waves each rank runs matters, not their length: a random-init model never stops
+early, and decoding the whole budget left (up to 288 tokens a wave) cost a decode step per token per rank for nothing.
 """
 
 import re
+from dataclasses import replace
 
 import torch
 
 from hf_grpo.config import GRPOConfig
 from hf_grpo.generation import GenerationResult, Generator, SamplingParams
+
+INNER_TOKENS = 4  # new tokens the inner backend decodes per wave (see the module docstring)
 
 
 def agent_args(tmp_path, **kw) -> GRPOConfig:
@@ -105,7 +110,8 @@ class ScriptedToolUse(Generator):
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, media=None) -> GenerationResult:
         if self.inner is not None:  # a vision-language policy's contexts come with their images' tensors (media)
-            self.inner.generate(prompt_ids, n, sampling, **({"media": media} if media is not None else {}))
+            inner = replace(sampling, max_tokens=min(sampling.max_tokens, INNER_TOKENS))
+            self.inner.generate(prompt_ids, n, inner, **({"media": media} if media is not None else {}))
         ids, finished = [], []
         for prompt in prompt_ids:
             text = self.turn_text(self.tokenizer.decode(prompt))

@@ -1,6 +1,6 @@
 """The loss terms TRL adds around the policy term, end to end on tiny random models: TRL's loss types, the off-policy
 sequence mask, the entropy bonus and its adaptive coefficient (continued across a resume), a Mixture-of-Experts
-model's load-balancing loss, and TRL's checks (liger, loss-setting warnings). The pure functions are tested against
+model's load-balancing loss, and TRL's loss-setting warnings. The pure functions are tested against
 TRL's code in tests/algorithms/test_surrogates.py."""
 
 import json
@@ -177,18 +177,6 @@ def test_moe_load_balancing_loss_is_added_and_logged(tiny_moe_path, tmp_path):
 def test_router_aux_loss_coef_needs_a_moe_model(tiny_llama_path, tmp_path):
     with pytest.raises(ValueError, match="router_aux_loss_coef=0.1 but LlamaForCausalLM is not a Mixture-of-Experts"):
         make_trainer(tiny_llama_path, tmp_path, router_aux_loss_coef=0.1)
-
-
-def test_use_liger_kernel_errors_as_trl(tiny_llama_path, tmp_path):
-    with (
-        pytest.warns(FutureWarning, match="use_liger_kernel=True is deprecated"),
-        pytest.raises(ImportError, match="needs the liger-kernel package"),
-    ):
-        make_trainer(tiny_llama_path, tmp_path, use_liger_kernel=True)
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="fused_linear_cross_entropy"):
-        make_trainer(
-            tiny_llama_path, tmp_path, use_liger_kernel=True, liger_kernel_config={"fused_linear_cross_entropy": True}
-        )
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ def test_builtins_share_the_verifier_concurrently_in_a_runner():
         completions=completions,
         completion_ids=[[1]] * 16,
         columns={"gt_answer": ["0.5"] * 16},
-    )
+    ).per_func
     assert per_func[:2].tolist() == [[0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]]
     assert torch.equal(per_func[2:], per_func[:2].repeat(7, 1))
     runner.close()

@@ -66,9 +66,9 @@ def test_loaded_by_prefix_and_mixed_with_verifiable_rewards(rm_path):
         return [float(c == "4") for c in completions]
 
     runner = RewardRunner([rm, exact_four], reward_weights=[0.5, 2.0])
-    per_func = runner(prompts=PROMPTS, completions=COMPLETIONS, completion_ids=[[1]] * 4)
+    result = runner(prompts=PROMPTS, completions=COMPLETIONS, completion_ids=[[1]] * 4)
     expected = [0.5 * s + 2.0 * (c == "4") for s, c in zip(rm(PROMPTS, COMPLETIONS), COMPLETIONS)]
-    assert runner.total(per_func).tolist() == pytest.approx(expected, abs=1e-5)
+    assert result.total.tolist() == pytest.approx(expected, abs=1e-5)
 
 
 def test_bad_specs_are_explained(tmp_path, tokenizer):

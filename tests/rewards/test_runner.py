@@ -31,13 +31,13 @@ def maybe_reward(completions, **kwargs):
 
 def test_values_none_to_nan_and_weighted_nansum():
     runner = RewardRunner([length_reward, maybe_reward], reward_weights=[2.0, 10.0])
-    per_func = run(runner)
-    assert per_func.dtype == torch.float32 and per_func.shape == (4, 2)
-    assert per_func[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]
-    assert torch.isnan(per_func[[0, 2], 1]).all() and per_func[[1, 3], 1].tolist() == [1.0, 1.0]
-    assert runner.total(per_func).tolist() == [2.0, 14.0, 6.0, 18.0]
+    result = run(runner)
+    assert result.per_func.dtype == torch.float32 and result.per_func.shape == (4, 2)
+    assert result.per_func[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert torch.isnan(result.per_func[[0, 2], 1]).all() and result.per_func[[1, 3], 1].tolist() == [1.0, 1.0]
+    assert result.total.tolist() == [2.0, 14.0, 6.0, 18.0]
     assert runner.names == ["length_reward", "maybe_reward"]
-    assert runner.last_all_none_count == 0
+    assert result.all_none_count == 0
 
 
 def test_all_none_rows_total_zero_and_are_counted():
@@ -45,16 +45,16 @@ def test_all_none_rows_total_zero_and_are_counted():
         return [None] * len(completions)
 
     runner = RewardRunner([none_reward, maybe_reward])
-    per_func = run(runner)
-    assert runner.total(per_func).tolist() == [0.0, 1.0, 0.0, 1.0]
-    assert runner.last_all_none_count == 2
+    result = run(runner)
+    assert result.total.tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert result.all_none_count == 2
 
 
 def test_accepted_number_types():
     def mixed(completions, **kwargs):
         return [True, np.float32(0.5), torch.tensor(2.0), 3]
 
-    assert run(RewardRunner([mixed]))[:, 0].tolist() == [1.0, 0.5, 2.0, 3.0]
+    assert run(RewardRunner([mixed])).per_func[:, 0].tolist() == [1.0, 0.5, 2.0, 3.0]
 
 
 def test_dataset_columns_and_trainer_state_reach_the_function():
@@ -151,11 +151,11 @@ def test_sync_functions_run_concurrently_and_are_timed():
 
     runner = RewardRunner([slow_a, slow_b])
     start = time.perf_counter()
-    per_func = run(runner)
+    result = run(runner)
     assert time.perf_counter() - start < 0.9
-    assert per_func[0].tolist() == [1.0, 2.0]
-    assert set(runner.last_timings) == {"slow_a", "slow_b"}
-    assert all(0.45 < s < 0.9 for s in runner.last_timings.values())
+    assert result.per_func[0].tolist() == [1.0, 2.0]
+    assert set(result.timings) == {"slow_a", "slow_b"}
+    assert all(0.45 < s < 0.9 for s in result.timings.values())
     runner.close()
 
 
@@ -185,7 +185,7 @@ def test_a_function_mutating_its_inputs_does_not_affect_another():
         time.sleep(0.05)
         return [float(len(c)) for c in completions]
 
-    assert run(RewardRunner([mutating, reader]))[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert run(RewardRunner([mutating, reader])).per_func[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
 
 
 async def async_slow(completions, **kwargs):
@@ -206,11 +206,11 @@ def test_async_functions_run_together_and_with_sync_ones():
 
     runner = RewardRunner([async_slow, sync_slow, AsyncScorer()])
     start = time.perf_counter()
-    per_func = run(runner)
+    result = run(runner)
     assert time.perf_counter() - start < 0.9
-    assert per_func[0].tolist() == [3.0, 1.0, 4.0]
+    assert result.per_func[0].tolist() == [3.0, 1.0, 4.0]
     assert runner.names == ["async_slow", "sync_slow", "AsyncScorer"]
-    assert runner.last_timings["AsyncScorer"] >= 0.45
+    assert result.timings["AsyncScorer"] >= 0.45
 
 
 def test_runner_works_inside_a_running_event_loop():
@@ -219,7 +219,7 @@ def test_runner_works_inside_a_running_event_loop():
     async def caller():
         return run(runner)
 
-    assert asyncio.run(caller())[:, 0].tolist() == [3.0] * 4
+    assert asyncio.run(caller()).per_func[:, 0].tolist() == [3.0] * 4
 
 
 def test_async_errors_are_wrapped():
@@ -258,23 +258,24 @@ class FlakyVerifier:
 def test_on_error_zero_or_skip_fills_the_column_counts_and_logs(policy, value, caplog):
     runner = RewardRunner([length_reward, FlakyVerifier(fail_on=[0])], reward_weights=[1.0, 10.0], on_error=policy)
     with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
-        per_func = run(runner)
-    column = per_func[:, 1].tolist()
+        result = run(runner)
+    column = result.per_func[:, 1].tolist()
     assert all(math.isnan(v) for v in column) if policy == "skip" else column == [value] * 4
-    assert per_func[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]  # the other function is unaffected
-    assert runner.total(per_func).tolist() == [1.0, 2.0, 3.0, 4.0]  # zero and skip give the same total
-    assert runner.last_error_counts == {"length_reward": 0, "flaky_verifier": 1}
+    assert result.per_func[:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]  # the other function is unaffected
+    assert result.total.tolist() == [1.0, 2.0, 3.0, 4.0]  # zero and skip give the same total
+    assert result.error_counts == {"length_reward": 0, "flaky_verifier": 1}
     assert "'flaky_verifier' raised ConnectionError: verifier at http://127.0.0.1:1/run unreachable" in caplog.text
     assert f"on_error={policy}" in caplog.text and "prompt='p0', completion='a'" in caplog.text  # a sample
-    run(runner)  # the next call succeeds: per-call counts reset, totals accumulate
-    assert runner.last_error_counts["flaky_verifier"] == 0 and runner.error_counts["flaky_verifier"] == 1
-    assert run(runner)[:, 1].tolist() == [1.0] * 4
+    result = run(runner)  # the next call succeeds: its own counts are 0, the runner's totals accumulate
+    assert result.error_counts["flaky_verifier"] == 0 and runner.error_counts["flaky_verifier"] == 1
+    assert result.per_func[:, 1].tolist() == [1.0] * 4
 
 
 def test_skip_makes_rows_all_none_when_it_was_the_only_function():
     runner = RewardRunner([FlakyVerifier(fail_on=[0])], on_error="skip")
-    assert runner.total(run(runner)).tolist() == [0.0] * 4
-    assert runner.last_all_none_count == 4
+    result = run(runner)
+    assert result.total.tolist() == [0.0] * 4
+    assert result.all_none_count == 4
 
 
 def test_on_error_raise_is_the_default_and_counts_nothing():
@@ -289,8 +290,9 @@ def test_on_error_applies_to_async_functions_too():
         raise TimeoutError("remote judge")
 
     runner = RewardRunner([length_reward, async_broken], on_error="zero")
-    assert run(runner)[:, 1].tolist() == [0.0] * 4
-    assert runner.last_error_counts["async_broken"] == 1
+    result = run(runner)
+    assert result.per_func[:, 1].tolist() == [0.0] * 4
+    assert result.error_counts["async_broken"] == 1
 
 
 def test_contract_violations_always_raise_whatever_the_policy():
@@ -325,9 +327,9 @@ def test_reward_objects_last_stats_are_collected_for_logging():
             return [0.0] * len(completions)
 
     runner = RewardRunner([length_reward, Counting()])
-    assert runner.last_function_stats == {}
-    run(runner)
-    assert runner.last_function_stats == {"counting": {"runs": 4}}
+    result = run(runner)
+    assert result.function_stats == {"counting": {"runs": 4}}
+    assert result.log_entries()["rewards/counting/runs"] == 4
 
 
 # ---- gated rewards (open-instruct: the format reward counts only where the answer is right) -------------------------
@@ -340,10 +342,11 @@ def test_a_gated_format_reward_adds_nothing_to_a_wrong_but_formatted_answer():
     kw = dict(prompts=["p"] * 3, completions=completions, completion_ids=[[1]] * 3, columns=columns)
     plain = RewardRunner([boxed, fmt], [1.0, 0.5])
     gated = RewardRunner([boxed, fmt], [1.0, 0.5], gated=["boxed_format"])
-    per_func = gated(**kw)
-    assert per_func[:, 1].tolist() == [1.0, 1.0, 0.0]  # the format function itself still scores both boxes
-    assert plain.total(plain(**kw)).tolist() == [1.5, 0.5, 0.0]
-    assert gated.total(per_func).tolist() == [1.5, 0.0, 0.0]  # wrong but formatted: no format points
+    result = gated(**kw)
+    assert result.per_func[:, 1].tolist() == [1.0, 1.0, 0.0]  # the format function itself still scores both boxes
+    assert plain(**kw).total.tolist() == [1.5, 0.5, 0.0]
+    # wrong but formatted: no format points
+    assert result.total.tolist() == gated.total(result.per_func).tolist() == [1.5, 0.0, 0.0]
     gated.close(), plain.close()
 
 
@@ -357,8 +360,8 @@ def test_gate_names_are_checked_with_a_suggestion():
     with pytest.raises(ValueError, match="both the reward_gate and gated by it"):
         RewardRunner([length_reward, maybe_reward], gated=["length_reward"])
     runner = RewardRunner([length_reward, maybe_reward], gate="maybe_reward", gated=["length_reward"])
-    per_func = run(runner)  # maybe_reward: None, 1, None, 1
-    assert runner.total(per_func).tolist() == [0.0, 3.0, 0.0, 5.0]
+    result = run(runner)  # maybe_reward: None, 1, None, 1
+    assert result.total.tolist() == [0.0, 3.0, 0.0, 5.0]
 
 
 # ---- reward_timeout -----------------------------------------------------------------------------------------------
@@ -394,11 +397,11 @@ def test_a_sync_function_that_never_returns_scores_none_and_is_counted(how, rele
     runner = RewardRunner([stuck, length_reward], timeout=0.3)
     start = time.perf_counter()
     with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
-        per_func = run(runner)
+        result = run(runner)
     assert time.perf_counter() - start < 2 * 0.3 + 0.4  # the call, then the per-sample retry
-    assert per_func[:, 0].isnan().all() and per_func[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
-    assert runner.last_timeout_counts == {"stuck": 4, "length_reward": 0}
-    entries = runner.log_entries()
+    assert result.per_func[:, 0].isnan().all() and result.per_func[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert result.timeout_counts == {"stuck": 4, "length_reward": 0}
+    entries = result.log_entries()
     assert entries["rewards/stuck/timeouts"] == 4 and entries["rewards/length_reward/timeouts"] == 0
     assert re.search(r"Reward function 'stuck' timed out: 4 of 4 samples unscored after waiting 0\.6\d s", caplog.text)
     assert "reward_timeout=0.3 s" in caplog.text and "sample 0: prompt='p0', completion='a'" in caplog.text
@@ -418,15 +421,16 @@ def test_only_the_hanging_sample_is_unscored_and_named(kind, release, caplog):
 
     runner = RewardRunner([fn], timeout=0.3)
     with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
-        per_func = run(runner)
-    assert per_func[[0, 1, 3], 0].tolist() == [1.0, 2.0, 4.0] and per_func[2, 0].isnan()
-    assert runner.last_timeout_counts == {runner.names[0]: 1} and runner.timeout_counts == {runner.names[0]: 1}
-    assert runner.last_all_none_count == 1  # the row is left out of training
+        result = run(runner)
+    assert result.per_func[[0, 1, 3], 0].tolist() == [1.0, 2.0, 4.0] and result.per_func[2, 0].isnan()
+    assert result.timeout_counts == {runner.names[0]: 1} and runner.timeout_counts == {runner.names[0]: 1}
+    assert result.all_none_count == 1  # the row is left out of training
     assert "1 of 4 samples unscored" in caplog.text
     assert "Still running on 1 sample(s) when its time ran out: sample 2: prompt='p1', completion='ccc'" in caplog.text
     caplog.clear()
-    assert run(runner, completions=["a", "bb"])[:, 0].tolist() == [1.0, 2.0]  # later calls are unaffected
-    assert runner.last_timeout_counts == {runner.names[0]: 0} and runner.timeout_counts == {runner.names[0]: 1}
+    result = run(runner, completions=["a", "bb"])
+    assert result.per_func[:, 0].tolist() == [1.0, 2.0]  # later calls are unaffected
+    assert result.timeout_counts == {runner.names[0]: 0} and runner.timeout_counts == {runner.names[0]: 1}
     assert not caplog.text
 
 
@@ -441,9 +445,9 @@ def test_a_timed_out_async_function_is_cancelled():
             raise
 
     runner = RewardRunner([forever, async_slow], timeout=0.3)
-    per_func = run(runner, completions=["a", "bb"])
-    assert per_func[:, 0].isnan().all() and runner.last_timeout_counts["forever"] == 2
-    assert per_func[:, 1].isnan().all()  # async_slow takes 0.5 s, more than its 0.3 s: its one-sample calls too
+    result = run(runner, completions=["a", "bb"])
+    assert result.per_func[:, 0].isnan().all() and result.timeout_counts["forever"] == 2
+    assert result.per_func[:, 1].isnan().all()  # async_slow takes 0.5 s, more than its 0.3 s: its one-sample calls too
     deadline = time.monotonic() + 2
     while len(cancelled) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -459,11 +463,11 @@ def test_an_async_function_blocking_the_event_loop_is_abandoned_with_its_loop(re
 
     runner = RewardRunner([blocking, length_reward], timeout=0.2)
     with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
-        per_func = run(runner)
-    assert per_func[:, 0].isnan().all() and per_func[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
-    assert runner.last_timeout_counts["blocking"] == 4
+        result = run(runner)
+    assert result.per_func[:, 0].isnan().all() and result.per_func[:, 1].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert result.timeout_counts["blocking"] == 4
     assert "blocked the event loop" in caplog.text and "time.sleep in an `async def`" in caplog.text
-    assert run(runner, completions=["a"])[:, 0].tolist() == [1.0]  # a new loop serves the next call
+    assert run(runner, completions=["a"]).per_func[:, 0].tolist() == [1.0]  # a new loop serves the next call
 
 
 def test_no_split_on_timeout_leaves_every_sample_unscored(release, caplog):
@@ -475,8 +479,8 @@ def test_no_split_on_timeout_leaves_every_sample_unscored(release, caplog):
 
     runner = RewardRunner([BatchNormalised()], timeout=0.2)
     with caplog.at_level("WARNING", logger="hf_grpo.rewards.runner"):
-        assert run(runner).isnan().all()
-    assert runner.last_timeout_counts == {"BatchNormalised": 4}
+        result = run(runner)
+    assert result.per_func.isnan().all() and result.timeout_counts == {"BatchNormalised": 4}
     assert "not retried per sample (split_on_timeout=False)" in caplog.text and "completion='a'" in caplog.text
     from hf_grpo.rewards import RewardModel
 
@@ -519,8 +523,8 @@ def test_no_timeout_waits_as_trl_does():
         time.sleep(0.3)
         return [threading.current_thread() is threading.main_thread()] * len(completions)
 
-    assert run(RewardRunner([slow], timeout=0.1)).isnan().all()
-    assert run(RewardRunner([slow], timeout=None))[:, 0].tolist() == [1.0] * 4  # waited, in the calling thread
+    assert run(RewardRunner([slow], timeout=0.1)).per_func.isnan().all()
+    assert run(RewardRunner([slow], timeout=None)).per_func[:, 0].tolist() == [1.0] * 4  # waited, in the calling thread
 
 
 def test_math_verify_with_its_signal_timeouts_needs_no_time_limit_and_says_so():
@@ -531,7 +535,8 @@ def test_math_verify_with_its_signal_timeouts_needs_no_time_limit_and_says_so():
 
     with pytest.raises(RewardFunctionError, match="signal-based timeouts .* or set reward_timeout to None"):
         RewardRunner([trl_style_accuracy], timeout=5)(prompts=["p"], completions=["$1$"], completion_ids=[[1]])
-    assert RewardRunner([trl_style_accuracy])(prompts=["p"], completions=["$1$"], completion_ids=[[1]]).item() == 1
+    result = RewardRunner([trl_style_accuracy])(prompts=["p"], completions=["$1$"], completion_ids=[[1]])
+    assert result.total.item() == 1
 
 
 HUNG_SCRIPT = """
@@ -550,7 +555,7 @@ async def blocks_loop(completions, **kwargs):
 
 runner = RewardRunner([spins, sleeps, blocks_loop], timeout=0.2)
 scores = runner(prompts=["p", "p"], completions=["a", "b"], completion_ids=[[1], [2]])
-print(scores.isnan().all().item(), time.monotonic(), flush=True)
+print(scores.per_func.isnan().all().item(), time.monotonic(), flush=True)
 """
 
 

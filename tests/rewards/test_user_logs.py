@@ -27,16 +27,15 @@ def test_columns_and_metrics_of_sync_and_async_functions():
         return [0.0] * len(completions)
 
     runner = RewardRunner([lengths, firsts], timeout=5)
-    run(runner)
-    assert runner.last_extra == [
+    result = run(runner)
+    assert result.extra == [
         {"length": 1, "first": "a"},
         {"length": 2, "first": "b"},
         {"length": 3, "first": "c"},
         {"length": 4, "first": "d"},
     ]
-    assert sorted(runner.last_logged_metrics["mean_length"]) == [1.0, 2.5]
-    run(runner, ["z"])  # each call starts empty
-    assert runner.last_extra == [{"length": 1, "first": "z"}]
+    assert sorted(result.logged_metrics["mean_length"]) == [1.0, 2.5]
+    assert run(runner, ["z"]).extra == [{"length": 1, "first": "z"}]
 
 
 @pytest.mark.parametrize(
@@ -82,5 +81,5 @@ def test_a_per_sample_retry_logs_each_sample_at_its_row():
         rewards = run(runner)
     finally:
         release.set()
-    assert [r.get("text") for r in runner.last_extra] == ["a", "bb", None, "dddd"]  # row 2 timed out
-    assert rewards[2].isnan() and not rewards[0].isnan()
+    assert [r.get("text") for r in rewards.extra] == ["a", "bb", None, "dddd"]  # row 2 timed out
+    assert rewards.per_func[2].isnan() and not rewards.per_func[0].isnan()

@@ -197,7 +197,14 @@ def main() -> None:
         if k:
             rejoin_process_group(k)
         SLOW_SAVE["seconds"] = run_spec(spec, run).get("slow_save", 0.0)
+        wall, cpu = time.perf_counter(), time.process_time()
         train_one(model_path, out, k, run_spec(spec, run))
+        # In launch.log: where a launch's time goes, run by run (docs/testing.md: the budget per folder).
+        rank = os.environ.get("RANK", "0")
+        print(
+            f"run {k} rank {rank}: {time.perf_counter() - wall:.1f} s, {time.process_time() - cpu:.1f} CPU-s",
+            flush=True,
+        )
     gc.unfreeze()  # the interpreter's exit frees everything, as it would have (nanobind reports what it does not)
 
 

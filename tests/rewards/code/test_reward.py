@@ -184,7 +184,7 @@ def test_builtin_and_configured_instances_follow_the_reward_contract():
     runner = RewardRunner([configured])  # accepts **kwargs, so the runner takes it
     per_func = runner(
         prompts=["p"], completions=[fenced(DOUBLE)], completion_ids=[[1]], columns={"test_cases": [CASES]}
-    )
+    ).per_func
     assert per_func[:, 0].tolist() == [1.0]
     configured.close()
 

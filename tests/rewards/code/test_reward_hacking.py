@@ -150,8 +150,8 @@ def test_the_suite_catches_a_harness_with_a_defence_off(reward, weakness, hack):
 
 
 def test_suspected_hacks_reach_the_runners_stats_and_the_rollout_records(reward):
-    """What the trainer logs: rewards/code/suspected_hacks (last_function_stats) and, per completion, the rollout
-    record's reward_details."""
+    """What the trainer logs: rewards/code/suspected_hacks (the RewardResult's function_stats) and, per completion,
+    the rollout record's reward_details."""
     import torch
 
     from hf_grpo.rewards import RewardRunner
@@ -159,26 +159,26 @@ def test_suspected_hacks_reach_the_runners_stats_and_the_rollout_records(reward)
 
     runner = RewardRunner([reward])
     completions = [fenced(HACKS["always-equal object"]), fenced(RIGHT + MAIN)]
-    per_func = runner(
+    result = runner(
         prompts=[PROMPT, PROMPT],
         completions=completions,
         completion_ids=[[1], [1]],
         columns={"test": [HUMANEVAL_TEST] * 2, "entry_point": ["add"] * 2},
     )
-    assert per_func[:, 0].tolist() == [0.0, 1.0]
-    assert runner.last_function_stats["code"]["suspected_hacks"] >= 1
-    assert runner.last_details[0]["code"]["suspected_hacks"] >= 1 and runner.last_details[1] == {}
+    assert result.per_func[:, 0].tolist() == [0.0, 1.0]
+    assert result.function_stats["code"]["suspected_hacks"] >= 1
+    assert result.details[0]["code"]["suspected_hacks"] >= 1 and result.details[1] == {}
     batch = RolloutBatch(
         rows=[{"prompt": "p"}],
         prompt_ids=[[1]],
         completion_ids=[[1], [1]],
         finished=[True, True],
         completions=completions,
-        rewards_per_func=per_func,
-        rewards=per_func[:, 0],
+        rewards_per_func=result.per_func,
+        rewards=result.total,
         overlong=torch.zeros(2),
-        details=runner.last_details,
+        details=result.details,
     )
     records = batch.records(torch.zeros(2), 2, runner.names, step=1)
     assert records[0]["reward_details"]["code"]["suspected_hacks"] >= 1
-    assert batch.select_groups([0], 2).details == runner.last_details
+    assert batch.select_groups([0], 2).details == result.details
