@@ -30,7 +30,7 @@ from ..data import encode_prompts
 from ..generation import Generator, SamplingParams
 from ..rewards.choice import named_options
 from ..rewards.extract import completion_text, extract_boxed, extract_last_number
-from ..rollout.collector import decode_completions, reward_columns
+from ..rewards.inputs import decode_completions, reward_columns
 
 
 @dataclass

@@ -33,7 +33,8 @@ from ..generation import SamplingParams
 from ..learner.batching import build_samples, collate
 from ..learner.scoring import PolicyScorer
 from ..rewards import RewardRunner
-from ..rollout.collector import RolloutBatch, reward_columns
+from ..rewards.inputs import reward_columns
+from ..rollout.collector import RolloutBatch
 from .accuracy import evaluate_rows
 
 

@@ -11,6 +11,8 @@
   ``reward_runners``: the training and evaluation runners over them.
 * :mod:`.runner` -- ``RewardRunner``: concurrent calls, time limits, per-function timings, error policy.
 * :mod:`.contract` -- what a reward function must accept and return, checked with errors that name it.
+* :mod:`.result` -- ``RewardResult``: what one call of the runner gave (scores, totals, timings, failures, logs).
+* :mod:`.inputs` -- the completions and dataset columns reward functions are called with.
 
 Importing this package starts nothing: the verification worker starts on the first math-equivalence check, the
 code sandboxes on the first code run.

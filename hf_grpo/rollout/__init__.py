@@ -5,6 +5,6 @@
 * `sampler`: the prompt order, one dataloader batch per generation round.
 """
 
-from .collector import RolloutBatch, RolloutCollector, decode_completions, reward_columns
+from .collector import RolloutBatch, RolloutCollector
 
-__all__ = ["RolloutBatch", "RolloutCollector", "decode_completions", "reward_columns"]
+__all__ = ["RolloutBatch", "RolloutCollector"]

@@ -19,9 +19,10 @@ import torch
 
 from ..agents.loop import AgentResult
 from ..algorithms import dynamic_sampling_keep, group_std, groups_with_spread, overlong_penalty
-from ..data import encode_prompts, is_conversational
+from ..data import encode_prompts
 from ..data.images import images_of
 from ..generation import Generator, SamplingParams
+from ..rewards.inputs import decode_completions, reward_columns
 from ..vision.inputs import VisionPrompts
 
 logger = logging.getLogger(__name__)
@@ -185,20 +186,6 @@ def _merge_metrics(parts: list[RolloutBatch]) -> dict[str, list[float]]:
         for name, v in values.items():
             merged.setdefault(name, []).extend(v)
     return merged
-
-
-def decode_completions(tokenizer, rows: list[dict], completion_ids: list[list[int]]) -> tuple[list[str], list]:
-    """Completion texts, and the completions as reward functions see them: chat messages for chat prompts."""
-    texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-    if rows and is_conversational(rows[0]["prompt"]):
-        return texts, [[{"role": "assistant", "content": t}] for t in texts]
-    return texts, texts
-
-
-def reward_columns(rows: list[dict], repeats: int) -> dict[str, list]:
-    """Every dataset column but the prompt, one entry per completion (``repeats`` completions per row)."""
-    keys = rows[0].keys() if rows else []
-    return {k: [r[k] for r in rows for _ in range(repeats)] for k in keys if k != "prompt"}
 
 
 class RolloutCollector:
