@@ -3,9 +3,9 @@
 `trainer.py` calls four things from here: `AgentRollouts` (built from ``tools`` / ``environment_factory``),
 `environment_dataset` (the placeholder rows when an environment owns the data), `with_environment_rewards` (the
 environments' own rewards) and `multi_turn_rollouts` (the collector's generation hook, built from the parts it
-uses). Everything else is internal: `tools` (schemas, validation, execution), `protocol`
-(call syntax and token-exact observations), `media` (images: image rows and tools that return images, for a
-vision-language policy), `environments`, `backends` (turn-level generation) and `loop`.
+uses). Everything else is internal: `tools` (schemas, validation, execution), `protocol` (call syntax and
+token-exact observations), `media` (images: image rows and tools that return images, for a vision-language policy),
+`environments` and `loop`. Turn-level generation is each backend's own (`Generator.turns`, `hf_grpo.generation.turns`).
 """
 
 from __future__ import annotations

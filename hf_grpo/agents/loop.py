@@ -23,7 +23,7 @@ Departures from TRL's ``_tool_call_loop``: every turn's budget is what remains (
 with a visible marker; malformed calls are answered with an error and counted (the completion the rewards see keeps
 TRL's shape: such a call stays text in ``content``, out of ``tool_calls``, with no tool turn); rollouts advance
 independently (streaming backends) instead of in batch-wide iterations; no collective runs inside the loop
-(`backends`).
+(`hf_grpo.generation.turns`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ import math
 from ..data import is_conversational
 from ..data.checks import prompt_token_limit
 from ..data.images import images_of
-from .backends import turn_backend
 from .calculator import calculator
 from .environments import Environments, with_observation
 from .loop import AgentLoop, AgentResult, Rollout
@@ -172,7 +171,7 @@ class AgentRollouts:
                 rollout.media = RolloutMedia(ids, media) if media is not None else None
                 rollouts.append(rollout)
         try:
-            result = self.loop.run(rollouts, turn_backend(generator, lockstep_any_rank), sampling)
+            result = self.loop.run(rollouts, generator.turns(lockstep_any_rank), sampling)
         except BaseException:
             if instances is not None:
                 instances.release()

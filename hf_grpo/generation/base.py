@@ -82,6 +82,9 @@ class GenerationResult:
         return GenerationResult(rep(self.completion_ids), rep(self.finished), rep(self.logprobs))
 
 
+Turn = tuple  # one finished turn of a rollout: (key, token_ids, finished, logprobs or None)
+
+
 class Generator(ABC):
     """A generation backend.
 
@@ -107,6 +110,16 @@ class Generator(ABC):
         The base implementation suits backends that read the live model and only records the version.
         """
         self.weight_version = version
+
+    def turns(self, lockstep_any_rank=None):
+        """Turn-level access for multi-turn rollouts: submit one rollout's next turn, collect turns as they finish
+        (`hf_grpo.generation.turns`). ``lockstep_any_rank`` (under ZeRO-3/FSDP, where each forward is a collective)
+        tells whether any process still has turns to generate, for backends whose processes must run the same
+        number of forward passes. A backend that cannot generate turn by turn refuses here, saying so."""
+        raise NotImplementedError(
+            f"{type(self).__name__} generates whole batches only: multi-turn rollouts (tools, environments) need a "
+            f"backend with turns() (HF generate, colocated vLLM, vllm serve)"
+        )
 
     def close(self) -> None:  # noqa: B027 (optional: a backend without an engine has nothing to release)
         """Release engines and connections (end of training)."""

@@ -25,6 +25,7 @@ import torch
 from ..runtime.distributed import forward_is_collective, is_zero3, max_over_ranks
 from ..vision.inputs import collate_vision
 from .base import GenerationResult, Generator, SamplingParams
+from .turns import BatchedTurns
 
 
 class HFGenerator(Generator):
@@ -67,6 +68,11 @@ class HFGenerator(Generator):
             if checkpointing:
                 unwrapped.gradient_checkpointing_enable(gradient_checkpointing_kwargs=self.checkpointing_kwargs)
             unwrapped.train(was_training)
+
+    def turns(self, lockstep_any_rank=None):
+        """The pending turns of all rollouts generated together in waves (``generate`` decodes a fixed batch); under
+        ZeRO-3/FSDP every process runs the same number of waves (`hf_grpo.generation.turns.BatchedTurns`)."""
+        return BatchedTurns(self, lockstep_any_rank)
 
     @torch.no_grad()
     def generate(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import logging
 import os
 import time
@@ -39,7 +40,7 @@ import torch
 
 from ..errors import InputError
 from ..runtime.distributed import is_zero3
-from .base import GenerationResult, Generator, SamplingParams
+from .base import GenerationResult, Generator, SamplingParams, Turn
 from .kv_budget import kv_cache_bytes
 from .weights import iter_policy_weights, policy_weight_metadata
 
@@ -256,7 +257,7 @@ class VLLMColocateGenerator(Generator):
     @contextlib.contextmanager
     def engine_session(self):
         """The engine awake and torch's thread count kept, for a multi-turn round that drives ``llm.llm_engine``
-        request by request (`hf_grpo.agents.backends.EngineTurns`)."""
+        request by request (`hf_grpo.generation.turns.EngineTurns`)."""
         if self._tp_group is not None:
             raise ValueError(
                 "multi-turn rollouts drive one engine per process; vllm_tensor_parallel_size > 1 is not "
@@ -362,6 +363,11 @@ class VLLMColocateGenerator(Generator):
         logger.info("weight sync: direct copy into the engine's parameters (checked against vLLM's loader)")
         return True
 
+    def turns(self, lockstep_any_rank=None):
+        """One rollout's turn at a time, straight into the in-process engine (`hf_grpo.generation.turns`): no process
+        waits for another, so ``lockstep_any_rank`` is not needed."""
+        return EngineTurns(self)
+
     def close(self, shutdown_why: str | None = None) -> None:
         """Drop the engine (vLLM shuts it down when it is collected). ``shutdown_why``: shut it down now, and say
         so when this generator is used again."""
@@ -369,3 +375,61 @@ class VLLMColocateGenerator(Generator):
         if shutdown_why is not None and llm is not None:
             self._closed_why = shutdown_why
             llm.llm_engine.engine_core.shutdown()  # idempotent: vLLM's own finalizer then does nothing
+
+
+class EngineTurns:
+    """Turns of the colocated engine (`hf_grpo.generation.turns`): requests go straight into the in-process engine
+    (``LLMEngine.add_request``) and the loop calls ``step()``; a rollout whose turn finishes is handed back at once
+    while the others keep decoding, and its next turn joins the running batch as soon as its tools return."""
+
+    streaming = True
+
+    def __init__(self, generator):
+        self.generator = generator
+        self.engine = generator.llm.llm_engine
+        self._keys: dict[str, int] = {}
+        self._expanded: dict[str, list[int]] = {}  # request -> the trainer's context, for requests with images
+        self._ids = itertools.count()
+
+    def session(self):
+        return self.generator.engine_session()
+
+    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams, media=None) -> None:
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = engine_sampling_params(sampling, 1, output_kind=RequestOutputKind.FINAL_ONLY)
+        request_id = f"hf_grpo-turn-{next(self._ids)}"
+        self._keys[request_id] = key
+        if media is not None and media.images:  # the engine expands the images itself (module docstring)
+            prompt = TokensPrompt(prompt_token_ids=list(media.engine_ids), multi_modal_data={"image": media.images})
+            self._expanded[request_id] = list(prompt_ids)
+        else:
+            prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        self.engine.add_request(request_id, prompt, params)
+
+    def busy(self) -> bool:
+        return bool(self._keys)
+
+    def poll(self, timeout: float) -> list[Turn]:
+        """One engine step (``timeout`` is not needed: a step is the work itself)."""
+        if not self._keys:
+            return []
+        out = []
+        for request in self.engine.step():
+            if not request.finished:
+                continue
+            key = self._keys.pop(request.request_id)
+            expanded = self._expanded.pop(request.request_id, None)
+            if expanded is not None:
+                check_expanded_prompts([request], [expanded], names=[f"rollout {key}'s context"])
+            sample = request.outputs[0]
+            ids = list(sample.token_ids)
+            logprobs = (
+                [step[t].logprob for step, t in zip(sample.logprobs, ids)] if sample.logprobs is not None else None
+            )
+            out.append((key, ids, sample.finish_reason == "stop", logprobs))
+        return out
+
+    def finish(self) -> None:
+        pass

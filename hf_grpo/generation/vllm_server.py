@@ -53,6 +53,7 @@ from requests.adapters import HTTPAdapter
 
 from ..models.loading import DTYPES
 from .base import GenerationResult, Generator, SamplingParams
+from .turns import ServerTurns
 from .weights import save_policy_weights
 
 logger = logging.getLogger(__name__)
@@ -398,6 +399,11 @@ class VLLMServerGenerator(Generator):
         except ConnectionError as e:  # reroute: it gets this version from the file when it rejoins
             if not (self.reroute and self._mark_down(client, e)):
                 raise VLLMServerError(f"{e}: the weight update of version {version} did not reach it") from e
+
+    def turns(self, lockstep_any_rank=None):
+        """One request per turn, each rollout sticky to one server (`hf_grpo.generation.turns`): no process waits
+        for another, so ``lockstep_any_rank`` is not needed."""
+        return ServerTurns(self)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)

@@ -21,6 +21,7 @@ import torch
 
 from hf_grpo.config import GRPOConfig
 from hf_grpo.generation import GenerationResult, Generator, SamplingParams
+from hf_grpo.generation.turns import BatchedTurns
 
 INNER_TOKENS = 4  # new tokens the inner backend decodes per wave (see the module docstring)
 
@@ -98,6 +99,10 @@ class ScriptedToolUse(Generator):
         if done < wanted:
             return call.group(1) if call else DEFAULT_CALL
         return self.answer
+
+    def turns(self, lockstep_any_rank=None):
+        """Waves of whole batches, as HF generate: the script answers each pending turn of a wave."""
+        return BatchedTurns(self, lockstep_any_rank)
 
     def update_weights(self, model, version: int) -> None:
         if self.inner is not None:

@@ -1,16 +1,19 @@
 """Turn-level access to a generation backend: submit one rollout's next turn, collect turns as they finish.
 
-* `EngineTurns` (colocated vLLM): requests go straight into the in-process engine (``LLMEngine.add_request``) and the
-  loop calls ``step()``; a rollout whose turn finishes is handed back at once while the others keep decoding, and
-  its next turn joins the running batch as soon as its tools return. No batch-wide barrier between turns.
+Each backend gives its own with `Generator.turns` (the agent loop, `hf_grpo.agents`, never asks which backend it has):
+
+* `EngineTurns` (colocated vLLM; in `hf_grpo.generation.vllm_colocate`, next to the engine it drives): requests go
+  straight into the in-process engine (``LLMEngine.add_request``) and the loop calls ``step()``; a rollout whose turn
+  finishes is handed back at once while the others keep decoding, and its next turn joins the running batch as soon
+  as its tools return. No batch-wide barrier between turns.
 * `ServerTurns` (``vllm serve``): one ``/v1/completions`` request per turn on a thread pool; a rollout always goes to
   the same server (sticky routing: its earlier turns are in that server's prefix cache).
-* `BatchedTurns` (HF ``generate`` and any other `Generator`): the pending turns of all rollouts are generated together
-  in waves, since ``generate`` decodes a fixed batch. Each wave asks for the largest remaining budget and cuts every
-  turn to its own budget. Under ZeRO-3/FSDP, where each forward is a collective, every process must run the same
-  number of waves: the processes agree once per wave whether anyone still has turns to generate, and a process with
-  none joins with an empty wave (`hf_grpo.generation.hf`). This is the only cross-process step in a multi-turn round,
-  and only there; the vLLM backends have none.
+* `BatchedTurns` (HF ``generate``, and any `Generator` that decodes whole batches): the pending turns of all rollouts
+  are generated together in waves, since ``generate`` decodes a fixed batch. Each wave asks for the largest remaining
+  budget and cuts every turn to its own budget. Under ZeRO-3/FSDP, where each forward is a collective, every process
+  must run the same number of waves: the processes agree once per wave whether anyone still has turns to generate,
+  and a process with none joins with an empty wave (`hf_grpo.generation.hf`). This is the only cross-process step in
+  a multi-turn round, and only there; the vLLM backends have none.
 
 Every backend returns turns as ``(key, token_ids, finished, logprobs)``; ``finished`` is False when the turn hit its
 ``max_tokens``.
@@ -26,70 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from ..generation import GenerationResult, Generator, SamplingParams
-
-Turn = tuple  # (key, token_ids, finished, logprobs or None)
-
-
-class EngineTurns:
-    streaming = True
-
-    def __init__(self, generator):
-        self.generator = generator
-        self.engine = generator.llm.llm_engine
-        self._keys: dict[str, int] = {}
-        self._expanded: dict[str, list[int]] = {}  # request -> the trainer's context, for requests with images
-        self._ids = itertools.count()
-
-    def session(self):
-        return self.generator.engine_session()
-
-    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams, media=None) -> None:
-        from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
-
-        from ..generation.vllm_colocate import engine_sampling_params
-
-        params = engine_sampling_params(sampling, 1, output_kind=RequestOutputKind.FINAL_ONLY)
-        request_id = f"hf_grpo-turn-{next(self._ids)}"
-        self._keys[request_id] = key
-        if media is not None and media.images:  # the engine expands the images itself (module docstring)
-            prompt = TokensPrompt(prompt_token_ids=list(media.engine_ids), multi_modal_data={"image": media.images})
-            self._expanded[request_id] = list(prompt_ids)
-        else:
-            prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
-        self.engine.add_request(request_id, prompt, params)
-
-    def busy(self) -> bool:
-        return bool(self._keys)
-
-    def poll(self, timeout: float) -> list[Turn]:
-        """One engine step (``timeout`` is not needed: a step is the work itself)."""
-        if not self._keys:
-            return []
-        from ..generation.vllm_colocate import check_expanded_prompts
-
-        out = []
-        for request in self.engine.step():
-            if not request.finished:
-                continue
-            key = self._keys.pop(request.request_id)
-            expanded = self._expanded.pop(request.request_id, None)
-            if expanded is not None:
-                check_expanded_prompts([request], [expanded], names=[f"rollout {key}'s context"])
-            sample = request.outputs[0]
-            ids = list(sample.token_ids)
-            logprobs = (
-                [step[t].logprob for step, t in zip(sample.logprobs, ids)] if sample.logprobs is not None else None
-            )
-            out.append((key, ids, sample.finish_reason == "stop", logprobs))
-        return out
-
-    def finish(self) -> None:
-        pass
+from .base import GenerationResult, Generator, SamplingParams, Turn
 
 
 class ServerTurns:
@@ -181,15 +123,3 @@ class BatchedTurns:
 
     def finish(self) -> None:
         pass
-
-
-def turn_backend(generator: Generator, lockstep_any_rank=None):
-    """The turn-level view of ``generator`` (see the module docstring)."""
-    from ..generation.vllm_colocate import VLLMColocateGenerator
-    from ..generation.vllm_server import VLLMServerGenerator
-
-    if isinstance(generator, VLLMColocateGenerator):
-        return EngineTurns(generator)
-    if isinstance(generator, VLLMServerGenerator):
-        return ServerTurns(generator)
-    return BatchedTurns(generator, lockstep_any_rank)
