@@ -287,7 +287,8 @@ def test_the_config_is_written_only_inside_config():
 
 def test_imports_between_tests():
     """Shared fixtures live in tests/helpers/ or a conftest.py: no test imports another test file, and each test file
-    sits in the folder of the package it tests, named after a module (tests/<package>/test_<module>.py)."""
+    sits in the folder of the package it tests (tests/<package>/): test_<module>.py for a module tested on its own,
+    a behaviour's name for what crosses modules (README, "Layout")."""
     tests = ROOT / "tests"
     imported = [
         f"{path.relative_to(ROOT)} imports {node.module}"
