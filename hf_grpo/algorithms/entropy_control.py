@@ -38,11 +38,6 @@ class EntropyControl:
         """None when neither a coefficient nor adaptive control is set (no bonus, no entropy gradient)."""
         if args.entropy_coef == 0.0 and not args.use_adaptive_entropy:
             return None
-        if args.use_adaptive_entropy and not args.entropy_coef_min <= args.entropy_coef_max:
-            raise ValueError(
-                f"GRPOConfig: entropy_coef_min ({args.entropy_coef_min}) must be <= entropy_coef_max "
-                f"({args.entropy_coef_max})"
-            )
         return cls(
             args.entropy_coef,
             args.use_adaptive_entropy,

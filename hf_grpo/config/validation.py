@@ -306,6 +306,20 @@ def _check_batch_and_loss(config) -> None:
     _check(config.top_k >= 0, f"top_k must be >= 0 (0 disables), got {config.top_k}")
     _check(0 <= config.min_p < 1, f"min_p must be in [0, 1), got {config.min_p}")
     _check_sampler_logprobs(config, _check)
+    _check(
+        not (
+            config.loss_type == "vespo"
+            and config.generation_backend == "vllm"
+            and config.vllm_importance_sampling_correction
+            and config.vllm_importance_sampling_level != "token"
+        ),
+        f"loss_type='vespo' needs a token-level train/inference correction (vllm_importance_sampling_mode "
+        f"token_truncate or token_mask), got {config.vllm_importance_sampling_mode!r}",
+    )
+    _check(
+        not config.use_adaptive_entropy or config.entropy_coef_min <= config.entropy_coef_max,
+        f"entropy_coef_min ({config.entropy_coef_min}) must be <= entropy_coef_max ({config.entropy_coef_max})",
+    )
     _one_of(config, "reinforce_pp_whitening", WHITENING_LEVELS)
     _one_of(config, "temperature_schedule", TEMPERATURE_SCHEDULES)
     if config.temperature_schedule != "constant":

@@ -106,7 +106,8 @@ def loss_terms(args, model: torch.nn.Module) -> LossTerms:
 
 
 def warn_about_loss_settings(args) -> None:
-    """TRL's warnings (and its one error) about loss_type and importance_sampling_level combinations."""
+    """TRL's warnings about loss_type and importance_sampling_level combinations (its one error, vespo without a
+    token-level correction, is the config's: `hf_grpo.config.validation`)."""
     if args.loss_type == "luspo" and args.importance_sampling_level != "sequence":
         logger.warning(
             "loss_type='luspo' is meant for importance_sampling_level='sequence' (the LUSPO paper's setup); it is %r",
@@ -123,17 +124,6 @@ def warn_about_loss_settings(args) -> None:
             "weights each sequence by its completion length instead of optimizing the per-sequence "
             "objective. For the GSPO paper's setup use loss_type='grpo'.",
             args.loss_type,
-        )
-    if (
-        args.loss_type == "vespo"
-        and args.generation_backend == "vllm"
-        and args.vllm_importance_sampling_correction
-        and args.vllm_importance_sampling_level != "token"
-    ):
-        raise ValueError(
-            f"GRPOConfig: loss_type='vespo' needs a token-level train/inference correction "
-            f"(vllm_importance_sampling_mode token_truncate or token_mask), got "
-            f"{args.vllm_importance_sampling_mode!r}"
         )
 
 

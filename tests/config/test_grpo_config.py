@@ -79,3 +79,10 @@ def test_sampler_ratios_the_trainer_cannot_reproduce_are_refused(tmp_path):
         config(tmp_path, top_k=-1)
     with pytest.raises(ValueError, match="min_p must be in"):
         config(tmp_path, min_p=1.0)
+
+
+def test_adaptive_entropy_bounds_are_checked_by_the_config(tmp_path):
+    bounds = dict(use_adaptive_entropy=True, entropy_coef=0.1, entropy_coef_min=0.5, entropy_coef_max=0.2)
+    with pytest.raises(ValueError, match=r"entropy_coef_min \(0.5\) must be <= entropy_coef_max \(0.2\)"):
+        GRPOConfig(output_dir=str(tmp_path), **bounds)
+    GRPOConfig(output_dir=str(tmp_path), **{**bounds, "use_adaptive_entropy": False})  # the bounds are unused
