@@ -17,8 +17,6 @@ early, and decoding the whole budget left (up to 288 tokens a wave) cost a decod
 import re
 from dataclasses import replace
 
-import torch
-
 from hf_grpo.config import GRPOConfig
 from hf_grpo.generation import GenerationResult, Generator, SamplingParams
 from hf_grpo.generation.turns import BatchedTurns
@@ -121,9 +119,12 @@ class ScriptedToolUse(Generator):
         for prompt in prompt_ids:
             text = self.turn_text(self.tokenizer.decode(prompt))
             for _ in range(n):
-                # vary: answers differ ("...42.", "...42.!!", ...), so a group's rewards and advantages vary. Drawn from
-                # torch's generator, which a checkpoint saves and a resume restores, so a resumed run replays them.
-                extra = int(torch.randint(0, 4, ())) if self.vary and text == self.answer else 0
+                # vary: answers differ ("...42.", "...42.!", "...42.!!", "...42.!!!", by the sample's place in the
+                # call), so a group's rewards and advantages vary: a group's rollouts answer side by side in a wave.
+                # Not drawn at random: with SmolLM2's tokens, 0 and 3 marks score alike under even_token_reward, and
+                # so do 1 and 2, so random draws left a whole group alike one time in eight. A resumed run replays
+                # the same waves, so the same answers.
+                extra = len(ids) % 4 if self.vary and text == self.answer else 0
                 sample = text + "!" * extra
                 turn = self.tokenizer(sample, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
                 ids.append(turn[: sampling.max_tokens])
