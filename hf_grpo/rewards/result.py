@@ -15,12 +15,9 @@ import torch
 
 @dataclass(frozen=True)
 class RewardResult:
-    """The rewards of N completions from F functions, and what the call recorded about them.
+    """The rewards of N completions from F functions, and what the call recorded about them. The columns of
+    ``per_func`` and the keys of the per-function dicts are the runner's ``names``, in order."""
 
-    ``names`` are the runner's function names (unique, ``_2`` suffixes), the columns of ``per_func`` and the keys of
-    the per-function dicts."""
-
-    names: list[str]
     per_func: torch.Tensor  # [N, F] float32, NaN where a function returned None (or abstained: on_error="skip")
     total: torch.Tensor  # [N] weighted sum over functions ignoring NaN, gates applied (RewardRunner.total)
     timings: dict[str, float]  # name -> the call's wall time, seconds

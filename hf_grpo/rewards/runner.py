@@ -243,7 +243,6 @@ class RewardRunner:
                     if detail:
                         row[name] = detail
         result = RewardResult(
-            names=list(self.names),
             per_func=per_func,
             total=self.total(per_func),
             timings={name: o.seconds for name, o in zip(self.names, outcomes)},

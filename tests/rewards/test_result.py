@@ -9,7 +9,6 @@ from hf_grpo.rewards.result import RewardResult
 
 def result(per_func: torch.Tensor) -> RewardResult:
     return RewardResult(
-        names=["acc", "code"],
         per_func=per_func,
         total=per_func.nansum(dim=1),
         timings={"acc": 0.5, "code": 1.25},
