@@ -48,18 +48,20 @@ PEFT = {None: {}, "lora": LORA, "qlora": {**LORA, "load_in_4bit": True, "bnb_4bi
 # runs, that its reference is whole on every rank (cpu_ram_efficient_loading) and that it says it is not FSDP here.
 MATRIX = [(b, None) for b in BACKENDS] + [("ddp", "lora"), ("zero3", "lora"), ("ddp", "qlora"), ("zero2", "qlora")]
 
-# Rank 0's rollouts make no call; rank 1's make four calls in their first turn (one tool round, the limit) and call
+# Rank 0's rollouts make no call; rank 1's make one call in their first turn (one tool round, the limit) and call
 # again in their second, which ends them (max_turns). Two waves on rank 1 against one on rank 0 are all the
-# unevenness needs; 288 tokens hold rank 1's two turns and the observation (279 do). The real HF generate under the
-# script decodes at most 4 tokens a wave (tests/helpers/scripted_agent.py INNER_TOKENS): the number of waves is what
-# the ranks must agree on, not their length (decoding the budget left took 288 + 116 decode steps per rank).
+# unevenness needs; 64 tokens hold rank 1's two turns and the observation (58 do). One call a turn, not four: the
+# number of waves is what the ranks must agree on, and every completion token costs a [V]-wide log-prob in the
+# old-policy, reference and loss passes (four calls a turn made 214-token completions: 13.8 CPU-s for a one-process
+# step of this run against 4.6). The real HF generate under the script decodes at most 4 tokens a wave
+# (tests/helpers/scripted_agent.py INNER_TOKENS).
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call>'
 AGENTS = {
-    "dataset": [{"prompt": [{"role": "user", "content": f"What is {i} + 1?\ncall={CALL * 4}"}]} for i in range(8)],
+    "dataset": [{"prompt": [{"role": "user", "content": f"What is {i} + 1?\ncall={CALL}"}]} for i in range(8)],
     "scripted_tool_calls": [0, 50],
     "config": {
         "max_tool_calling_iterations": 1,
-        "max_completion_length": 288,
+        "max_completion_length": 64,
         "max_steps": 1,  # one step shows it: a second repeats the same lock-step
         "beta": 0.04,
     },
@@ -215,8 +217,8 @@ def test_uneven_tool_use_across_ranks_does_not_hang(backend, tiny_llama_path, re
     r0, r1 = request.getfixturevalue(backend)[1]["agents"].ranks
     assert_ranks_agree_and_trained(r0, r1, tiny_llama_path)
     for log in step_logs(r0):
-        # Logged values are means over both ranks: rank 0 made no call, rank 1 four per rollout (the limit).
-        assert log["tools/call_frequency"] == pytest.approx(2.0)
+        # Logged values are means over both ranks: rank 0 made no call, rank 1 one per rollout (the limit).
+        assert log["tools/call_frequency"] == pytest.approx(0.5)
         assert log["rollout/termination/eos"] == pytest.approx(0.5)
         assert log["rollout/termination/max_turns"] == pytest.approx(0.5)
         assert log["rollout/observation_tokens_mean"] > 0

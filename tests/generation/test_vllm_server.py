@@ -145,10 +145,14 @@ def launched(servers, backend, model_path, out, runs: dict[str, dict], **launch_
     return {"runs": by_name, "versions": [s.weight_version() for s in servers]}
 
 
-# fsdp2 is not in this matrix: accelerate applies an FSDP config only on GPUs, so on this CPU `fsdp2.yaml` trains on
-# the DDP path of the ddp case (with bf16 autocast, which zero2 also runs); tests/distributed/test_backends.py keeps
-# the fsdp2 launch that proves the config runs and says it is not FSDP here.
-SERVER_BACKENDS = ("ddp", "zero2", "zero3")
+# One case per distinct path of the server-mode sync. The weights go out through the same iterator as in colocate mode
+# (hf_grpo.generation.weights), which takes ZeRO-3's gather one tensor at a time and every other layout's parameters
+# as they are, and rank 0 pushes them to the servers whatever the layout: ddp covers the push and the plain path, zero3
+# the gather under server mode. zero2 holds whole parameters on every rank, so its sync is the ddp case's path (its
+# DeepSpeed wrapping and bf16 are trained with a sync in tests/distributed/test_backends.py's zero2 launch, and with
+# the servers here in the zero3 case's bf16). fsdp2: accelerate applies an FSDP config only on GPUs, so on this CPU
+# `fsdp2.yaml` trains on the DDP path; test_backends keeps the fsdp2 launch that proves the config runs.
+SERVER_BACKENDS = ("ddp", "zero3")
 QLORA = dict(use_peft=True, lora_r=4, lora_dropout=0.0, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
 
 
