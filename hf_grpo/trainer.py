@@ -144,8 +144,8 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             funcs, self.reward_processing_classes = reward_functions(reward_funcs, reward_processing_classes, args)
         if args.reward_weights is not None and len(args.reward_weights) != len(funcs):
             raise ValueError(f"reward_weights has {len(args.reward_weights)} entries for {len(funcs)} reward functions")
-        funcs = with_environment_rewards(funcs, self.agent, args)
-        self.reward_runner, self.eval_reward_runner = reward_runners(funcs, args)
+        funcs, weights = with_environment_rewards(funcs, self.agent, args.reward_weights)
+        self.reward_runner, self.eval_reward_runner = reward_runners(funcs, weights, args)
 
         super().__init__(
             model=model,

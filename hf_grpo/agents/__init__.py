@@ -23,18 +23,19 @@ from .tools import ToolDefinitionError
 USER_CODE_ERRORS = (RewardFunctionError, EnvironmentResetError)
 
 
-def with_environment_rewards(funcs: list, agent, args) -> list:
+def with_environment_rewards(funcs: list, agent, weights: list[float] | None) -> tuple[list, list[float] | None]:
     """``funcs`` plus one reward per environment class that defines ``get_reward`` (TRL: weight 1, named after the
-    class); at least one reward must exist."""
+    class), and ``weights`` (the config's ``reward_weights``) extended to match; at least one reward must exist. The
+    config keeps the user's list: a second trainer built from the same config extends it once, not twice."""
     env_rewards = agent.reward_functions() if agent is not None else []
     if not funcs and not env_rewards:
         raise ValueError(
             "No reward source provided: DistributedGRPOTrainer needs reward_funcs (callables, built-in "
             "names or dotted paths), or an environment_factory whose environments define get_reward()"
         )
-    if env_rewards and args.reward_weights is not None:
-        args.reward_weights = [*args.reward_weights, *[1.0] * len(env_rewards)]
-    return [*funcs, *env_rewards]
+    if env_rewards and weights is not None:
+        weights = [*weights, *[1.0] * len(env_rewards)]
+    return [*funcs, *env_rewards], weights
 
 
 EMPTY_PROMPT = [{"role": "user", "content": ""}]

@@ -44,13 +44,13 @@ def reward_functions(reward_funcs, reward_processing_classes, args) -> tuple[lis
     return built, classes
 
 
-def reward_runners(funcs: list[Callable], args) -> tuple[RewardRunner, RewardRunner]:
-    """The training runner over ``funcs`` (``reward_weights``, ``reward_error``, the gate, ``reward_timeout``) and the
-    evaluation runner: ``eval_reward``, or by default the first training reward (its object, and any worker pool it
-    holds, reused)."""
+def reward_runners(funcs: list[Callable], weights: list[float] | None, args) -> tuple[RewardRunner, RewardRunner]:
+    """The training runner over ``funcs`` with ``weights`` (one per function; None: all 1) and the config's
+    ``reward_error``, gate and ``reward_timeout``, and the evaluation runner: ``eval_reward``, or by default the first
+    training reward (its object, and any worker pool it holds, reused)."""
     train = RewardRunner(
         funcs,
-        args.reward_weights,
+        weights,
         on_error=args.reward_error,
         gate=args.reward_gate,
         gated=args.gated_reward_funcs,

@@ -151,16 +151,19 @@ def test_single_environment_class(tiny_llama_path, tmp_path):
         return [0.0] * len(completions)
 
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Count. calls=3\n{INCREMENT}"}]}] * 8)
+    args = config(tmp_path, reward_weights=[2.0])
     trainer = scripted_policy(
         GRPOTrainer(
             model=tiny_llama_path,
             reward_funcs=[reward],
-            args=config(tmp_path),
+            args=args,
             train_dataset=dataset,
             environment_factory=Counter,
         )
     )
     assert trainer.reward_runner.names == ["reward", "Counter"]
+    # The user's weights, then weight 1 for the environment's reward (TRL); the config keeps the user's list.
+    assert trainer.reward_weights.tolist() == [2.0, 1.0] and args.reward_weights == [2.0]
     # TRL's public attributes: the environment's reward after the user's; its tools, not reset/get_reward.
     assert trainer.reward_funcs[0] is reward and trainer.reward_funcs[1].__name__ == "Counter"
     assert [t.__name__ for t in trainer.tools] == ["increment"]
