@@ -43,6 +43,23 @@ class SamplingParams:
             extra=tuple(extra.items()),
         )
 
+    def transformers_kwargs(self) -> dict:
+        """The same settings as transformers' sampling arguments (``generate`` keywords or a ``GenerationConfig``),
+        for both transformers backends. Every knob is passed, so a model's own ``generation_config`` (a default
+        temperature or repetition penalty) never applies underneath; greedy unsets the sampling ones (``None``), which
+        ``generate`` would otherwise warn about with ``do_sample=False``. A repetition penalty of 1.0 adds no logits
+        processor (the one continuous batching drops)."""
+        if self.greedy:
+            return dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+        return dict(
+            do_sample=True,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k or None,
+            min_p=self.min_p or None,
+            repetition_penalty=self.repetition_penalty,
+        )
+
     def vllm_kwargs(self, n: int) -> dict:
         """The same settings as vLLM sampling arguments (for ``vllm.SamplingParams`` or a /v1/completions body).
 

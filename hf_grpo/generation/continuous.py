@@ -106,23 +106,13 @@ class ContinuousBatchingGenerator(HFGenerator):
     def _generation_config(self, n: int, sampling: SamplingParams):
         from transformers import GenerationConfig
 
-        kwargs = dict(
+        return GenerationConfig(
             max_new_tokens=sampling.max_tokens,
             num_return_sequences=n,
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=self.tokenizer.pad_token_id,
+            **sampling.transformers_kwargs(),  # repetition_penalty is 1.0 here: other values are refused above
         )
-        if sampling.greedy:
-            kwargs.update(do_sample=False)
-        else:
-            kwargs.update(
-                do_sample=True,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=sampling.top_k or None,
-                min_p=sampling.min_p or None,
-            )
-        return GenerationConfig(**kwargs)
 
     @torch.no_grad()
     def generate(

@@ -130,17 +130,7 @@ class HFGenerator(Generator):
         )
         if self.cache_implementation is not None:
             kwargs.update(cache_implementation=self.cache_implementation)
-        if sampling.greedy:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        else:
-            kwargs.update(
-                do_sample=True,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                top_k=sampling.top_k or None,
-                min_p=sampling.min_p or None,
-                repetition_penalty=sampling.repetition_penalty,
-            )
+        kwargs.update(sampling.transformers_kwargs())
         if sampling.stop:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
         kwargs.update(sampling.extra)  # TRL's generation_kwargs for generate (hf_grpo.generation.kwargs)

@@ -1,0 +1,20 @@
+"""The backend-neutral sampling settings: one mapping onto transformers' arguments for both transformers backends."""
+
+import warnings
+
+from transformers import GenerationConfig
+
+from hf_grpo.generation import SamplingParams
+
+
+def test_transformers_kwargs_pass_every_knob_and_unset_them_when_greedy():
+    sampling = SamplingParams(max_tokens=8, temperature=0.7, top_p=0.9, top_k=0, min_p=0.0, repetition_penalty=1.2)
+    assert sampling.transformers_kwargs() == dict(
+        do_sample=True, temperature=0.7, top_p=0.9, top_k=None, min_p=None, repetition_penalty=1.2
+    )  # 0 means off for top_k and min_p: transformers' off is None
+    greedy = SamplingParams(max_tokens=8, temperature=0.7, top_k=5, greedy=True)
+    assert greedy.transformers_kwargs() == dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # transformers warns on sampling knobs set beside do_sample=False
+        for kwargs in (sampling.transformers_kwargs(), greedy.transformers_kwargs()):
+            GenerationConfig(max_new_tokens=8, **kwargs).validate(strict=True)
