@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -102,6 +104,11 @@ class GenerationResult:
 Turn = tuple  # one finished turn of a rollout: (key, token_ids, finished, logprobs or None)
 
 
+class EngineCannotLoadModel(InputError):
+    """A backend's engine cannot load the model's architecture in this environment (`build_generator` may fall back
+    to HF generate)."""
+
+
 class Generator(ABC):
     """A generation backend.
 
@@ -113,6 +120,13 @@ class Generator(ABC):
 
     # Whether ``generate`` takes vision-language prompts (``media``, `hf_grpo.vision.inputs.PromptMedia`).
     supports_images: bool = False
+
+    @classmethod
+    def from_config(cls, args, accelerator, model, tokenizer, model_path: str) -> Generator:
+        """The constructor every backend shares (`hf_grpo.generation.build_generator` calls it): the trainer's config,
+        the process's accelerator, the wrapped policy, its tokenizer, and a checkpoint an engine can load (the base
+        model under PEFT). Each backend reads what it needs; its own ``__init__`` takes only that."""
+        raise NotImplementedError(f"{cls.__name__} cannot be built from a trainer config")
 
     @abstractmethod
     def generate(

@@ -74,6 +74,16 @@ class ContinuousBatchingGenerator(HFGenerator):
     # transformers' continuous batching takes token ids only: no pixel_values per request.
     supports_images = False
 
+    @classmethod
+    def from_config(cls, args, accelerator, model, tokenizer, model_path: str) -> ContinuousBatchingGenerator:
+        return cls(
+            accelerator,
+            model,
+            tokenizer,
+            args.transformers_continuous_batching_config,
+            args.gradient_checkpointing_kwargs,
+        )
+
     def __init__(
         self, accelerator, model, tokenizer, cb_config: dict | None = None, checkpointing_kwargs: dict | None = None
     ):

@@ -49,6 +49,18 @@ class HFGenerator(Generator):
         self.cache_implementation = cache_implementation  # TRL's: e.g. "static"; None keeps generate's default
         self.gather_for_generation = gather_for_generation  # TRL's ds3_gather_for_generation
 
+    @classmethod
+    def from_config(cls, args, accelerator, model, tokenizer, model_path: str) -> HFGenerator:
+        return cls(
+            accelerator,
+            model,
+            tokenizer,
+            args.generation_chunk_size,
+            args.gradient_checkpointing_kwargs,
+            args.cache_implementation,
+            args.ds3_gather_for_generation,
+        )
+
     @contextlib.contextmanager
     def _generation_mode(self, unwrapped):
         was_training = unwrapped.training

@@ -38,19 +38,14 @@ import weakref
 
 import torch
 
-from ..errors import InputError
 from ..runtime.distributed import is_zero3
-from .base import GenerationResult, Generator, SamplingParams, Turn
+from .base import EngineCannotLoadModel, GenerationResult, Generator, SamplingParams, Turn
 from .kv_budget import kv_cache_bytes
 from .weights import iter_policy_weights, policy_weight_metadata
 
 logger = logging.getLogger(__name__)
 
 WORKER_EXTENSION = "hf_grpo.generation.worker_extension.HFGRPOWorkerExtension"
-
-
-class EngineCannotLoadModel(InputError):
-    """The vLLM engine cannot load the model's architecture in this environment (`build_generator` may fall back)."""
 
 
 def check_expanded_prompts(outputs, prompt_ids: list[list[int]], names: list[str] | None = None) -> None:
@@ -172,6 +167,10 @@ def _retire_previous_engine() -> None:
 
 class VLLMColocateGenerator(Generator):
     supports_images = True
+
+    @classmethod
+    def from_config(cls, args, accelerator, model, tokenizer, model_path: str) -> VLLMColocateGenerator:
+        return cls(args, accelerator, model_path)  # the engine loads model_path; the sync sends the policy's weights
 
     def __init__(self, args, accelerator, model_path: str):
         global _last_built

@@ -224,6 +224,10 @@ class VLLMServerClient:
 class VLLMServerGenerator(Generator):
     supports_images = True
 
+    @classmethod
+    def from_config(cls, args, accelerator, model, tokenizer, model_path: str) -> VLLMServerGenerator:
+        return cls(args, accelerator)  # the servers load their own copy; the sync sends the policy's weights
+
     def __init__(self, args, accelerator):
         self.accelerator = accelerator
         self.clients = [

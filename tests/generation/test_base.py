@@ -18,3 +18,23 @@ def test_transformers_kwargs_pass_every_knob_and_unset_them_when_greedy():
         warnings.simplefilter("error")  # transformers warns on sampling knobs set beside do_sample=False
         for kwargs in (sampling.transformers_kwargs(), greedy.transformers_kwargs()):
             GenerationConfig(max_new_tokens=8, **kwargs).validate(strict=True)
+
+
+def test_every_backend_is_built_by_the_shared_constructor():
+    """build_generator builds each backend through `Generator.from_config` (one signature for all); a backend that
+    did not define it would refuse there, naming itself."""
+    from types import SimpleNamespace
+
+    from hf_grpo.generation import Generator, backend_class
+
+    choices = [("hf", None), ("hf_continuous", None), ("vllm", "colocate"), ("vllm", "server")]
+    classes = {backend_class(SimpleNamespace(generation_backend=b, vllm_mode=m)) for b, m in choices}
+    assert {c.__name__ for c in classes} == {
+        "HFGenerator",
+        "ContinuousBatchingGenerator",
+        "VLLMColocateGenerator",
+        "VLLMServerGenerator",
+    }
+    for cls in classes:  # its own, not one inherited (continuous batching subclasses HF generate)
+        assert "from_config" in vars(cls), f"{cls.__name__} has no from_config of its own"
+        assert issubclass(cls, Generator)
