@@ -378,6 +378,8 @@ NOT_OURS = {
     "tests/distributed/test_vlm.py": "removed (issue 53)",
     "tests/distributed/test_agents.py": "removed (issue 53)",
     "tests/distributed/test_ref_sync.py": "removed (issue 53)",
+    "tests/data/test_arithmetic.py": "moved to tests/data/tasks/ (issue 54)",
+    "tests/data/test_code_tasks.py": "moved to tests/data/tasks/ (issue 54)",
 }
 
 

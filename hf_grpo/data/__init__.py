@@ -7,10 +7,10 @@ functions (math rows carry ``gt_answer`` as a string, code rows ``test_cases`` w
 See ``schema`` for the accepted row formats and how they depart from ColossalChat's loader.
 """
 
-from .arithmetic import ARITHMETIC_SYSTEM_PROMPT, make_arithmetic_dataset
 from .loading import load_prompt_dataset
 from .prompts import encode_prompt, encode_prompts, filter_long_prompts
 from .schema import DataFormatError, is_conversational
+from .tasks.arithmetic import ARITHMETIC_SYSTEM_PROMPT, make_arithmetic_dataset
 
 __all__ = [
     "ARITHMETIC_SYSTEM_PROMPT",

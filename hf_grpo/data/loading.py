@@ -1,12 +1,12 @@
 """``load_prompt_dataset``: one entry point from any supported prompt source to canonical rows.
 
 Sources: ``"arithmetic"`` / ``"arithmetic:N"`` (the generated task), ``"multiplication[:N]"`` (the agent task,
-`hf_grpo.data.multiplication`), ``"shapes[:task][:N]"`` (the vision-language demo's images, `hf_grpo.data.shapes`),
-a ``.jsonl`` file (parsed here, with ``file:line`` errors), a ``.json`` or ``.parquet`` file or a ``save_to_disk``
-folder (read with ``datasets``), an in-memory ``Dataset`` (or a single-split ``DatasetDict``), a dict of equal-
-length columns, or a list of row dicts. Every source goes through the same row validation
-(``schema.normalize_rows``), so the result always has a ``prompt`` column (string or conversation) plus the passed-
-through columns.
+`hf_grpo.data.tasks.multiplication`), ``"shapes[:task][:N]"`` (the vision-language demo's images,
+`hf_grpo.data.tasks.shapes`), a ``.jsonl`` file (parsed here, with ``file:line`` errors), a ``.json`` or ``.parquet``
+file or a ``save_to_disk`` folder (read with ``datasets``), an in-memory ``Dataset`` (or a single-split
+``DatasetDict``), a dict of equal-length columns, or a list of row dicts. Every source goes through the same row
+validation (``schema.normalize_rows``), so the result always has a ``prompt`` column (string or conversation) plus the
+passed-through columns.
 
 Departures from ColossalChat's loader: besides its JSONL rows, GSM8K files, generic prompt-column data and
 ``datasets`` sources are accepted; the result is a ``datasets.Dataset`` of untokenised rows (tokenisation and
@@ -26,14 +26,14 @@ from typing import Any
 import datasets
 from datasets import Dataset, DatasetDict, IterableDataset, load_from_disk
 
-from .arithmetic import arithmetic_rows
 from .jsonl import read_jsonl
 from .locations import set_row_locations
-from .multiplication import DEFAULT_ROWS as DEFAULT_MULTIPLICATION_ROWS
-from .multiplication import multiplication_rows
 from .prompts import add_system_prompt
 from .schema import DataFormatError, normalize_rows
-from .shapes import parse_shapes_source, shapes_dataset
+from .tasks.arithmetic import arithmetic_rows
+from .tasks.multiplication import DEFAULT_ROWS as DEFAULT_MULTIPLICATION_ROWS
+from .tasks.multiplication import multiplication_rows
+from .tasks.shapes import parse_shapes_source, shapes_dataset
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ Two accuracies per completion:
   whatever the format: the usual "last number" GSM8K score, except that a boxed answer followed by more text
   ("\\boxed{12}. Check: 12 - 3 = 9") is read as the box. Learning to write a box gains nothing here; only the
   number counts. Rows without a numeric ``gt_answer`` count as wrong. Multiple-choice rows (``answer`` and
-  ``options`` columns, e.g. the vision demo's `hf_grpo.data.shapes`) are instead right when the completion names
+  ``options`` columns, e.g. the vision demo's `hf_grpo.data.tasks.shapes`) are instead right when the completion names
   exactly one option, the right one, in any words (`hf_grpo.rewards.choice`).
 
 With ``k == 1`` decoding is greedy (pass@1). With ``k > 1`` it samples ``k`` completions per prompt and reports

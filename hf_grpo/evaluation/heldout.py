@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass
 from datasets import Dataset
 
 from ..data import filter_long_prompts, load_prompt_dataset
-from ..data.arithmetic import ARITHMETIC_SOURCE, heldout_arithmetic_rows
-from ..data.multiplication import MULTIPLICATION_SOURCE, heldout_multiplication_rows
 from ..data.prompts import add_system_prompt
-from ..data.shapes import parse_shapes_source, shapes_dataset
+from ..data.tasks.arithmetic import ARITHMETIC_SOURCE, heldout_arithmetic_rows
+from ..data.tasks.multiplication import MULTIPLICATION_SOURCE, heldout_multiplication_rows
+from ..data.tasks.shapes import parse_shapes_source, shapes_dataset
 from ..generation import SamplingParams
 from ..models.quantization import packed_weights
 from .accuracy import EvalResult, evaluate_rows, wilson_interval

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from hf_grpo.data.arithmetic import arithmetic_rows, heldout_arithmetic_rows, is_heldout
-from hf_grpo.data.multiplication import multiplication_rows
+from hf_grpo.data.tasks.arithmetic import arithmetic_rows, heldout_arithmetic_rows, is_heldout
+from hf_grpo.data.tasks.multiplication import multiplication_rows
 from hf_grpo.evaluation import final_number, final_number_reward, lenient_correct
 from hf_grpo.evaluation.heldout import HeldoutAccuracy, heldout_dataset
 from hf_grpo.train import main

@@ -2,7 +2,7 @@
 
 Rows are ``{"messages": [system, {"role": "user", "content": statement}], "test_cases": {"inputs": [...],
 "outputs": [...]}}``, the format ``load_prompt_dataset`` detects as ``code``; ``recipes/data/code_tasks.jsonl`` is
-this module's output (``python -m hf_grpo.data.code_tasks recipes/data/code_tasks.jsonl`` rewrites it; a test
+this module's output (``python -m hf_grpo.data.tasks.code_tasks recipes/data/code_tasks.jsonl`` rewrites it; a test
 checks they agree). Each problem also carries a reference solution, kept out of the rows, so a test can prove every
 row is solvable under the ``code`` reward. Sized for a ~135M model: one input line, one output line, a few lines.
 """
@@ -125,5 +125,5 @@ def write_jsonl(path: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        raise SystemExit("usage: python -m hf_grpo.data.code_tasks OUTPUT.jsonl")
+        raise SystemExit("usage: python -m hf_grpo.data.tasks.code_tasks OUTPUT.jsonl")
     write_jsonl(sys.argv[1])

@@ -5,15 +5,16 @@ import json
 from pathlib import Path
 
 from hf_grpo.data import load_prompt_dataset
-from hf_grpo.data.code_tasks import PROBLEMS, code_task_rows
+from hf_grpo.data.tasks.code_tasks import PROBLEMS, code_task_rows
 from hf_grpo.rewards.code import CodeReward
 
-JSONL = Path(__file__).resolve().parents[2] / "recipes" / "data" / "code_tasks.jsonl"
+JSONL = Path(__file__).resolve().parents[3] / "recipes" / "data" / "code_tasks.jsonl"
 
 
 def test_shipped_jsonl_is_the_builders_output():
     rows = [json.loads(line) for line in JSONL.read_text().splitlines()]
-    assert rows == code_task_rows()  # regenerate with: python -m hf_grpo.data.code_tasks recipes/data/code_tasks.jsonl
+    # Regenerate with: python -m hf_grpo.data.tasks.code_tasks recipes/data/code_tasks.jsonl
+    assert rows == code_task_rows()
 
 
 def test_loads_as_code_rows_with_the_system_prompt():

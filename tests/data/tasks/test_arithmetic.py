@@ -1,4 +1,4 @@
-"""The generated arithmetic task (hf_grpo/data/arithmetic.py)."""
+"""The generated arithmetic task (hf_grpo/data/tasks/arithmetic.py)."""
 
 import re
 
