@@ -50,8 +50,8 @@ MATRIX = [(b, None) for b in BACKENDS] + [("ddp", "lora"), ("zero3", "lora"), ("
 
 # Rank 0's rollouts make no call; rank 1's make one call in their first turn (one tool round, the limit) and call
 # again in their second, which ends them (max_turns). Two waves on rank 1 against one on rank 0 are all the
-# unevenness needs; 96 tokens hold rank 1's two turns and the observation between them (measured: at 80 the second
-# turn is cut and the rollout ends on length instead of max_turns). One call a turn, not four: the
+# unevenness needs; 96 tokens hold rank 1's two turns and the observation between them (81 do: 29 + 23 + 29; the
+# observation counts toward max_completion_length). One call a turn, not four: the
 # number of waves is what the ranks must agree on, and every completion token costs a [V]-wide log-prob in the
 # old-policy, reference and loss passes (four calls a turn made 214-token completions: 13.8 CPU-s for a one-process
 # step of this run against 4.6). The real HF generate under the script decodes at most 4 tokens a wave
