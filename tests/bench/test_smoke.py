@@ -20,14 +20,17 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import one_process
+from tests.helpers import zygote
+from tests.helpers.launch import launched_env
 from tests.helpers.one_process import ScriptResult, ScriptRun
 from tests.helpers.semantic_hacks import CASES as SEMANTIC
 
@@ -143,7 +146,7 @@ SMOKES = {
         "--dry-run",
         42,
         expect=("mode=dry_run", "results=3/3"),
-        env={"DRY_MODEL": "{tiny}", "PYTHON": sys.executable},
+        env={"DRY_MODEL": "{tiny}", "PYTHON": "{python}"},
     ),
     # One step each (the first spends the budget) and one checkpoint each, evaluated with HF generate on the 2 dev rows.
     "gsm8k_vs_trl.py": Smoke(
@@ -228,14 +231,15 @@ def test_helpers_are_not_benches():
         assert "RESULT" not in (BENCH / name).read_text(), f"bench/{name} prints a RESULT line: give it a smoke run"
 
 
-def smoke_run(script: str, tiny_model: str, tmp: Path) -> ScriptRun:
-    """The run of ``script``'s smoke: its command line and environment, its output going to files in ``tmp``."""
+def smoke_run(script: str, tiny_model: str, tmp: Path, python: str = sys.executable) -> ScriptRun:
+    """The run of ``script``'s smoke: its command line and environment (``python``: the executable of the Python
+    processes it starts), its output going to files in ``tmp``."""
     smoke = SMOKES[script]
     if smoke.prepare:
         smoke.prepare(tmp)
 
     def fill(text: str) -> str:
-        return text.replace("{tiny}", tiny_model).replace("{tmp}", str(tmp))
+        return text.replace("{tiny}", tiny_model).replace("{tmp}", str(tmp)).replace("{python}", python)
 
     # Scratch folders the scripts make (tempfile) land in the smoke's own folder.
     env = {
@@ -243,6 +247,7 @@ def smoke_run(script: str, tiny_model: str, tmp: Path) -> ScriptRun:
         "TMPDIR": str(tmp),
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_OFFLINE": "1",
+        "PYTHON_EXEC": python,
         **{k: fill(v) for k, v in smoke.env.items()},
     }
     return ScriptRun(
@@ -256,47 +261,74 @@ def smoke_run(script: str, tiny_model: str, tmp: Path) -> ScriptRun:
     )
 
 
-def split(scripts: list[str], parts: int) -> list[list[str]]:
-    """``scripts`` in ``parts`` lists of about equal seconds (longest first, each to the least loaded list)."""
-    lists: list[list[str]] = [[] for _ in range(parts)]
-    for script in sorted(scripts, key=lambda name: -SMOKES[name].seconds):
-        min(lists, key=lambda names: sum(SMOKES[n].seconds for n in names)).append(script)
-    return [names for names in lists if names]
-
-
 class SmokeRuns:
-    """The runner processes of the selected smokes; `result` waits for the runner of a script (once)."""
+    """The selected smokes, each ``python bench/SCRIPT ARGS`` in a process of its own forked from this worker's zygote
+    (`tests.helpers.zygote`), RUNNERS at a time, the longest first. Its environment's ``PYTHON_EXEC`` (and, for
+    gpu_session.sh, ``PYTHON``) is the zygote's executable, so that the processes a bench starts for its arms (runs of
+    train.py, `hf-grpo eval`, TRL, `accelerate launch` and its workers) fork from it too. `result` waits for a
+    script's end (once)."""
 
-    def __init__(self, groups: list[list[ScriptRun]], folder: Path):
-        self.runners = []
-        for i, runs in enumerate(groups):
-            self.runners.append((one_process.start(runs, folder / f"runner{i}"), runs, folder / f"runner{i}"))
+    def __init__(self, runs: dict[str, ScriptRun], python: str, parallel: int):
+        self.runs, self.python, self.parallel = runs, python, parallel
+        self.pending = sorted(runs, key=lambda name: -SMOKES[name].seconds)
+        self.running: dict[str, tuple[subprocess.Popen, float]] = {}
         self.results: dict[str, ScriptResult] = {}
 
+    def _start_more(self) -> None:
+        while self.pending and len(self.running) < self.parallel:
+            run = self.runs[self.pending.pop(0)]
+            interpreter = ["bash"] if run.script.endswith(".sh") else [self.python]
+            with open(run.stdout, "w") as out, open(run.stderr, "w") as err:
+                proc = subprocess.Popen(
+                    [*interpreter, run.script, *run.argv],
+                    cwd=run.cwd,
+                    env=run.env,
+                    stdout=out,
+                    stderr=err,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            self.running[run.name] = (proc, time.monotonic())
+
+    def _collect(self) -> None:
+        for name, (proc, started) in list(self.running.items()):
+            code = proc.poll()
+            if code is None and time.monotonic() - started > self.runs[name].timeout:
+                proc.kill()  # the zygote's waiter kills the script's process group with it
+                code = proc.wait()
+            if code is not None:
+                run = self.runs[name]
+                del self.running[name]
+                self.results[name] = ScriptResult(
+                    name, code, time.monotonic() - started, Path(run.stdout).read_text(), Path(run.stderr).read_text()
+                )
+
     def result(self, script: str) -> ScriptResult:
-        if script not in self.results:
-            proc, runs, folder = next(r for r in self.runners if any(run.name == script for run in r[1]))
-            self.results.update(one_process.finish(proc, runs, folder, timeout=sum(r.timeout for r in runs) + 60))
+        while script not in self.results:
+            self._start_more()
+            self._collect()
+            if script not in self.results:
+                time.sleep(0.2)
+        self._start_more()
         return self.results[script]
 
     def close(self) -> None:
-        for proc, _, _ in self.runners:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        for proc, _ in self.running.values():
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(scope="module")
 def smoke_runs(request, vllm_tiny_path, tmp_path_factory):
-    """Starts the selected smokes in RUNNERS processes (each runs its share one after the other)."""
+    """Starts the selected smokes, RUNNERS at a time, as the tests ask for their results."""
     selected = sorted(
         item.callspec.params["script"]
         for item in request.session.items
         if item.originalname == "test_bench_script_reaches_its_result_line"
     )
-    runs = {s: smoke_run(s, vllm_tiny_path, tmp_path_factory.mktemp(s.replace(".", "_"))) for s in selected}
-    groups = [[runs[s] for s in names] for names in split(selected, RUNNERS)]
-    smokes = SmokeRuns(groups, tmp_path_factory.mktemp("runners"))
+    python = zygote.shared(launched_env()).python
+    runs = {s: smoke_run(s, vllm_tiny_path, tmp_path_factory.mktemp(s.replace(".", "_")), python) for s in selected}
+    smokes = SmokeRuns(runs, python, RUNNERS)
     yield smokes
     smokes.close()
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from hf_grpo.models import load_model
+from tests.helpers import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests/scripts/train_worker.py"
@@ -87,9 +88,19 @@ def torchrun_command(script: Path, *args: str, nproc: int = 2) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), str(script), *args]
 
 
+def forked(cmd: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """``cmd`` and ``env`` with every Python process of the command (the launcher, torchrun's workers) forked from
+    this worker's zygote (`tests.helpers.zygote`: the imports paid once); ``TEST_ZYGOTE=0`` starts real interpreters."""
+    if cmd[0] != sys.executable or os.environ.get("TEST_ZYGOTE") == "0":
+        return cmd, env
+    z = zygote.shared(launched_env())
+    return [z.python, *cmd[1:]], z.env(env)
+
+
 def run_checked(cmd: list[str], timeout: int, what: str, **kwargs) -> subprocess.CompletedProcess:
-    """Runs ``cmd`` from the repository root with `launched_env`; a non-zero exit fails the test with both logs."""
-    kwargs.setdefault("env", launched_env())
+    """Runs ``cmd`` from the repository root with `launched_env`, its processes forked from the zygote; a non-zero
+    exit fails the test with both logs."""
+    cmd, kwargs["env"] = forked(cmd, kwargs.get("env") or launched_env())
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kwargs)
     assert proc.returncode == 0, f"{what}: exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     return proc
@@ -115,7 +126,8 @@ def launch(
     cmd = worker_command(backend, model_path, out, spec, num_processes=num_processes, mixed_precision=mixed_precision)
     if check:
         return run_checked(cmd, timeout, backend)
-    return subprocess.run(cmd, cwd=ROOT, env=launched_env(), capture_output=True, text=True, timeout=timeout)
+    cmd, env = forked(cmd, launched_env())
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def start(backend: str, model_path: str, out: Path, spec: dict) -> subprocess.Popen:
