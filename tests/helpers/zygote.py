@@ -9,17 +9,20 @@ quarter of its CPU time. A forked child pays none of it: the imported modules ar
 What stays real: the command is the same (`accelerate launch ...`, torchrun's workers, the bench scripts' own
 subprocesses), the processes are separate OS processes with their own pids, working directories, environments,
 stdin/stdout/stderr and exit codes, talking over real gloo and sockets. Only the interpreter start differs: a fork of
-a process that has imported the modules (and done nothing else: no thread, no engine, no CUDA, no process group),
-the way Python's own ``multiprocessing`` forkserver with preloaded modules starts its children.
+a process that has imported the modules and done nothing else (no Python thread, engine, CUDA context or process
+group), the way Python's own ``multiprocessing`` forkserver with preloaded modules starts its children.
 
 How: `start` runs this module as a server on a Unix socket and writes an executable, ``python`` in its folder, that
-takes Python's command line (``-u``, ``-m MODULE``, ``-c CODE``, ``SCRIPT``). A program started with that executable
-sends its command line, environment, working directory and its three standard file descriptors to the server, which
-forks a waiter; the waiter forks the program and reports its pid and then its exit status. The executable forwards
-the signals it gets (SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2) to the program and exits as the program did (with
-the same signal when it was killed by one); if the executable itself is killed (SIGKILL), its program is killed too.
-torchrun starts its workers with ``$PYTHON_EXEC``, so a launch whose ``PYTHON_EXEC`` is the executable forks both
-the launcher and its workers.
+takes Python's command line (``-u``, ``-m MODULE``, ``-c CODE``, ``SCRIPT``; any other flag, ``-I`` for instance,
+makes it run a real interpreter instead). A program started with that executable sends its command line,
+environment, working directory and its three standard file descriptors to the server, which forks a waiter; the
+waiter forks the program and reports its pid and then its exit status. The executable forwards the signals it gets
+(SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2) to the program and exits as the program did (by the same signal when one
+ended it); if the executable itself is killed (SIGKILL), its program is killed too, with its process group.
+``PYTHON_EXEC`` in the environment set to the executable (`Zygote.env`) asks for descendants forked too: torchrun
+starts its workers with ``$PYTHON_EXEC``, and such a program's ``sys.executable`` is the executable, so the Python
+processes it starts (a bench's arms) fork as well. A program's CPU time is counted when the zygote exits (it reaps the
+waiters), so the budget table's per-test ``cpu s`` column leaves it out.
 
 Not for tests that kill processes by their process tree (the forked program is not a child of the executable, so
 `tests.helpers.processes.kill9` cannot see it): those start real interpreters (`tests.helpers.launch.start`).
