@@ -74,9 +74,10 @@ def shared_run(nodes_root: Path, name: str, spec: dict) -> dict:
 
 
 def two_node_runs(backend: str, model: str, root: Path, runs: dict[str, dict], per_node: int = 1) -> Nodes:
-    """One launch pair training ``runs`` to the end."""
+    """One launch pair training ``runs`` to the end (nothing kills it: its processes fork from the zygote)."""
     nodes = Nodes([root / "node0", root / "node1"], root / "shared")
-    wait_all(start_nodes(backend, model, {"runs": list(runs.values())}, nodes.folders, per_node), nodes.folders)
+    procs = start_nodes(backend, model, {"runs": list(runs.values())}, nodes.folders, per_node, forked=True)
+    wait_all(procs, nodes.folders)
     for k, name in enumerate(runs):
         nodes.runs[name] = rank_results(nodes.folders, 2 * per_node, k)
     return nodes
@@ -267,7 +268,7 @@ def test_train_py_runs_on_two_nodes_from_the_planners_commands(tiny_llama_path, 
         "max_steps: 1\nheldout_eval_samples: 0\nsave_strategy: 'no'\nreport_to: none\noutput_dir: outputs/tiny\n"
     )
     folders = [tmp_path, tmp_path]
-    wait_all(start_planned(folders, ROOT / "train.py", recipe=str(recipe)), folders)
+    wait_all(start_planned(folders, ROOT / "train.py", recipe=str(recipe), forked=True), folders)
     state = json.loads((tmp_path / "outputs/tiny/trainer_state.json").read_text())
     assert state["global_step"] == 1
     assert (tmp_path / "outputs/tiny/model.safetensors").is_file()

@@ -90,8 +90,14 @@ def torchrun_command(script: Path, *args: str, nproc: int = 2) -> list[str]:
 
 def forked(cmd: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """``cmd`` and ``env`` with every Python process of the command (the launcher, torchrun's workers) forked from
-    this worker's zygote (`tests.helpers.zygote`: the imports paid once); ``TEST_ZYGOTE=0`` starts real interpreters."""
-    if cmd[0] != sys.executable or os.environ.get("TEST_ZYGOTE") == "0":
+    this worker's zygote (`tests.helpers.zygote`: the imports paid once); ``TEST_ZYGOTE=0`` starts real interpreters.
+    ``cmd`` is a Python command line or the `accelerate` CLI's (as `hf_grpo.runtime.launching.plan_launch` prints it:
+    the CLI's own module runs it)."""
+    if os.environ.get("TEST_ZYGOTE") == "0":
+        return cmd, env
+    if cmd[0] == "accelerate":
+        cmd = [sys.executable, "-m", "accelerate.commands.accelerate_cli", *cmd[1:]]
+    if cmd[0] != sys.executable:
         return cmd, env
     z = zygote.shared(launched_env())
     return [z.python, *cmd[1:]], z.env(env)

@@ -13,14 +13,22 @@ import torch
 
 from hf_grpo.runtime.launching import plan_launch
 from tests.helpers.launch import ROOT, WORKER, free_port, launched_env
+from tests.helpers.launch import forked as launch_forked
 from tests.helpers.processes import kill9
 
 
 def start_planned(
-    folders: list[Path], script: Path, backend: str = "ddp", processes_per_node: int = 1, **plan
+    folders: list[Path],
+    script: Path,
+    backend: str = "ddp",
+    processes_per_node: int = 1,
+    *,
+    forked: bool = False,
+    **plan,
 ) -> list[subprocess.Popen]:
     """The planner's trainer command for each node (``plan``: more of `plan_launch`'s arguments, such as
-    ``script_args`` or ``recipe``), run in that node's folder, logging to ``<folder>/launch.log``."""
+    ``script_args`` or ``recipe``), run in that node's folder, logging to ``<folder>/launch.log``. ``forked``: its
+    processes fork from the zygote (`tests.helpers.launch.forked`), for a pair that no test kills."""
     commands = plan_launch(
         trainer_hosts=["127.0.0.1", "127.0.0.1"],
         processes_per_node=processes_per_node,
@@ -36,11 +44,14 @@ def start_planned(
         assert command.role == "trainer" and command.machine_rank == len(procs)
         folder.mkdir(parents=True, exist_ok=True)
         log = open(folder / "launch.log", "ab")
+        argv, node_env = list(command.argv), {**env, **command.env}
+        if forked:
+            argv, node_env = launch_forked(argv, node_env)
         procs.append(
             subprocess.Popen(
-                list(command.argv),
+                argv,
                 cwd=folder,
-                env={**env, **command.env},
+                env=node_env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -50,11 +61,12 @@ def start_planned(
 
 
 def start_nodes(
-    backend: str, model: str, spec: dict, folders: list[Path], processes_per_node: int = 1
+    backend: str, model: str, spec: dict, folders: list[Path], processes_per_node: int = 1, *, forked: bool = False
 ) -> list[subprocess.Popen]:
     """train_worker.py on each node; it writes to ./out (the node's own folder): ``out/rank<R>_<K>.pt`` of run K on
     the node that ran rank R, and each run's output_dir (``out/run<K>`` unless the run names one)."""
-    return start_planned(folders, WORKER, backend, processes_per_node, script_args=[model, "out", json.dumps(spec)])
+    script_args = [model, "out", json.dumps(spec)]
+    return start_planned(folders, WORKER, backend, processes_per_node, forked=forked, script_args=script_args)
 
 
 def wait_all(procs: list[subprocess.Popen], folders: list[Path], timeout: float = 600) -> None:
