@@ -9,6 +9,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ import time
 import requests
 import torch
 
-from tests.helpers.launch import free_port
+from tests.helpers.launch import forked, free_port
 
 
 class Server:
@@ -42,7 +43,8 @@ class Server:
             "--max-model-len",
             "512",
         ]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        cmd, env = forked(cmd, dict(os.environ))  # `hf-grpo serve` and the vLLM server it execs fork from the zygote
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def wait(self, timeout=1200):  # LOCAL-ONLY
         deadline = time.monotonic() + timeout
@@ -57,8 +59,20 @@ class Server:
         raise TimeoutError(self.url)
 
     def kill(self):
+        """SIGKILL the server's processes, and wait until its port is free (a forked server's processes die a moment
+        after the executable, see `tests.helpers.zygote`): a restart listens on the same port."""
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+        deadline = time.monotonic() + 60
+        while True:
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds (TIME_WAIT is fine)
+                try:
+                    s.bind(("127.0.0.1", self.port))
+                    return
+                except OSError:
+                    assert time.monotonic() < deadline, f"port {self.port} still taken 60 s after the kill"
+                    time.sleep(0.05)
 
     def requests_served(self) -> float:
         text = requests.get(self.url + "/metrics", timeout=5).text

@@ -70,6 +70,7 @@ PRELOAD = (
     "vllm.model_executor.models.llama",
     "compressed_tensors",
     "hf_grpo.generation.vllm_colocate",
+    "vllm.entrypoints.openai.api_server",  # `vllm serve`
     "trl",
     "trl.trainer.grpo_trainer",
 )
