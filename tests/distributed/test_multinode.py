@@ -74,7 +74,7 @@ def shared_run(nodes_root: Path, name: str, spec: dict) -> dict:
 
 
 def two_node_runs(backend: str, model: str, root: Path, runs: dict[str, dict], per_node: int = 1) -> Nodes:
-    """One launch pair training ``runs`` to the end (nothing kills it: its processes fork from the zygote)."""
+    """One launch pair training ``runs`` to the end."""
     nodes = Nodes([root / "node0", root / "node1"], root / "shared")
     procs = start_nodes(backend, model, {"runs": list(runs.values())}, nodes.folders, per_node, forked=True)
     wait_all(procs, nodes.folders)
@@ -90,7 +90,7 @@ def killed_and_restarted(
     checkpoint-1. Then ``before_restart(nodes)``, and a restart pair training ``restart``, then the killed run to its
     end (``resumed``)."""
     nodes = Nodes([root / "node0", root / "node1"], root / "shared")
-    procs = start_nodes(backend, model, {"runs": [*runs.values(), KILLED_RUN]}, nodes.folders)
+    procs = start_nodes(backend, model, {"runs": [*runs.values(), KILLED_RUN]}, nodes.folders, forked=True)
     try:
         checkpoint = nodes.folders[1] / KILLED / "checkpoint-1" / "trainer_state.json"
         try:  # after the earlier runs of the pair
@@ -110,7 +110,7 @@ def killed_and_restarted(
     if before_restart is not None:
         before_restart(nodes)
     restart = {**restart, "resumed": KILLED_RUN}
-    wait_all(start_nodes(backend, model, {"runs": list(restart.values())}, nodes.folders), nodes.folders)
+    wait_all(start_nodes(backend, model, {"runs": list(restart.values())}, nodes.folders, forked=True), nodes.folders)
     for k, name in enumerate(restart):
         nodes.runs[name] = rank_results(nodes.folders, 2, k)
     return nodes

@@ -140,10 +140,8 @@ def start(backend: str, model_path: str, out: Path, spec: dict) -> subprocess.Po
     """train_worker.py under `accelerate launch`, in the background (for tests that kill it), logging to
     ``out/launch.log``; `tests.helpers.processes` waits for a moment in the run and kills it."""
     log = open(out / "launch.log", "ab")
-    cmd = worker_command(backend, model_path, out, spec)
-    return subprocess.Popen(
-        cmd, cwd=ROOT, env=launched_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    cmd, env = forked(worker_command(backend, model_path, out, spec), launched_env())
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @dataclass

@@ -28,7 +28,7 @@ def start_planned(
 ) -> list[subprocess.Popen]:
     """The planner's trainer command for each node (``plan``: more of `plan_launch`'s arguments, such as
     ``script_args`` or ``recipe``), run in that node's folder, logging to ``<folder>/launch.log``. ``forked``: its
-    processes fork from the zygote (`tests.helpers.launch.forked`), for a pair that no test kills."""
+    processes fork from the zygote (`tests.helpers.launch.forked`)."""
     commands = plan_launch(
         trainer_hosts=["127.0.0.1", "127.0.0.1"],
         processes_per_node=processes_per_node,

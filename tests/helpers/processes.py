@@ -9,6 +9,8 @@ import time
 
 import psutil
 
+from tests.helpers import zygote
+
 
 def wait_for(predicate, proc: subprocess.Popen, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
@@ -23,7 +25,7 @@ def kill9(proc: subprocess.Popen) -> None:
     launcher that has ended already is only waited for."""
     if proc.poll() is not None:
         return
-    tree = [proc.pid] + [p.pid for p in _children(proc.pid)]
+    tree = _tree(proc.pid)
     for pid in tree:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -31,6 +33,17 @@ def kill9(proc: subprocess.Popen) -> None:
             pass
     proc.wait()
     psutil.wait_procs([p for p in map(_process, tree) if p is not None], timeout=30)
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every process under it, with the programs that zygote executables among them forked
+    (`tests.helpers.zygote.program_of`) and what is under those."""
+    tree = [pid] + [p.pid for p in _children(pid)]
+    for member in list(tree):
+        program = zygote.program_of(member)
+        if program is not None:
+            tree += _tree(program)
+    return tree
 
 
 def _children(pid: int) -> list:

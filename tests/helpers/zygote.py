@@ -24,8 +24,9 @@ starts its workers with ``$PYTHON_EXEC``, and such a program's ``sys.executable`
 processes it starts (a bench's arms) fork as well. A program's CPU time is counted when the zygote exits (it reaps the
 waiters), so the budget table's per-test ``cpu s`` column leaves it out.
 
-Not for tests that kill processes by their process tree (the forked program is not a child of the executable, so
-`tests.helpers.processes.kill9` cannot see it): those start real interpreters (`tests.helpers.launch.start`).
+The forked program is not a child of the executable: the executable records its program's pid (`program_of`), so
+that `tests.helpers.processes.kill9` kills the programs of every executable in the tree it kills, at once, and waits
+for them.
 
     python -m tests.helpers.zygote SOCKET   # the server (`start` runs it)
 """
@@ -96,6 +97,9 @@ request = {{"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(), "
 socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
 reader = conn.makefile("r")
 pid = int(reader.readline())
+record = os.path.join({programs!r}, str(os.getpid()))  # for `program_of`: kill -9 of a tree reaches the program
+with open(record, "w") as f:
+    f.write(str(pid))
 def forward(signum, frame):
     try:
         os.kill(pid, signum)
@@ -105,6 +109,7 @@ for s in {signals!r}:
     signal.signal(s, forward)
 line = reader.readline()
 status = int(line) if line else -9
+os.unlink(record)
 if status < 0:
     signal.signal(-status, signal.SIG_DFL)
     os.kill(os.getpid(), -status)
@@ -153,7 +158,15 @@ def start(env: dict[str, str], folder: Path, timeout: float = 300) -> Zygote:
             raise RuntimeError(f"the zygote did not start: {(folder / 'zygote.log').read_text()[-3000:]}")
         time.sleep(0.1)
     client = folder / "python"
-    client.write_text(CLIENT.format(python=sys.executable, socket=str(path), signals=[int(s) for s in SIGNALS]))
+    (folder / "programs").mkdir(exist_ok=True)
+    client.write_text(
+        CLIENT.format(
+            python=sys.executable,
+            socket=str(path),
+            programs=str(folder / "programs"),
+            signals=[int(s) for s in SIGNALS],
+        )
+    )
     client.chmod(0o755)
     return Zygote(proc, folder)
 
@@ -171,6 +184,16 @@ def shared(env: dict[str, str]) -> Zygote:
         _shared = start({**_ENV_AT_IMPORT, **extra}, Path(tempfile.mkdtemp(prefix="zygote-")))
         atexit.register(_shared.close)
     return _shared
+
+
+def program_of(pid: int) -> int | None:
+    """The pid of the program that the executable running as ``pid`` forked from this process's zygote, if any."""
+    if _shared is None:
+        return None
+    try:
+        return int((_shared.folder / "programs" / str(pid)).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------------------- server side

@@ -16,7 +16,7 @@ from hf_grpo.algorithms import groups_with_spread
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.rollout.sampler import RepeatPromptSampler
 from hf_grpo.runtime import checkpoints
-from tests.helpers.launch import ROOT, WORKER, launched_env
+from tests.helpers.launch import ROOT, WORKER, forked, launched_env
 from tests.helpers.processes import kill9, wait_for
 from tests.helpers.rewards import even_token_reward
 from tests.helpers.trainers import make_trainer, params
@@ -228,8 +228,7 @@ SPEC = {
 
 
 def start(model_path: str, out) -> subprocess.Popen:
-    env = launched_env()
-    cmd = [sys.executable, str(WORKER), model_path, str(out), json.dumps(SPEC)]
+    cmd, env = forked([sys.executable, str(WORKER), model_path, str(out), json.dumps(SPEC)], launched_env())
     log = open(out / "train.log", "ab")
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
