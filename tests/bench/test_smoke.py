@@ -32,8 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import zygote
-from tests.helpers.launch import launched_env
+from tests.helpers.launch import forked, launched_env
 from tests.helpers.one_process import ScriptResult, ScriptRun
 from tests.helpers.semantic_hacks import CASES as SEMANTIC
 
@@ -329,7 +328,7 @@ def smoke_runs(request, vllm_tiny_path, tmp_path_factory):
         for item in request.session.items
         if item.originalname == "test_bench_script_reaches_its_result_line"
     )
-    python = zygote.shared(launched_env()).python
+    python = forked([sys.executable], launched_env())[0][0]  # the zygote's executable (TEST_ZYGOTE=0: Python's)
     runs = {s: smoke_run(s, vllm_tiny_path, tmp_path_factory.mktemp(s.replace(".", "_")), python) for s in selected}
     smokes = SmokeRuns(runs, python, RUNNERS)
     yield smokes
