@@ -147,6 +147,7 @@ def start(env: dict[str, str], folder: Path, timeout: float = 300) -> Zygote:
         [sys.executable, "-m", "tests.helpers.zygote", str(path)],
         cwd=ROOT,
         env=env,
+        stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -238,6 +239,7 @@ def _stop(signum, frame) -> None:
 def serve(path: str) -> dict:
     """Accept requests until killed; returns only in a forked program, with its request."""
     signal.signal(signal.SIGTERM, _stop)
+    parent = os.getppid()
     server = socket.socket(socket.AF_UNIX)
     tmp = f"{path}.tmp"
     server.bind(tmp)
@@ -248,6 +250,8 @@ def serve(path: str) -> dict:
         # exits, among the test process's).
         while not select.select([server], [], [], 1.0)[0]:
             _reap()
+            if os.getppid() != parent:  # the test process is gone (killed): so is its zygote
+                _stop(signal.SIGTERM, None)
         _reap()
         conn, _ = server.accept()
         message, fds, _, _ = socket.recv_fds(conn, 1 << 22, 3)
