@@ -24,6 +24,8 @@ def test_what_a_test_starts_is_classified_by_its_command_line():
     assert classify(accelerate_command(["train.py"], "zero3")) == "launch"
     assert classify(torchrun_command(Path("tests/scripts/fsdp2_components.py"))) == "launch"
     assert classify("accelerate launch --num_processes 2 train.py") == "launch"
+    # a 2-node pair forked from the zygote runs the CLI's module (tests.helpers.launch.forked)
+    assert classify(["/tmp/zygote-x/python", "-m", "accelerate.commands.accelerate_cli", "launch", "t.py"]) == "launch"
     assert classify([sys.executable, "-m", "hf_grpo.cli", "serve", "--model", "m"]) == "server"
     assert classify(["vllm", "serve", "m"]) == "server"
     assert classify(["bash", "bench/gpu_session.sh", "--dry-run"]) == "process"

@@ -47,7 +47,7 @@ def classify(argv) -> str:
     if (
         "accelerate.commands.launch" in text
         or "torch.distributed.run" in text
-        or re.search(r"\baccelerate launch\b", text)
+        or re.search(r"\baccelerate(\.commands\.accelerate_cli)? launch\b", text)  # the CLI, or its module
     ):
         return "launch"
     if re.search(r"hf_grpo\.cli\S* serve\b|\bvllm serve\b", text):
