@@ -40,6 +40,7 @@ import io
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -132,7 +133,7 @@ class Zygote:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.terminate()  # it removes its folder as it stops
             self.proc.wait(timeout=30)
 
 
@@ -223,6 +224,9 @@ def _wait_for_program(conn: socket.socket, pid: int) -> None:
             os._exit(0)
 
 
+_serving = ""  # the socket's path, once serving
+
+
 def _reap() -> None:
     try:
         while os.waitpid(-1, os.WNOHANG)[0]:
@@ -233,11 +237,14 @@ def _reap() -> None:
 
 def _stop(signum, frame) -> None:
     _reap()
+    shutil.rmtree(os.path.dirname(_serving), ignore_errors=True)  # the socket, the executable, its log
     os._exit(0)
 
 
 def serve(path: str) -> dict:
-    """Accept requests until killed; returns only in a forked program, with its request."""
+    """Accept requests until stopped; returns only in a forked program, with its request."""
+    global _serving
+    _serving = path
     signal.signal(signal.SIGTERM, _stop)
     parent = os.getppid()
     server = socket.socket(socket.AF_UNIX)
