@@ -76,7 +76,7 @@ def shared_run(nodes_root: Path, name: str, spec: dict) -> dict:
 def two_node_runs(backend: str, model: str, root: Path, runs: dict[str, dict], per_node: int = 1) -> Nodes:
     """One launch pair training ``runs`` to the end."""
     nodes = Nodes([root / "node0", root / "node1"], root / "shared")
-    procs = start_nodes(backend, model, {"runs": list(runs.values())}, nodes.folders, per_node, forked=True)
+    procs = start_nodes(backend, model, {"runs": list(runs.values())}, nodes.folders, per_node)
     wait_all(procs, nodes.folders)
     for k, name in enumerate(runs):
         nodes.runs[name] = rank_results(nodes.folders, 2 * per_node, k)
@@ -90,7 +90,7 @@ def killed_and_restarted(
     checkpoint-1. Then ``before_restart(nodes)``, and a restart pair training ``restart``, then the killed run to its
     end (``resumed``)."""
     nodes = Nodes([root / "node0", root / "node1"], root / "shared")
-    procs = start_nodes(backend, model, {"runs": [*runs.values(), KILLED_RUN]}, nodes.folders, forked=True)
+    procs = start_nodes(backend, model, {"runs": [*runs.values(), KILLED_RUN]}, nodes.folders)
     try:
         checkpoint = nodes.folders[1] / KILLED / "checkpoint-1" / "trainer_state.json"
         try:  # after the earlier runs of the pair
@@ -110,7 +110,7 @@ def killed_and_restarted(
     if before_restart is not None:
         before_restart(nodes)
     restart = {**restart, "resumed": KILLED_RUN}
-    wait_all(start_nodes(backend, model, {"runs": list(restart.values())}, nodes.folders, forked=True), nodes.folders)
+    wait_all(start_nodes(backend, model, {"runs": list(restart.values())}, nodes.folders), nodes.folders)
     for k, name in enumerate(restart):
         nodes.runs[name] = rank_results(nodes.folders, 2, k)
     return nodes
@@ -268,7 +268,7 @@ def test_train_py_runs_on_two_nodes_from_the_planners_commands(tiny_llama_path, 
         "max_steps: 1\nheldout_eval_samples: 0\nsave_strategy: 'no'\nreport_to: none\noutput_dir: outputs/tiny\n"
     )
     folders = [tmp_path, tmp_path]
-    wait_all(start_planned(folders, ROOT / "train.py", recipe=str(recipe), forked=True), folders)
+    wait_all(start_planned(folders, ROOT / "train.py", recipe=str(recipe)), folders)
     state = json.loads((tmp_path / "outputs/tiny/trainer_state.json").read_text())
     assert state["global_step"] == 1
     assert (tmp_path / "outputs/tiny/model.safetensors").is_file()

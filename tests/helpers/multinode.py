@@ -12,8 +12,7 @@ from pathlib import Path
 import torch
 
 from hf_grpo.runtime.launching import plan_launch
-from tests.helpers.launch import ROOT, WORKER, free_port, launched_env
-from tests.helpers.launch import forked as launch_forked
+from tests.helpers.launch import ROOT, WORKER, forked, free_port, launched_env
 from tests.helpers.processes import kill9
 
 
@@ -22,12 +21,10 @@ def start_planned(
     script: Path,
     backend: str = "ddp",
     processes_per_node: int = 1,
-    *,
-    forked: bool = False,
     **plan,
 ) -> list[subprocess.Popen]:
     """The planner's trainer command for each node (``plan``: more of `plan_launch`'s arguments, such as
-    ``script_args`` or ``recipe``), run in that node's folder, logging to ``<folder>/launch.log``. ``forked``: its
+    ``script_args`` or ``recipe``), run in that node's folder, logging to ``<folder>/launch.log``; its
     processes fork from the zygote (`tests.helpers.launch.forked`)."""
     commands = plan_launch(
         trainer_hosts=["127.0.0.1", "127.0.0.1"],
@@ -44,9 +41,7 @@ def start_planned(
         assert command.role == "trainer" and command.machine_rank == len(procs)
         folder.mkdir(parents=True, exist_ok=True)
         log = open(folder / "launch.log", "ab")
-        argv, node_env = list(command.argv), {**env, **command.env}
-        if forked:
-            argv, node_env = launch_forked(argv, node_env)
+        argv, node_env = forked(list(command.argv), {**env, **command.env})
         procs.append(
             subprocess.Popen(
                 argv,
@@ -61,12 +56,11 @@ def start_planned(
 
 
 def start_nodes(
-    backend: str, model: str, spec: dict, folders: list[Path], processes_per_node: int = 1, *, forked: bool = False
+    backend: str, model: str, spec: dict, folders: list[Path], processes_per_node: int = 1
 ) -> list[subprocess.Popen]:
     """train_worker.py on each node; it writes to ./out (the node's own folder): ``out/rank<R>_<K>.pt`` of run K on
     the node that ran rank R, and each run's output_dir (``out/run<K>`` unless the run names one)."""
-    script_args = [model, "out", json.dumps(spec)]
-    return start_planned(folders, WORKER, backend, processes_per_node, forked=forked, script_args=script_args)
+    return start_planned(folders, WORKER, backend, processes_per_node, script_args=[model, "out", json.dumps(spec)])
 
 
 def wait_all(procs: list[subprocess.Popen], folders: list[Path], timeout: float = 600) -> None:
