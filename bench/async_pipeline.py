@@ -192,14 +192,15 @@ def worker(opts) -> None:
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            add = self.scorer.add_old_and_reference
+            score = self.scorer.old_and_reference
 
-            def timed(micro, global_step):
+            def timed(micro, temperature, global_step):
                 start = time.perf_counter()
-                add(micro, global_step)
+                scores = score(micro, temperature, global_step)
                 self.logprobs.append(time.perf_counter() - start)
+                return scores
 
-            self.scorer.add_old_and_reference = timed
+            self.scorer.old_and_reference = timed
 
         def training_step(self, model, inputs, num_items_in_batch=None):
             start = time.perf_counter()

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hf_grpo.learner.batching import collate, collate_packed  # noqa: E402
 from hf_grpo.learner.logprobs import completion_logprobs, packed_completion_logprobs  # noqa: E402
+from hf_grpo.learner.microbatch import MicroBatch  # noqa: E402
 from hf_grpo.learner.packing import model_inputs, padding_metrics  # noqa: E402
 from hf_grpo.models import load_model, resolve_model_path  # noqa: E402
 
@@ -46,10 +47,10 @@ def samples(n: int, vocab: int, prompt: tuple[int, int], completion: tuple[int, 
     return out
 
 
-def step(model, head, batch: dict, packed: bool) -> tuple[float, torch.Tensor]:
+def step(model, head, batch: MicroBatch, packed: bool) -> tuple[float, torch.Tensor]:
     model.zero_grad(set_to_none=True)
     start = time.perf_counter()
-    mask = batch["completion_mask"]  # [B, C]
+    mask = batch.completion_mask  # [B, C]
     if packed:
         logp, _ = packed_completion_logprobs(
             model, head, model_inputs(batch, "cpu", "sdpa", torch.float32), with_entropy=False
@@ -58,7 +59,7 @@ def step(model, head, batch: dict, packed: bool) -> tuple[float, torch.Tensor]:
         logp, _ = completion_logprobs(
             model,
             head,
-            {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]},
+            {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask},
             mask.shape[1],
             with_entropy=False,
         )  # [B, C]
@@ -92,8 +93,8 @@ def main() -> None:
     before = padding_metrics(real, [padded], None)["packing/padding_fraction"]
     after = padding_metrics(real, [packed], opts.max_tokens)["packing/padding_fraction"]
     print(
-        f"{opts.sequences} sequences, {real} real tokens; padded {tuple(padded['input_ids'].shape)}, "
-        f"packed {tuple(packed['input_ids'].shape)} (budget {opts.max_tokens}); threads {torch.get_num_threads()}"
+        f"{opts.sequences} sequences, {real} real tokens; padded {tuple(padded.input_ids.shape)}, "
+        f"packed {tuple(packed.input_ids.shape)} (budget {opts.max_tokens}); threads {torch.get_num_threads()}"
     )
 
     times: dict[bool, list[float]] = {False: [], True: []}
@@ -103,7 +104,7 @@ def main() -> None:
             seconds, logps[is_packed] = step(model, head, packed if is_packed else padded, is_packed)
             if r > 0:
                 times[is_packed].append(seconds)
-    mask = padded["completion_mask"].bool()
+    mask = padded.completion_mask.bool()
     diff = float((logps[True] - logps[False])[mask].abs().max())
     padded_s, packed_s = statistics.median(times[False]), statistics.median(times[True])
     print(

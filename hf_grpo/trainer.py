@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils.data import DataLoader
 from transformers import PreTrainedModel, Trainer
 from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import rotate_checkpoints
@@ -47,14 +48,21 @@ from transformers.trainer_utils import rotate_checkpoints
 from .agents import USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi_turn_rollouts, with_environment_rewards
 from .algorithms import scheduled_temperature
 from .config.grpo_config import GRPOConfig
-from .config.trl_compat import check_trainer_arguments, resolve_model_init_kwargs
+from .config.trl_compat import check_trainer_arguments
 from .data.checks import model_positions, prepare_datasets
 from .data.streaming import is_streaming
 from .evaluation.in_training import EvalContext, checked_eval_sets, eval_mode, evaluate_sets
 from .generation import build_generator
-from .learner.batching import add_normalizers, build_samples, collate_microbatches, normalizer_group, split_microbatches
+from .learner.batching import (
+    build_samples,
+    collate_microbatches,
+    normalizer_group,
+    split_microbatches,
+    step_normalizers,
+)
 from .learner.global_stats import rollout_advantages
 from .learner.loss_step import LossStep, loss_terms
+from .learner.microbatch import MicroBatch
 from .learner.packing import single_row
 from .learner.ptx import PTXBatches
 from .learner.scoring import PolicyScorer
@@ -106,8 +114,6 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         check_trainer_arguments(
             quantization_config, tools, rollout_func, environment_factory, model_is_loaded=not isinstance(model, str)
         )
-        # Again here: TRL's scripts assign model_init_kwargs after the config is built.
-        args.model_init_kwargs = resolve_model_init_kwargs(args)
         model_id = model if isinstance(model, str) else (model.config._name_or_path or args.model_name_or_path)
         dtype = args.policy_dtype(peft_config is not None or args.use_peft)
         # A 4- or 8-bit base under a LoRA adapter (QLoRA), from any of TRL's three places (hf_grpo.models.quantization).
@@ -139,6 +145,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         )
         model, peft_config = prepare_policy(model, args, peft_config, dtype, init_kwargs)
         check_vision_policy(model, vision, args, (train_dataset, eval_dataset), rollout_func)
+        self._streamed = is_streaming(train_dataset)
         self.rollout_func = rollout_func
         with zero3_init_disabled(args):  # reward models load whole on every rank, never partitioned
             funcs, self.reward_processing_classes = reward_functions(reward_funcs, reward_processing_classes, args)
@@ -232,7 +239,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             )
         self.ptx = PTXBatches(args, tokenizer) if args.ptx_dataset else None
         self.loss_step = LossStep(args, self.accelerator, self.scorer, self.step_log.metrics, terms, self.ptx)
-        self._buffer: list[dict] = []
+        self._buffer: list[MicroBatch] = []
         self._micro_step: int | None = None
         self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
         self._staging = False  # while True, checkpoints are written to the staging area (_save_checkpoint)
@@ -264,21 +271,21 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         idx = torch.randint(len(self.train_dataset), (n,), generator=self._refill_generator).tolist()
         return [self.train_dataset[i] for i in idx]
 
-    def get_eval_dataloader(self, eval_dataset=None):
-        """Trainer's loader; an iterable eval set is read with no worker processes (each would read the whole
-        stream: TRL's rule), without changing ``args.dataloader_num_workers`` for the training loader."""
-        chosen = (
-            self.eval_dataset[eval_dataset]
-            if isinstance(eval_dataset, str)
-            else (self.eval_dataset if eval_dataset is None else eval_dataset)
+    def _get_dataloader(
+        self, dataset, description, batch_size, sampler_fn=None, is_training=False, dataloader_key=None
+    ):
+        if not is_streaming(dataset) or self.args.dataloader_num_workers == 0:
+            return super()._get_dataloader(dataset, description, batch_size, sampler_fn, is_training, dataloader_key)
+        # A stream is read in this process: each worker process would read all of it (TRL's rule; warned at init).
+        loader = DataLoader(
+            dataset, batch_size, collate_fn=self.data_collator, pin_memory=self.args.dataloader_pin_memory
         )
-        if not is_streaming(chosen) or self.args.dataloader_num_workers == 0:
-            return super().get_eval_dataloader(eval_dataset)
-        workers, self.args.dataloader_num_workers = self.args.dataloader_num_workers, 0
-        try:
-            return super().get_eval_dataloader(eval_dataset)
-        finally:
-            self.args.dataloader_num_workers = workers
+        return self.accelerator.prepare(loader)
+
+    def _build_accelerator_args(self, **kwargs):
+        if self._streamed:  # every process reads the stream and takes its own share (hf_grpo.data.streaming)
+            kwargs["dataloader_config"] = dataclasses.replace(kwargs["dataloader_config"], dispatch_batches=False)
+        return super()._build_accelerator_args(**kwargs)
 
     # ---- rollouts -----------------------------------------------------------------------------------------------
     def _prepare_inputs(self, inputs):
@@ -307,7 +314,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             args.temperature_schedule,
         )
 
-    def _generate_and_score(self, rows: list[dict]) -> list[dict]:
+    def _generate_and_score(self, rows: list[dict]) -> list[MicroBatch]:
         args, G = self.args, self.args.num_generations
         error = None
         if self.pipeline is not None:
@@ -362,16 +369,17 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             single_row(attn_implementation),
             args.pad_to_multiple_of,
         )
-        micro = [{**m, "temperature": temperature} for m in micro]
         metrics = self.step_log.metrics
         for key, value in padding.items():
             metrics.add(key, value)
+        ptx = [None] * len(micro)
         if self.ptx is not None:
-            self.ptx.attach(micro, self._micro_step, args.gradient_accumulation_steps, group, self.accelerator)
+            ptx = self.ptx.rows(len(micro), self._micro_step, args.gradient_accumulation_steps, group, self.accelerator)
         metrics.add("temperature", temperature)
         metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
-        self.scorer.add_old_and_reference(micro, self.state.global_step)
-        add_normalizers(micro, step_tokens, len(samples), group, self.accelerator)
+        scores = self.scorer.old_and_reference(micro, temperature, self.state.global_step)
+        normalizers = step_normalizers(len(micro), step_tokens, len(samples), group, self.accelerator)
+        micro = [m.for_round(temperature, *parts) for m, *parts in zip(micro, scores, normalizers, ptx)]
         self.step_log.record_round(
             batch,
             advantages,
@@ -541,7 +549,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         mid_round = self._micro_step is not None and self._micro_step % cycle != 0
         return {
             "refill_generator": self._refill_generator.get_state(),
-            "buffer": self._buffer if mid_round else [],
+            "buffer": [m.state() for m in self._buffer] if mid_round else [],
             "round_tokens": self.step_log.round_tokens,
             "weight_version": self.generator.weight_version,
             "train_seconds": self.clock.elapsed(),
@@ -557,7 +565,8 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         if state is None:
             return
         self._refill_generator.set_state(state["refill_generator"])
-        self._buffer, self.step_log.round_tokens = state["buffer"], state["round_tokens"]
+        self._buffer = [MicroBatch.from_state(m) for m in state["buffer"]]
+        self.step_log.round_tokens = state["round_tokens"]
         self.clock.resume(state["train_seconds"])
         logger.info(
             "resumed from %s: %d buffered micro-batches of a round sampled by weight version %d, %.1f "

@@ -265,11 +265,11 @@ def test_dapo_normaliser_is_each_optimizer_steps_own_token_count(tiny_llama_path
     )
     trainer.train()
     micro = trainer._buffer
-    tokens = [float(m["completion_mask"].sum()) for m in micro]
+    tokens = [float(m.completion_mask.sum()) for m in micro]
     steps = [tokens[0] + tokens[1], tokens[2] + tokens[3]]
     assert steps[0] != steps[1]
     # Trainer divides each micro-batch's loss by the 2 accumulation steps: the normaliser carries the other factor.
-    assert [m["token_normalizer"] for m in micro] == pytest.approx([steps[0] / 2] * 2 + [steps[1] / 2] * 2)
+    assert [m.normalizers.token_normalizer for m in micro] == pytest.approx([steps[0] / 2] * 2 + [steps[1] / 2] * 2)
 
 
 class EqualLengthCompletions(FixedCompletions):
@@ -337,10 +337,10 @@ def test_a_round_ending_inside_a_step_trains_and_resumes_exactly(tiny_llama_path
     )
     full.train()
     assert full.state.global_step == 3 and full.generator.calls == 2
-    assert all("old_logp" in m for m in full._buffer)
-    assert len({m["token_normalizer"] for m in full._buffer}) == 1
-    ptx_tokens = sum(float(m["ptx_attention_mask"][:, 1:].sum()) for m in full._buffer)
-    assert [m["ptx_normalizer"] for m in full._buffer] == pytest.approx([ptx_tokens / 3] * 3)
+    assert all(m.old_logp is not None for m in full._buffer)
+    assert len({m.normalizers.token_normalizer for m in full._buffer}) == 1
+    ptx_tokens = sum(float(m.ptx.attention_mask[:, 1:].sum()) for m in full._buffer)
+    assert [m.ptx.normalizer for m in full._buffer] == pytest.approx([ptx_tokens / 3] * 3)
     resumed = fixed_equal_trainer(tiny_llama_path, tmp_path / "resumed", max_steps=3, steps_per_generation=3, **ptx)
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))  # inside round 1 (micro 2 of 3)
     assert resumed.generator.calls == 1  # round 1's last micro-batch came from the checkpoint

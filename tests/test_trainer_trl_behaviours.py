@@ -299,3 +299,10 @@ def test_an_iterable_eval_set_is_loaded_without_workers_and_training_keeps_them(
     assert trainer.get_train_dataloader().num_workers == 2
     assert trainer.get_eval_dataloader().num_workers == 0  # each worker would read the whole stream
     assert trainer.args.dataloader_num_workers == 2
+    # A streamed train set: read in each process, not dispatched from the main one; the config keeps its values.
+    streamed = DistributedGRPOTrainer(
+        tiny_llama_path, [even_token_reward], make_config(tmp_path, dataloader_num_workers=2), stream(rows(8))
+    )
+    assert streamed.get_train_dataloader().num_workers == 0 and streamed.args.dataloader_num_workers == 2
+    assert streamed.accelerator.dataloader_config.dispatch_batches is False
+    assert streamed.args.accelerator_config.dispatch_batches is None

@@ -96,6 +96,6 @@ def test_pad_to_multiple_of_pads_the_trained_micro_batches(tiny_llama_path, tmp_
     trainer = make_trainer(tiny_llama_path, tmp_path, max_steps=1, pad_to_multiple_of=16, max_completion_length=9)
     trainer.train()
     assert trainer._buffer and all(
-        m["input_ids"].shape[1] % 16 == 0 and m["completion_mask"].shape[1] == 16 for m in trainer._buffer
+        m.input_ids.shape[1] % 16 == 0 and m.completion_mask.shape[1] == 16 for m in trainer._buffer
     )
     assert math.isfinite(trainer.state.log_history[0]["loss"])

@@ -508,6 +508,15 @@ class GRPOConfig(GenerationFields):
         if self.vllm_server_urls is not None:  # also one word per URL, or comma-separated ones, from the CLI
             self.vllm_server_urls = trl_compat.split_list(self.vllm_server_urls)
         self.validate()
+        self._built = True
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        # TRL's scripts assign model_init_kwargs after the config is built (`training_args.model_init_kwargs = ...`):
+        # the config resolves a late assignment itself, as __post_init__ does, so that no other part writes it.
+        if name == "model_init_kwargs" and self.__dict__.get("_built"):
+            super().__setattr__(name, trl_compat.resolve_model_init_kwargs(self))
+            check_quantization_fields(self)
 
     def _resolve_precision(self) -> None:
         """Fill ``bf16`` and ``gradient_checkpointing`` when left at None (see their help), before TrainingArguments

@@ -142,7 +142,11 @@ def _generation(config) -> None:
     if config.min_p is None:  # TRL's "off"
         config.min_p = 0.0
     # TRL: generation_kwargs override the fields; what is left goes to the backend (hf_grpo.generation.kwargs).
-    config.generation_kwargs = resolve_generation_kwargs(config, _as_dict(config, "generation_kwargs") or {})
+    fields, config.generation_kwargs = resolve_generation_kwargs(
+        _as_dict(config, "generation_kwargs") or {}, config.generation_backend
+    )
+    for name, value in fields.items():
+        setattr(config, name, value)
     if config.generation_batch_size is not None:
         per_step = config.per_device_train_batch_size * config.world_size
         if config.generation_batch_size % per_step:

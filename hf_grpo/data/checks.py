@@ -90,7 +90,10 @@ def prompt_token_limit(args, max_position_embeddings: int | None, tools: bool = 
         return None, None
     limit, why, fix = min(limits)
     if limit < 1:
-        raise InputError(f"GRPOConfig: no prompt fits: {why} leaves {limit} tokens; lower max_completion_length")
+        raise InputError(
+            f"GRPOConfig (checked by {__name__}): "
+            f"no prompt fits: {why} leaves {limit} tokens; lower max_completion_length"
+        )
     return limit, f"{why}; {fix}" if fix else why
 
 

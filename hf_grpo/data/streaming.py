@@ -17,8 +17,9 @@ no prompt is repeated provided the stream yields the same rows in the same order
 Evaluation: an iterable eval set is kept as given (``trainer.eval_dataset``, as in TRL); `LazyEvalSet` validates and
 length-filters it when `evaluate` draws it (up to ``eval_max_samples`` rows), with the checks of a map-style set.
 
-Departures from TRL: TRL validates no row; here a streamed row is checked as it is drawn. TRL overrides
-``dataloader_num_workers`` to 0 for an iterable train set; so does this module (with a warning, as TRL does).
+Departures from TRL: TRL validates no row; here a streamed row is checked as it is drawn. TRL sets
+``dataloader_num_workers`` to 0 for an iterable train set; here a stream is read without worker processes (with TRL's
+warning), by the trainer's loader, and the config keeps the value the user gave (the config is never written).
 Dynamic sampling (random refills) and the pipelined trainer (``max_staleness``, which reads rounds by index) need
 indexable rows and are refused with a streamed train set.
 """
@@ -67,14 +68,13 @@ def check_streaming_config(args) -> None:
             "reads generation rounds by index ahead of training; use a Dataset"
         )
     if args.dataloader_num_workers != 0:
-        # Several workers would each read the whole stream: every prompt repeated once per worker.
+        # Several workers would each read the whole stream: every prompt repeated once per worker. The trainer reads
+        # a stream in the process (`DistributedGRPOTrainer._get_dataloader`); the config is left as it is.
         logger.warning(
             "train_dataset is an IterableDataset: dataloader_num_workers=%d overridden to 0 (each worker "
             "would read the whole stream)",
             args.dataloader_num_workers,
         )
-        args.dataloader_num_workers = 0
-    args.accelerator_config.dispatch_batches = False
 
 
 class RowChecker:

@@ -103,11 +103,11 @@ class EvalLoss:
         samples = build_samples(sampled, advantages, args.mask_truncated_completions)
         batch = collate(samples, ctx.tokenizer.pad_token_id)
         inputs = ctx.scorer.model_inputs(batch)
-        mask = batch["completion_mask"].to(ctx.accelerator.device)  # [n*k, C]
+        mask = batch.completion_mask.to(ctx.accelerator.device)  # [n*k, C]
         temperature = args.temperature
         logp = ctx.scorer.logprobs(ctx.policy, inputs, mask.shape[1], temperature)[0]  # [n*k, C]
         ref_logp = ctx.scorer.reference_logprobs(inputs, mask.shape[1], temperature) if args.beta > 0 else None
-        loss = eval_loss_value(logp, batch["advantages"].to(mask.device), mask, args, ref_logp)
+        loss = eval_loss_value(logp, batch.advantages.to(mask.device), mask, args, ref_logp)
         self.total += torch.tensor([loss.item() * len(samples), len(samples)], dtype=torch.float64)
 
     def value(self) -> float:

@@ -46,18 +46,21 @@ def check_config(args) -> None:
     """The sampling settings continuous batching cannot honour, and unknown config keys: errors naming the field."""
     if args.stop:
         raise InputError(
-            f"GRPOConfig: stop={args.stop!r}: transformers' continuous batching has no stop strings; "
+            f"GRPOConfig (checked by {__name__}): "
+            f"stop={args.stop!r}: transformers' continuous batching has no stop strings; "
             f"use generation_backend: hf or vllm"
         )
     if args.repetition_penalty != 1.0:
         raise InputError(
-            f"GRPOConfig: repetition_penalty={args.repetition_penalty}: transformers' continuous "
+            f"GRPOConfig (checked by {__name__}): "
+            f"repetition_penalty={args.repetition_penalty}: transformers' continuous "
             f"batching drops that logits processor; use generation_backend: hf or vllm"
         )
     unknown = sorted(set(args.transformers_continuous_batching_config or {}) - cb_config_fields())
     if unknown:
         raise InputError(
-            f"GRPOConfig: transformers_continuous_batching_config has unknown keys {unknown}; they are "
+            f"GRPOConfig (checked by {__name__}): "
+            f"transformers_continuous_batching_config has unknown keys {unknown}; they are "
             f"transformers.generation.ContinuousBatchingConfig's fields: {sorted(cb_config_fields())}"
         )
 

@@ -64,34 +64,40 @@ def backend_keys(backend: str) -> set[str]:
     return {k for k in vars(GenerationConfig()) if not k.startswith("_")}
 
 
-def resolve_generation_kwargs(config, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Apply ``kwargs`` to ``config`` (mapped keys set their field) and return what the backend gets: the other keys,
-    and ``do_sample`` when given."""
+def resolve_generation_kwargs(kwargs: dict[str, Any], backend: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split ``kwargs`` into the config fields they set (mapped keys: ``{field: value}``, which the config applies)
+    and what the backend gets: the other keys, and ``do_sample`` when given. ``backend``: ``generation_backend``."""
+    fields: dict[str, Any] = {}
     passed: dict[str, Any] = {}
     for key, value in kwargs.items():
         if key in MAPPED:
             if MAPPED[key] == "stop":  # vLLM and generate take one string or a list
                 value = [value] if isinstance(value, str) else list(value)
-            setattr(config, MAPPED[key], value)
+            fields[MAPPED[key]] = value
         elif key in RESERVED:
-            raise ValueError(f"GRPOConfig: generation_kwargs key {key!r} has no equivalent here: {RESERVED[key]}")
+            raise ValueError(
+                f"GRPOConfig (checked by {__name__}): "
+                f"generation_kwargs key {key!r} has no equivalent here: {RESERVED[key]}"
+            )
         elif key == "do_sample":
             if not isinstance(value, bool):
-                raise ValueError(f"GRPOConfig: generation_kwargs do_sample must be true or false, got {value!r}")
+                raise ValueError(
+                    f"GRPOConfig (checked by {__name__}): "
+                    f"generation_kwargs do_sample must be true or false, got {value!r}"
+                )
             passed[key] = value
         else:
             passed[key] = value
     others = sorted(set(passed) - {"do_sample"})
     if others:
-        backend = config.generation_backend
         if backend == "auto":  # as GRPOConfig resolves it, a step later
             backend = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
         unknown = [k for k in others if k not in backend_keys(backend)]
         if unknown:
             where = "vllm.SamplingParams" if backend == "vllm" else "transformers.GenerationConfig"
             raise ValueError(
-                f"GRPOConfig: generation_kwargs key(s) {unknown} are not arguments of {where} "
+                f"GRPOConfig (checked by {__name__}): generation_kwargs key(s) {unknown} are not arguments of {where} "
                 f"(generation_backend={backend}); keys with a config field: {sorted(MAPPED)}, "
                 f"do_sample, and the backend's own sampling arguments"
             )
-    return passed
+    return fields, passed

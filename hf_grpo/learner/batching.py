@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import torch
 
-from ..algorithms import truncated_completion_mask
+from ..algorithms import Normalizers, truncated_completion_mask
 from ..rollout.collector import RolloutBatch
 from ..vision.inputs import collate_vision
+from .microbatch import MicroBatch
 from .packing import pack, padding_metrics
 
 
@@ -74,7 +75,7 @@ def round_up(length: int, multiple: int | None) -> int:
     return length if multiple is None else -(-length // multiple) * multiple
 
 
-def collate(samples: list[dict], pad_id: int, multiple: int | None = None) -> dict[str, torch.Tensor]:
+def collate(samples: list[dict], pad_id: int, multiple: int | None = None) -> MicroBatch:
     """Left-pad prompts and right-pad completions into ``[B, P + C]`` model inputs; ``multiple``: P and C are rounded
     up to a multiple of it (TRL's ``pad_to_multiple_of``)."""
     P = round_up(max(len(s["prompt_ids"]) for s in samples), multiple)
@@ -89,15 +90,15 @@ def collate(samples: list[dict], pad_id: int, multiple: int | None = None) -> di
         if c:
             input_ids[row, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
             attention_mask[row, P : P + len(c)] = 1
-    out = {"input_ids": input_ids, "attention_mask": attention_mask, **completion_fields(samples, C)}
+    vision = None
     if "media" in samples[0]:  # vision-language rows: their tensors, concatenated (hf_grpo.vision.inputs)
-        out["vision"] = collate_vision([s["media"] for s in samples], [len(s["prompt_ids"]) for s in samples], P, C)
-    return out
+        vision = collate_vision([s["media"] for s in samples], [len(s["prompt_ids"]) for s in samples], P, C)
+    return MicroBatch(input_ids, attention_mask, **completion_fields(samples, C), vision=vision)
 
 
 def collate_packed(
     samples: list[dict], pad_id: int, max_tokens: int, one_row: bool, multiple: int | None = None
-) -> dict[str, torch.Tensor]:
+) -> MicroBatch:
     """Packed model inputs (`hf_grpo.learner.packing.pack`, rows ``multiple``-padded) with `collate`'s ``[B, C]`` loss
     fields."""
     if "media" in samples[0]:  # the trainer refuses packing for vision-language models at init; a backstop
@@ -110,7 +111,14 @@ def collate_packed(
         one_row,
         multiple,
     )
-    return {**packed, **completion_fields(samples)}
+    return MicroBatch(
+        packed["input_ids"],
+        None,
+        **completion_fields(samples),
+        position_ids=packed["position_ids"],
+        completion_index=packed["completion_index"],
+        packed_rows=packed["packed_rows"],
+    )
 
 
 def completion_fields(samples: list[dict], C: int | None = None) -> dict[str, torch.Tensor]:
@@ -124,8 +132,8 @@ def completion_fields(samples: list[dict], C: int | None = None) -> dict[str, to
     fields = {
         "completion_mask": completion_mask,
         "advantages": torch.tensor([s["advantage"] for s in samples], dtype=torch.float32),  # [B]
-        "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
-    }  # [B]
+        "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),  # [B]
+    }
     if "sampling_logp" in samples[0]:
         sampling_logp = torch.zeros((B, C), dtype=torch.float32)  # [B, C], 0 on padding
         for row, s in enumerate(samples):
@@ -216,7 +224,7 @@ def split_microbatches(
 
 def collate_microbatches(
     parts: list[list[dict]], pad_id: int, max_tokens: int | None, one_row: bool, multiple: int | None = None
-) -> tuple[list[dict], dict[str, float]]:
+) -> tuple[list[MicroBatch], dict[str, float]]:
     """Padded micro-batches (``max_tokens`` None) or packed ones, lengths rounded up to ``multiple`` when set, and
     their padding metrics (`hf_grpo.learner.packing.padding_metrics`)."""
     if max_tokens is None:
@@ -227,9 +235,11 @@ def collate_microbatches(
     return micro, padding_metrics(real, micro, max_tokens)
 
 
-def add_normalizers(micro: list[dict], step_tokens: list[float], num_samples: int, group: int, accelerator) -> None:
-    """Loss denominators from the samples planned for each optimizer step (each ``group`` of micro-batches, see
-    `normalizer_group`), skipped ones included (see `split_microbatches`).
+def step_normalizers(
+    count: int, step_tokens: list[float], num_samples: int, group: int, accelerator
+) -> list[Normalizers]:
+    """Loss denominators of a round's ``count`` micro-batches, from the samples planned for each optimizer step
+    (each ``group`` of micro-batches, see `normalizer_group`), skipped ones included (see `split_microbatches`).
 
     ``dapo``: that optimizer step's active tokens over all processes, scaled by (accumulation steps x processes)
     because Trainer divides by the former and DDP/DeepSpeed/FSDP average the latter (per group of micro-batches:
@@ -242,8 +252,11 @@ def add_normalizers(micro: list[dict], step_tokens: list[float], num_samples: in
     total = local
     if world > 1:
         total = accelerator.reduce(local.to(accelerator.device), reduction="sum").cpu()
-    for k, m in enumerate(micro):
-        step = k // group
-        m["token_normalizer"] = max(float(total[step]), 1.0) / (group * world)
-        m["num_sequences"] = num_samples // len(micro)
-        m["num_tokens"] = float(local[step]) / group
+    return [
+        Normalizers(
+            num_sequences=num_samples // count,
+            num_tokens=float(local[k // group]) / group,
+            token_normalizer=max(float(total[k // group]), 1.0) / (group * world),
+        )
+        for k in range(count)
+    ]

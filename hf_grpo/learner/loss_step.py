@@ -27,7 +27,6 @@ from ..algorithms import (
     EntropyControl,
     LossInputs,
     LossSettings,
-    Normalizers,
     entropy_bonus,
     importance_sampling_weights,
     logp_difference,
@@ -36,6 +35,7 @@ from ..algorithms import (
 )
 from ..reporting.metrics import MetricsBuffer
 from .global_stats import top_entropy_mask
+from .microbatch import MicroBatch, PTXRows
 from .ptx import PTXBatches, ptx_nll_sum
 from .scoring import PolicyScorer
 
@@ -86,7 +86,7 @@ def loss_terms(args, model: torch.nn.Module) -> LossTerms:
     router_aux_loss_coef = getattr(text_config, "router_aux_loss_coef", 0.0) if coef is None else coef
     if coef and not hasattr(text_config, "output_router_logits"):
         raise ValueError(
-            f"GRPOConfig: router_aux_loss_coef={coef} but {type(model).__name__} is not a "
+            f"GRPOConfig (checked by {__name__}): router_aux_loss_coef={coef} but {type(model).__name__} is not a "
             f"Mixture-of-Experts model that returns its router logits: there is no auxiliary loss to "
             f"weight. Leave router_aux_loss_coef unset (or 0)."
         )
@@ -94,7 +94,7 @@ def loss_terms(args, model: torch.nn.Module) -> LossTerms:
     if aux_loss_enabled and args.max_tokens_per_microbatch is not None:
         # transformers' load-balancing losses take a [B, L] padding mask, not a packed row's block mask.
         raise ValueError(
-            f"GRPOConfig: {type(model).__name__}'s load-balancing loss (router_aux_loss_coef="
+            f"GRPOConfig (checked by {__name__}): {type(model).__name__}'s load-balancing loss (router_aux_loss_coef="
             f"{router_aux_loss_coef}) cannot be computed on packed rows "
             f"(max_tokens_per_microbatch); leave max_tokens_per_microbatch unset, or set "
             f"router_aux_loss_coef: 0"
@@ -148,23 +148,23 @@ class LossStep:
         )
         self.loss_settings = LossSettings.from_config(args)
 
-    def __call__(self, model, inputs: dict) -> torch.Tensor:
+    def __call__(self, model, batch: MicroBatch) -> torch.Tensor:
         args, accelerator, m = self.args, self.accelerator, self.metrics
         device = accelerator.device
         control = self.terms.entropy_control
-        mask = inputs["completion_mask"].to(device)  # [B, C]
+        mask = batch.completion_mask.to(device)  # [B, C]
         aux_losses = [] if self.terms.aux_loss_enabled else None
         logp, entropy = self.scorer.logprobs(
             model,
-            self.scorer.model_inputs(inputs),
+            self.scorer.model_inputs(batch),
             mask.shape[1],
-            inputs["temperature"],
+            batch.temperature,
             with_entropy="grad" if control is not None else True,
             aux_losses=aux_losses,
         )  # [B, C] each
-        old_logp = inputs["old_logp"].to(device) if "old_logp" in inputs else logp.detach()  # [B, C]
-        ref_logp = inputs["ref_logp"].to(device) if "ref_logp" in inputs else None  # [B, C]
-        sampling_logp = inputs["sampling_logp"].to(device) if "sampling_logp" in inputs else None  # [B, C]
+        old_logp = logp.detach() if batch.old_logp is None else batch.old_logp.to(device)  # [B, C]
+        ref_logp = None if batch.ref_logp is None else batch.ref_logp.to(device)  # [B, C]
+        sampling_logp = None if batch.sampling_logp is None else batch.sampling_logp.to(device)  # [B, C]
         is_weights = None
         if sampling_logp is not None:
             # old_logp is the trainer's view of the sampling policy (same weights): compare it with the sampler's.
@@ -187,10 +187,9 @@ class LossStep:
             else top_entropy_mask(accelerator, entropy.detach(), mask, args.top_entropy_quantile)
         )  # [B, C]
         tokens = LossInputs(
-            logp, old_logp, inputs["advantages"].to(device), mask, ref_logp, sampling_logp, is_weights, entropy_mask
+            logp, old_logp, batch.advantages.to(device), mask, ref_logp, sampling_logp, is_weights, entropy_mask
         )
-        normalizers = Normalizers(inputs["num_sequences"], inputs["num_tokens"], inputs["token_normalizer"])
-        out = policy_loss(tokens, self.loss_settings, normalizers)
+        out = policy_loss(tokens, self.loss_settings, batch.normalizers)
         _record_policy_metrics(m, args, out, entropy.detach(), mask)
         loss = out.loss
         if control is not None:
@@ -207,21 +206,21 @@ class LossStep:
             m.add("aux_loss", aux.detach())
             loss = loss + self.terms.router_aux_loss_coef * aux
         if self.ptx is not None:
-            loss = loss + args.ptx_coef * self.ptx_loss(model, inputs)
+            loss = loss + args.ptx_coef * self.ptx_loss(model, batch.ptx)
         return loss
 
-    def ptx_loss(self, model, inputs: dict) -> torch.Tensor:
+    def ptx_loss(self, model, rows: PTXRows) -> torch.Tensor:
         """The micro-batch's PTX next-token loss, normalised by its optimizer step's PTX tokens
         (`hf_grpo.learner.ptx`)."""
         device = self.accelerator.device
-        ids = inputs["ptx_input_ids"].to(device)  # [B, L]
-        attention = inputs["ptx_attention_mask"].to(device)  # [B, L]
+        ids = rows.input_ids.to(device)  # [B, L]
+        attention = rows.attention_mask.to(device)  # [B, L]
         logp, _ = self.scorer.logprobs(
             model, {"input_ids": ids, "attention_mask": attention}, ids.shape[1] - 1, 1.0, sampled=False
         )  # [B, L-1]
         nll, tokens = ptx_nll_sum(logp, attention)
         self.metrics.add("ptx_loss", nll.detach() / tokens.clamp(min=1.0))
-        return nll / inputs["ptx_normalizer"]
+        return nll / rows.normalizer
 
 
 def _record_policy_metrics(m, args, out, entropy: torch.Tensor, mask: torch.Tensor) -> None:

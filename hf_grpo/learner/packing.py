@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from .microbatch import MicroBatch
+
 # Implementations that receive an explicit 4D mask; all others get position ids alone in a single row.
 MASKED_IMPLEMENTATIONS = ("eager", "sdpa")
 
@@ -68,7 +70,7 @@ def pack(
     pad_id: int,
     one_row: bool = False,
     multiple: int | None = None,
-) -> dict[str, torch.Tensor]:
+) -> dict[str, torch.Tensor | int]:
     """Pack ``prompt + completion`` sequences into rows of at most ``capacity`` tokens.
 
     Returns ``input_ids`` and ``position_ids`` ``[R, L]`` (rows right-padded to the longest; a padding tail gets
@@ -109,7 +111,7 @@ def pack(
         "input_ids": input_ids,
         "position_ids": position_ids,
         "completion_index": completion_index,
-        "packed_rows": torch.tensor(budget_rows),
+        "packed_rows": budget_rows,
     }
 
 
@@ -132,16 +134,20 @@ def block_causal_mask(position_ids: torch.Tensor, attn_implementation: str | Non
 
 
 def model_inputs(
-    batch: dict, device: torch.device, attn_implementation: str | None, dtype: torch.dtype
+    batch: MicroBatch, device: torch.device, attn_implementation: str | None, dtype: torch.dtype
 ) -> dict[str, torch.Tensor]:
     """What a log-prob pass needs from a micro-batch, on ``device``: padded ``input_ids``/``attention_mask``, or the
     packed ``input_ids``/``position_ids``/``completion_index`` plus (eager/sdpa) the block mask."""
-    if "completion_index" not in batch:
-        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask")}
-        if "vision" in batch:  # a vision-language micro-batch's tensors (hf_grpo.vision.inputs.collate_vision)
-            inputs["vision"] = {k: v.to(device) for k, v in batch["vision"].items()}
+    if not batch.packed:
+        inputs = {"input_ids": batch.input_ids.to(device), "attention_mask": batch.attention_mask.to(device)}
+        if batch.vision is not None:  # a vision-language micro-batch's tensors (hf_grpo.vision.inputs.collate_vision)
+            inputs["vision"] = {k: v.to(device) for k, v in batch.vision.items()}
         return inputs
-    inputs = {k: batch[k].to(device) for k in ("input_ids", "position_ids", "completion_index")}
+    inputs = {
+        "input_ids": batch.input_ids.to(device),
+        "position_ids": batch.position_ids.to(device),
+        "completion_index": batch.completion_index.to(device),
+    }
     if not single_row(attn_implementation):
         inputs["attention_mask"] = block_causal_mask(inputs["position_ids"], attn_implementation, dtype)
     return inputs
@@ -170,12 +176,12 @@ def first_sequence(inputs: dict) -> tuple[dict[str, torch.Tensor], int]:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, completion
 
 
-def padding_metrics(real_tokens: int, micro: list[dict], capacity: int | None) -> dict[str, float]:
+def padding_metrics(real_tokens: int, micro: list[MicroBatch], capacity: int | None) -> dict[str, float]:
     """``packing/padding_fraction``: padding share of the model inputs' tokens (either path, so they compare);
     ``packing/packed_ratio`` (packed only): real tokens over the rows' capacity."""
-    slots = sum(m["input_ids"].numel() for m in micro)
+    slots = sum(m.input_ids.numel() for m in micro)
     metrics = {"packing/padding_fraction": 1.0 - real_tokens / max(slots, 1)}
     if capacity is not None:
-        rows = sum(int(m["packed_rows"]) for m in micro)
+        rows = sum(m.packed_rows for m in micro)
         metrics["packing/packed_ratio"] = real_tokens / max(rows * capacity, 1)
     return metrics

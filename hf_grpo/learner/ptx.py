@@ -28,6 +28,7 @@ import torch
 
 from ..data.jsonl import iter_jsonl
 from ..data.schema import DataFormatError
+from .microbatch import PTXRows
 
 logger = logging.getLogger(__name__)
 
@@ -112,22 +113,23 @@ class PTXBatches:
             attention_mask[i, : len(r)] = 1
         return input_ids, attention_mask
 
-    def attach(self, micro: list[dict], first_micro: int, accumulation_steps: int, group: int, accelerator) -> None:
-        """Give each micro-batch of a round whose first micro-batch is the run's ``first_micro``-th its PTX sequences
-        and the normaliser of its ``group`` of micro-batches (an optimizer step's, or the round's when rounds end
+    def rows(self, count: int, first_micro: int, accumulation_steps: int, group: int, accelerator) -> list[PTXRows]:
+        """The PTX sequences of a round's ``count`` micro-batches, the first being the run's ``first_micro``-th, each
+        with the normaliser of its ``group`` of micro-batches (an optimizer step's, or the round's when rounds end
         inside steps: `hf_grpo.learner.batching.normalizer_group`)."""
         ga, world = accumulation_steps, accelerator.num_processes
-        tokens = []
-        for k, m in enumerate(micro):
+        drawn = []
+        for k in range(count):
             step, slot_in_step = divmod(first_micro + k, ga)
-            slot = (step * world + accelerator.process_index) * ga + slot_in_step
-            m["ptx_input_ids"], m["ptx_attention_mask"] = self.draw(slot)
-            tokens.append(float(m["ptx_attention_mask"][:, 1:].sum()))  # predicted tokens (all but the first)
+            drawn.append(self.draw((step * world + accelerator.process_index) * ga + slot_in_step))
+        tokens = [float(mask[:, 1:].sum()) for _, mask in drawn]  # predicted tokens (all but the first)
         per_group = torch.tensor(tokens, dtype=torch.float64).view(-1, group).sum(dim=1)  # [groups]
         if world > 1:
             per_group = accelerator.reduce(per_group.to(accelerator.device), reduction="sum").cpu()
-        for k, m in enumerate(micro):
-            m["ptx_normalizer"] = max(float(per_group[k // group]), 1.0) / (group * world)
+        return [
+            PTXRows(ids, mask, max(float(per_group[k // group]), 1.0) / (group * world))
+            for k, (ids, mask) in enumerate(drawn)
+        ]
 
 
 def ptx_nll_sum(logp: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,6 +32,7 @@ from .logprobs import (
     completion_logprobs,
     packed_completion_logprobs,
 )
+from .microbatch import MicroBatch, OldAndReference
 from .packing import first_sequence, model_inputs
 
 logger = logging.getLogger(__name__)
@@ -65,12 +66,13 @@ class PolicyScorer:
         self.reference_checked = ref_model is None
         if args.logprob_path == "chunked" and (is_zero3(accelerator) or is_fsdp(accelerator)):
             raise ValueError(
-                "GRPOConfig: logprob_path=chunked calls the output head outside the model's forward, "
+                f"GRPOConfig (checked by {__name__}): "
+                f"logprob_path=chunked calls the output head outside the model's forward, "
                 "where ZeRO-3 and FSDP hold only a shard of its weights; use logprob_path: auto or model"
             )
 
     # ---- inputs and modes -----------------------------------------------------------------------------------------
-    def model_inputs(self, batch: dict) -> dict[str, torch.Tensor]:
+    def model_inputs(self, batch: MicroBatch) -> dict[str, torch.Tensor]:
         """A micro-batch's model inputs on the device: padded, or packed with its attention mask
         (`hf_grpo.learner.packing`)."""
         policy = self.policy()
@@ -126,46 +128,47 @@ class PolicyScorer:
             return self.logprobs(self.wrapped(), inputs, completion_length, temperature)[0]
 
     @torch.no_grad()
-    def add_old_and_reference(self, micro: list[dict], global_step: int) -> None:
-        """Old-policy log-probs (needed once a batch is reused) and reference log-probs (when beta > 0), added to a
-        round's micro-batches on the host."""
+    def old_and_reference(self, micro: list[MicroBatch], temperature: float, global_step: int) -> list[OldAndReference]:
+        """Old-policy log-probs (needed once a batch is reused) and reference log-probs (when beta > 0) of a round's
+        micro-batches (sampled at ``temperature``), on the host, and which sampler log-probs the loss corrects with."""
         args = self.args
         # Also with the pipeline: a round used by one optimizer step is scored at the weights that train on it, so
         # the proximal policy of the decoupled objective is the loss pass's own log-probs (hf_grpo.rollout.pipeline).
         # Old log-probs are needed once an optimizer step falls inside a round (its later micro-batches then train
         # a policy that moved since they were sampled): unless the round fits inside one step.
         need_old = args.num_iterations > 1 or args.gradient_accumulation_steps % args.steps_per_generation != 0
-        if need_old and args.old_logprobs_from_sampler:
-            # The sampler's log-probs become the old policy's; popping them means the loss applies no second
-            # (mismatch) ratio on top of the clipped one.
-            for batch in micro:
-                batch["old_logp"] = batch.pop("sampling_logp")  # [B, C]
-            need_old = False
-        if not need_old and args.beta == 0:
-            return
+        # With old_logprobs_from_sampler the sampler's log-probs become the old policy's; moving them means the loss
+        # applies no second (mismatch) ratio on top of the clipped one.
+        from_sampler = need_old and args.old_logprobs_from_sampler
+        compute_old = need_old and not from_sampler
+        scores = []
         for batch in micro:
-            inputs = self.model_inputs(batch)
-            C, temperature = batch["completion_mask"].shape[1], batch["temperature"]
-            if need_old:
-                batch["old_logp"] = self.logprobs(self.wrapped(), inputs, C, temperature)[0].cpu()  # [B, C]
-            if args.beta > 0:
-                batch["ref_logp"] = self.reference_logprobs(inputs, C, temperature).cpu()  # [B, C]
-                if not self.reference_checked:
-                    self._check_reference(inputs, batch, global_step)
+            old, ref, sampling = None, None, batch.sampling_logp  # [B, C] each, or None
+            if from_sampler:
+                old, sampling = sampling, None
+            if compute_old or args.beta > 0:
+                inputs = self.model_inputs(batch)
+                C = batch.completion_length
+                if compute_old:
+                    old = self.logprobs(self.wrapped(), inputs, C, temperature)[0].cpu()  # [B, C]
+                if args.beta > 0:
+                    ref = self.reference_logprobs(inputs, C, temperature).cpu()  # [B, C]
+                    if not self.reference_checked:
+                        self._check_reference(inputs, batch, ref, temperature, global_step)
+            scores.append(OldAndReference(old, ref, sampling))
+        return scores
 
-    def _check_reference(self, inputs: dict, batch: dict, global_step: int) -> None:
+    def _check_reference(
+        self, inputs: dict, batch: MicroBatch, ref_logp: torch.Tensor, temperature: float, global_step: int
+    ) -> None:
         """Before the first update the policy is the reference: stop if their log-probs differ (see
         `hf_grpo.models.reference.check_reference_matches`). Skipped when resuming, where they legitimately differ."""
         self.reference_checked = True
         if global_step > 0:
             return
         with self.without_dropout():  # the reference runs without dropout; compare like with like
-            policy = self.logprobs(self.wrapped(), inputs, batch["completion_mask"].shape[1], batch["temperature"])[
-                0
-            ].cpu()  # [B, C]
-        check_reference_matches(
-            policy, batch["ref_logp"], batch["completion_mask"], 0.1 if self.low_precision() else 1e-3
-        )
+            policy = self.logprobs(self.wrapped(), inputs, batch.completion_length, temperature)[0].cpu()  # [B, C]
+        check_reference_matches(policy, ref_logp, batch.completion_mask, 0.1 if self.low_precision() else 1e-3)
 
     @torch.no_grad()
     def _choose_path(self, inputs: dict, completion_length: int) -> bool:

@@ -26,7 +26,7 @@ def cast_lm_head_to_fp32(model: nn.Module) -> None:
         return
     if not isinstance(head, nn.Linear) or hasattr(head, "base_layer"):
         raise ValueError(
-            f"GRPOConfig: cast_lm_head_to_fp32=True needs a plain linear output head; "
+            f"GRPOConfig (checked by {__name__}): cast_lm_head_to_fp32=True needs a plain linear output head; "
             f"{type(model).__name__} has {type(head).__name__} (a PEFT adapter on lm_head is not "
             f"supported: remove lm_head from the adapter's target_modules, or set "
             f"cast_lm_head_to_fp32=False)"

@@ -106,14 +106,16 @@ def check_quantized_sharding(config, load_in_8bit: bool, quant_storage: str | No
     plugin = config.deepspeed_plugin
     if plugin is not None and plugin.zero_stage == 3:
         raise ValueError(
-            "GRPOConfig: a quantized base under DeepSpeed ZeRO-3 is not supported: ZeRO-3 partitions the packed "
+            f"GRPOConfig (checked by {__name__}): "
+            f"a quantized base under DeepSpeed ZeRO-3 is not supported: ZeRO-3 partitions the packed "
             "4-bit weights without their quantization state, which the weight sync to vLLM needs whole; use "
             "ZeRO-2 or DDP (the adapter is small: ZeRO-3 saves little under QLoRA)"
         )
     fsdp = bool(config.fsdp) or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
     if fsdp and (load_in_8bit or quant_storage in (None, "uint8")):
         raise ValueError(
-            "GRPOConfig: FSDP flattens a layer's weights into one buffer of one dtype, so a quantized base needs "
+            f"GRPOConfig (checked by {__name__}): "
+            f"FSDP flattens a layer's weights into one buffer of one dtype, so a quantized base needs "
             "load_in_4bit with bnb_4bit_quant_storage set to the dtype of the other weights (e.g. bfloat16), as "
             "accelerate's FSDP-QLoRA does; 8-bit weights cannot be sharded by FSDP"
         )

@@ -30,23 +30,26 @@ def check_hub_access(repo_id: str, token: str | None) -> str:
     try:
         validate_repo_id(repo_id)
     except HFValidationError as e:
-        raise HubCompletionsError(f"GRPOConfig: {field} is not a Hub repo id ('<user or org>/<name>'): {e}") from None
+        raise HubCompletionsError(
+            f"GRPOConfig (checked by {__name__}): {field} is not a Hub repo id ('<user or org>/<name>'): {e}"
+        ) from None
     if is_offline_mode():
         raise HubCompletionsError(
-            f"GRPOConfig: {field}, but HF_HUB_OFFLINE is set, so completions cannot be pushed "
+            f"GRPOConfig (checked by {__name__}): {field}, but HF_HUB_OFFLINE is set, so completions cannot be pushed "
             f"to the dataset repo {repo_id}; unset HF_HUB_OFFLINE, {LOCAL_ONLY}"
         )
     token = token or get_token()
     if token is None:
         raise HubCompletionsError(
-            f"GRPOConfig: {field}, but no Hugging Face token was found to push the dataset repo "
+            f"GRPOConfig (checked by {__name__}): "
+            f"{field}, but no Hugging Face token was found to push the dataset repo "
             f"{repo_id}; run `hf auth login`, set HF_TOKEN or hub_token, {LOCAL_ONLY}"
         )
     try:
         HfApi(token=token).whoami()
     except Exception as e:  # unreachable endpoint, refused token, proxy...: all mean the pushes would fail
         raise HubCompletionsError(
-            f"GRPOConfig: {field}, but the Hub at {constants.ENDPOINT} cannot be used to push "
+            f"GRPOConfig (checked by {__name__}): {field}, but the Hub at {constants.ENDPOINT} cannot be used to push "
             f"the dataset repo {repo_id} ({type(e).__name__}: {e}); check the network and the "
             f"token (`hf auth whoami`), {LOCAL_ONLY}"
         ) from e

@@ -115,8 +115,8 @@ def test_a_tool_image_is_scored_as_the_processor_expands_the_whole_conversation(
         logp, _ = completion_logprobs(
             model,
             model.get_output_embeddings(),
-            {"input_ids": micro["input_ids"], "attention_mask": micro["attention_mask"], "vision": micro["vision"]},
-            micro["completion_mask"].shape[1],
+            {"input_ids": micro.input_ids, "attention_mask": micro.attention_mask, "vision": micro.vision},
+            micro.completion_mask.shape[1],
         )  # [4, C]
         for i in range(4):
             prompt, ids = batch.completion_prompt_ids[i], batch.completion_ids[i]

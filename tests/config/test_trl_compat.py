@@ -190,6 +190,12 @@ def test_model_init_kwargs(tmp_path):
     assert (c.dtype, c.attn_implementation) == ("bfloat16", "eager")
     with pytest.raises(ValueError, match="model_init_kwargs must be a dict or a JSON object string"):
         GRPOConfig(output_dir=str(tmp_path), **BASE, model_init_kwargs="{dtype: x")
+    # TRL's scripts assign it after the config is built: the config resolves the assignment itself.
+    late = GRPOConfig(output_dir=str(tmp_path), **BASE)
+    late.model_init_kwargs = {"torch_dtype": "torch.float16", "revision": "v2"}
+    assert late.model_init_kwargs == {"revision": "v2"} and late.dtype == "float16"
+    with pytest.raises(ValueError, match="means dtype='bfloat16', but dtype='float16' is also set"):
+        late.model_init_kwargs = '{"dtype": "bfloat16"}'
 
 
 def test_algorithm_bounds(tmp_path):

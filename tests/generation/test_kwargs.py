@@ -64,6 +64,6 @@ def test_do_sample_false_is_greedy_and_backend_keys_reach_generate(tiny_llama_pa
     assert log["frac_reward_zero_std"] == 1.0  # greedy: the G completions of a prompt are identical
     groups = {}
     for m in trainer._buffer:
-        for i, row in zip(m["index"].tolist(), m["input_ids"].tolist()):
+        for i, row in zip(m.index.tolist(), m.input_ids.tolist()):
             groups.setdefault(i // 4, set()).add(tuple(row[-6:]))
     assert all(len(completions) == 1 for completions in groups.values())

@@ -59,14 +59,14 @@ def test_pad_to_multiple_of_pads_prompt_and_completion_lengths():
     samples = [padded_sample(3, 5), padded_sample(6, 2, 1)]
     plain = collate(samples, pad_id=0)
     padded = collate(samples, pad_id=0, multiple=4)
-    assert plain["input_ids"].shape == (2, 6 + 5)
-    assert padded["input_ids"].shape == (2, 8 + 8) and padded["completion_mask"].shape == (2, 8)
+    assert plain.input_ids.shape == (2, 6 + 5)
+    assert padded.input_ids.shape == (2, 8 + 8) and padded.completion_mask.shape == (2, 8)
     # The same tokens, shifted by the extra left padding of the prompt; masks count only real tokens.
-    assert padded["attention_mask"].sum() == plain["attention_mask"].sum() == 3 + 5 + 6 + 2
-    assert padded["input_ids"][0, 8:13].tolist() == list(range(10, 15)) and padded["input_ids"][0, 13:].eq(0).all()
-    assert padded["input_ids"][1, 2:8].tolist() == list(range(1, 7))
-    assert padded["completion_mask"].sum(1).tolist() == [5.0, 2.0]
-    assert collate(samples, pad_id=0, multiple=1)["input_ids"].shape == plain["input_ids"].shape
+    assert padded.attention_mask.sum() == plain.attention_mask.sum() == 3 + 5 + 6 + 2
+    assert padded.input_ids[0, 8:13].tolist() == list(range(10, 15)) and padded.input_ids[0, 13:].eq(0).all()
+    assert padded.input_ids[1, 2:8].tolist() == list(range(1, 7))
+    assert padded.completion_mask.sum(1).tolist() == [5.0, 2.0]
+    assert collate(samples, pad_id=0, multiple=1).input_ids.shape == plain.input_ids.shape
 
 
 def test_pad_to_multiple_of_pads_packed_rows():
@@ -75,12 +75,12 @@ def test_pad_to_multiple_of_pads_packed_rows():
     samples = [padded_sample(3, 5), padded_sample(6, 2, 1)]
     plain = collate_packed(samples, pad_id=0, max_tokens=32, one_row=False)
     padded = collate_packed(samples, pad_id=0, max_tokens=32, one_row=False, multiple=8)
-    assert plain["input_ids"].shape == (1, 16) and padded["input_ids"].shape == (1, 16)
+    assert plain.input_ids.shape == (1, 16) and padded.input_ids.shape == (1, 16)
     padded = collate_packed(samples, pad_id=0, max_tokens=32, one_row=False, multiple=12)
-    assert padded["input_ids"].shape == (1, 24)
+    assert padded.input_ids.shape == (1, 24)
     # Completion tokens are found at the same places (the tail is padding).
-    flat = padded["input_ids"].view(-1)
-    assert flat[padded["completion_index"][0]].tolist() == [3, 10, 11, 12, 13]  # predicted from the previous token
+    flat = padded.input_ids.view(-1)
+    assert flat[padded.completion_index[0]].tolist() == [3, 10, 11, 12, 13]  # predicted from the previous token
 
 
 @pytest.mark.parametrize("value, expected", [("auto", None), (None, None), ("none", None), ("16", 16), (8, 8)])
@@ -99,7 +99,7 @@ def test_pad_to_multiple_of_bad_values_name_the_field(value):
 
 
 def test_rounds_ending_inside_a_step_share_the_rounds_normaliser():
-    from hf_grpo.learner.batching import add_normalizers, normalizer_group
+    from hf_grpo.learner.batching import normalizer_group, step_normalizers
 
     class OneProcess:
         num_processes = 1
@@ -109,8 +109,7 @@ def test_rounds_ending_inside_a_step_share_the_rounds_normaliser():
     # spg 3, GA 2: the round's 3 micro-batches form one group; each is normalised by the round's tokens per
     # micro-batch times the 2 accumulation steps Trainer divides by, i.e. by (round tokens x 2 / 3) / 2.
     parts, step_tokens, _ = split_microbatches(SAMPLES, 3, normalizer_group(3, 2))
-    micro = [{} for _ in parts]
-    add_normalizers(micro, step_tokens, len(SAMPLES), normalizer_group(3, 2), OneProcess())
+    normalizers = step_normalizers(len(parts), step_tokens, len(SAMPLES), normalizer_group(3, 2), OneProcess())
     assert step_tokens == [sum(range(1, 13))]
-    assert [m["token_normalizer"] for m in micro] == pytest.approx([78 / 3] * 3)
-    assert [m["num_tokens"] for m in micro] == pytest.approx([78 / 3] * 3)
+    assert [n.token_normalizer for n in normalizers] == pytest.approx([78 / 3] * 3)
+    assert [n.num_tokens for n in normalizers] == pytest.approx([78 / 3] * 3)

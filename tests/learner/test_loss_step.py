@@ -86,9 +86,9 @@ def test_entropy_bonus_gradient_is_minus_coef_times_the_entropy_gradient(tiny_ll
     assert total_loss.item() == pytest.approx(metrics.last("policy_loss") - 0.1 * metrics.last("entropy"), rel=1e-5)
     trainer.entropy_control = None
     policy = grads(trainer.compute_loss(model, batch))
-    mask, C = batch["completion_mask"], batch["completion_mask"].shape[1]
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, -C - 1 : -1]
-    entropy = torch.distributions.Categorical(logits=logits.float() / batch["temperature"]).entropy()  # [B, C]
+    mask, C = batch.completion_mask, batch.completion_mask.shape[1]
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, -C - 1 : -1]
+    entropy = torch.distributions.Categorical(logits=logits.float() / batch.temperature).entropy()  # [B, C]
     bonus = grads((entropy * mask).sum() / mask.sum())
     assert max(bonus[n].abs().max() for n in bonus) > 1e-4
     for name in total:

@@ -130,11 +130,11 @@ def test_packed_logprobs_equal_padded_logprobs(tiny, attn, chunked, capacity):
         want, want_entropy = completion_logprobs(
             tiny,
             head,
-            {"input_ids": padded["input_ids"], "attention_mask": padded["attention_mask"]},
-            padded["completion_mask"].shape[1],
+            {"input_ids": padded.input_ids, "attention_mask": padded.attention_mask},
+            padded.completion_mask.shape[1],
         )
         got, got_entropy = packed_completion_logprobs(tiny, head, inputs)
-    mask = padded["completion_mask"].bool()  # [B, C]
+    mask = padded.completion_mask.bool()  # [B, C]
     assert got.shape == want.shape and mask.sum() > 20
     torch.testing.assert_close(got[mask], want[mask], atol=1e-5, rtol=0)
     torch.testing.assert_close(got_entropy[mask], want_entropy[mask], atol=1e-5, rtol=0)
@@ -145,11 +145,11 @@ def test_packed_gradients_equal_padded_gradients(tiny):
     samples = random_samples(8, seed=5)
     padded = collate(samples, pad_id=0)
     packed = collate_packed(samples, 0, 16, one_row=False)
-    mask = padded["completion_mask"]  # [B, C]
+    mask = padded.completion_mask  # [B, C]
     grads = []
     for logp_fn in (
         lambda: completion_logprobs(
-            tiny, None, {"input_ids": padded["input_ids"], "attention_mask": padded["attention_mask"]}, mask.shape[1]
+            tiny, None, {"input_ids": padded.input_ids, "attention_mask": padded.attention_mask}, mask.shape[1]
         )[0],
         lambda: packed_completion_logprobs(tiny, None, model_inputs(packed, "cpu", "sdpa", torch.float32))[0],
     ):
@@ -168,10 +168,13 @@ def test_attention_never_crosses_a_sequence_boundary(tiny, attn):
     a, b = [5, 6, 7, 8, 9], [10, 11, 12, 13]
     results = []
     for tokens in (a, [t + 100 for t in a]):
-        packed = pack(
-            [tokens[:2], b[:2]], [tokens[2:], b[2:]], capacity=32, pad_id=0, one_row=attn == "flash_attention_2"
-        )
-        assert packed["input_ids"].shape[0] == 1  # both in one row
+        samples = [
+            {"prompt_ids": ids[:2], "completion_ids": ids[2:], "completion_mask": torch.ones(len(ids) - 2)}
+            | {"advantage": 1.0, "index": i}
+            for i, ids in enumerate((tokens, b))
+        ]
+        packed = collate_packed(samples, 0, 32, one_row=attn == "flash_attention_2")
+        assert packed.input_ids.shape[0] == 1  # both in one row
         inputs = model_inputs(packed, "cpu", attn, torch.float32)
         with torch.no_grad():
             logp, _ = packed_completion_logprobs(tiny, None, inputs)  # [2, C]
@@ -180,7 +183,7 @@ def test_attention_never_crosses_a_sequence_boundary(tiny, attn):
             leaky, _ = packed_completion_logprobs(tiny, None, causal)
         results.append((logp, leaky))
     (first, first_leaky), (second, second_leaky) = results
-    row_b = 0 if packed["completion_index"][0, 0] > packed["completion_index"][1, 0] else 1
+    row_b = 0 if packed.completion_index[0, 0] > packed.completion_index[1, 0] else 1
     assert not torch.allclose(first[1 - row_b], second[1 - row_b])  # A itself did change
     assert torch.equal(first[row_b], second[row_b])
     assert not torch.allclose(first_leaky[row_b], second_leaky[row_b])
@@ -245,15 +248,15 @@ def test_a_packed_training_step_equals_the_padded_one(tiny_llama_path, tmp_path,
         runs[budget] = params(trainer.model), [r for r in trainer.state.log_history if "loss" in r], buffers
     (padded_w, padded_logs, padded_buffers), (packed_w, packed_logs, buffers) = runs[None], runs[160]
     micro = [m for round_ in buffers for m in round_]
-    assert all("completion_index" in m for m in micro)
-    assert any(m["input_ids"].shape[0] > 1 for m in micro)  # several rows
+    assert all(m.packed for m in micro)
+    assert any(m.input_ids.shape[0] > 1 for m in micro)  # several rows
     assert any(
-        m["input_ids"].shape[1] < 160 and m["completion_mask"].shape[0] > m["input_ids"].shape[0] for m in micro
+        m.input_ids.shape[1] < 160 and m.completion_mask.shape[0] > m.input_ids.shape[0] for m in micro
     )  # several per row
     for a, b in zip(padded_logs, packed_logs):
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
     # Round metrics: both paths' padding fractions describe the same real tokens in their own input slots.
-    slots = [sum(m["input_ids"].numel() for m in run[0]) for run in (padded_buffers, buffers)]
+    slots = [sum(m.input_ids.numel() for m in run[0]) for run in (padded_buffers, buffers)]
     fractions = [padded_logs[0]["packing/padding_fraction"], packed_logs[0]["packing/padding_fraction"]]
     assert (1 - fractions[0]) * slots[0] == pytest.approx((1 - fractions[1]) * slots[1])
     assert 0.5 < packed_logs[0]["packing/packed_ratio"] <= 1 and "packing/packed_ratio" not in padded_logs[0]
@@ -265,8 +268,8 @@ def test_a_packed_training_step_equals_the_padded_one(tiny_llama_path, tmp_path,
         micro = buffers[0]
         for step in range(2):
             pair = micro[2 * step : 2 * step + 2]
-            tokens = sum(float(m["completion_mask"].sum()) for m in pair)
-            assert all(m["token_normalizer"] * 2 == pytest.approx(tokens) for m in pair)
+            tokens = sum(float(m.completion_mask.sum()) for m in pair)
+            assert all(m.normalizers.token_normalizer * 2 == pytest.approx(tokens) for m in pair)
         assert len(micro) == 4
 
 
@@ -318,7 +321,8 @@ def test_two_processes_with_accumulation_packed_equals_padded(tiny_llama_path, t
 
 def test_a_micro_batch_without_completion_tokens_still_has_a_graph(tiny):
     """DDP and gradient accumulation expect every micro-batch to run a forward and a backward."""
-    packed = pack([[5, 6], [7]], [[], []], capacity=8, pad_id=0)
+    empty = [{"prompt_ids": p, "completion_ids": [], "completion_mask": torch.ones(0)} for p in ([5, 6], [7])]
+    packed = collate_packed([s | {"advantage": 0.0, "index": i} for i, s in enumerate(empty)], 0, 8, one_row=False)
     for head in (None, tiny.get_output_embeddings()):
         logp, _ = packed_completion_logprobs(tiny, head, model_inputs(packed, "cpu", "sdpa", torch.float32))
         assert logp.shape == (2, 1) and (logp == 0).all() and logp.requires_grad

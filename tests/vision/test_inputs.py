@@ -61,10 +61,10 @@ def logprobs(model, batch):
         logp, _ = completion_logprobs(
             model,
             model.get_output_embeddings(),
-            {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "vision": batch.get("vision")},
-            batch["completion_mask"].shape[1],
+            {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "vision": batch.vision},
+            batch.completion_mask.shape[1],
         )
-    return logp * batch["completion_mask"]  # [B, C], 0 on padding
+    return logp * batch.completion_mask  # [B, C], 0 on padding
 
 
 @pytest.mark.parametrize("family", FAMILIES)
