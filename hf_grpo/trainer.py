@@ -48,7 +48,6 @@ from transformers.trainer_utils import rotate_checkpoints
 from .agents import USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi_turn_rollouts, with_environment_rewards
 from .algorithms import scheduled_temperature
 from .config.grpo_config import GRPOConfig
-from .config.trl_compat import check_trainer_arguments
 from .data.checks import model_positions, prepare_datasets
 from .data.streaming import is_streaming
 from .evaluation.in_training import EvalContext, checked_eval_sets, eval_mode, evaluate_sets
@@ -83,7 +82,8 @@ from .runtime import checkpoints, nodes
 from .runtime.distributed import any_rank, warn_if_fsdp_falls_back, zero3_init_disabled
 from .runtime.host_memory import ReleaseHostMemory
 from .runtime.time_budget import TimeBudgetCallback
-from .trl_attributes import TRLAttributes
+from .trl_compat.config import check_trainer_arguments
+from .trl_compat.trainer import TRLAttributes
 from .vision.policy import check_backend, check_vision_policy, vision_encoder
 
 logger = logging.getLogger(__name__)

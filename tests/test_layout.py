@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "hf_grpo"
 
 # Lowest first. A module may import from its own unit and from units earlier in this list, never from a later one
-# (`errors` is the one leaf every layer may use). The top-level entry points come last, `cli` above them all.
+# (`errors` is the one leaf every layer may use). The top-level entry points come last, `cli` above them all. A unit
+# is a package, or one module of `trl_compat`, whose modules adapt parts at four layers (its docstring).
 LAYERS = [
     "errors",
     "algorithms",
@@ -25,6 +26,8 @@ LAYERS = [
     "data",
     "vision",
     "generation",
+    "trl_compat.fields",
+    "trl_compat.config",
     "config",
     "rewards",
     "agents",
@@ -32,10 +35,10 @@ LAYERS = [
     "rollout",
     "learner",
     "evaluation",
-    "trl_attributes",
+    "trl_compat.trainer",
     "trainer",
     "train",
-    "trl_script",
+    "trl_compat.script",
     "envcheck",
     "cli",
 ]
@@ -73,6 +76,10 @@ def import_graph() -> dict[str, set[str]]:
 
 def unit(module: str) -> str | None:
     parts = module.split(".")
+    if ".".join(parts[1:3]) in LAYERS:  # a module that is a unit of its own
+        return ".".join(parts[1:3])
+    if len(parts) == 2 and any(layer.startswith(f"{parts[1]}.") for layer in LAYERS):
+        return None  # the `__init__` of a package whose modules are units: it imports nothing (checked below)
     return parts[1] if len(parts) > 1 else None
 
 
@@ -139,6 +146,7 @@ def private_trainer_reads() -> list[str]:
 def test_no_import_runs_back_up_a_layer():
     graph = import_graph()
     assert set(filter(None, map(unit, graph))) <= set(LAYERS), "a new package or top-level module needs its layer"
+    assert graph["hf_grpo.trl_compat"] == set(), "trl_compat/__init__.py would tie its modules' layers together"
     assert upward_imports(graph) == []
 
 
@@ -265,13 +273,16 @@ def args_writes(source: str, where: str) -> list[str]:
     return hits
 
 
+CONFIG_LAYER = ("config", "trl_compat.fields", "trl_compat.config")  # the config and its TRL fields' resolution
+
+
 def test_config_errors_outside_config_name_the_part_that_raised_them():
-    """A config value refused outside `hf_grpo.config` (once the model, the launch or the Hub is known) says which part
-    refused it: ``GRPOConfig (checked by <module>): ...``, not a bare ``GRPOConfig: ...``."""
+    """A config value refused outside the config's layer (`CONFIG_LAYER`), once the model, the launch or the Hub is
+    known, says which part refused it: ``GRPOConfig (checked by <module>): ...``, not a bare ``GRPOConfig: ...``."""
     bare = [
         f"{path.relative_to(ROOT)}:{n}"
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(PACKAGE).parts[0] != "config"
+        if unit(module_name(path)) not in CONFIG_LAYER
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if '"GRPOConfig: ' in line
     ]
@@ -282,7 +293,7 @@ def test_the_config_is_written_only_inside_config():
     found = {
         hit
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(PACKAGE).parts[0] != "config"
+        if unit(module_name(path)) not in CONFIG_LAYER
         for hit in args_writes(path.read_text(), str(path.relative_to(ROOT)))
     }
     assert found == set(), "write the resolved value into a run-state object, not into args"
@@ -355,7 +366,7 @@ def test_every_documented_import_path_resolves():
         "hf_grpo.GRPOConfig",
         "hf_grpo.data.load_prompt_dataset",
         "hf_grpo.rewards",
-        "hf_grpo.trl_script.GRPOConfig",
+        "hf_grpo.trl_compat.script.GRPOConfig",
         "hf_grpo.envcheck",
         "hf_grpo.cli.main",
         "hf_grpo.train.main",

@@ -1,11 +1,10 @@
-"""Configuration: `GRPOConfig` (every field, grouped and checked), TRL's names for its fields, and recipes
-(YAML files plus command-line overrides).
+"""Configuration: `GRPOConfig` (every field, grouped and checked) and recipes (YAML files plus command-line overrides).
+TRL's names for its fields, and their resolution, are in `hf_grpo.trl_compat` (`fields`, `config`).
 
 * `grpo_config`: `GRPOConfig`, a `TrainingArguments` subclass;
 * `generation_fields`: its generation and vLLM fields (a base class);
 * `quantization_fields`: the quantized base's fields (QLoRA, TRL's script names; a base class);
 * `validation`: the checks `GRPOConfig.__post_init__` runs (types, counts, rules between fields);
-* `trl_fields`, `trl_compat`: TRL 1.16's fields that hf_grpo names differently, resolved onto its own;
 * `recipes`: YAML recipes and command-line overrides onto `GRPOConfig` (`parse_config`).
 """
 

@@ -2,7 +2,7 @@
 and vLLM (colocated engines or `vllm serve` servers, their memory, and the weight sync into them).
 
 A base class of `GRPOConfig` (below it, the quantized-base fields and TRL's: `hf_grpo.config.quantization_fields`,
-`hf_grpo.config.trl_fields`), so that each file stays one group of fields; `GRPOConfig.__post_init__` checks them with
+`hf_grpo.trl_compat.fields`), so that each file stays one group of fields; `GRPOConfig.__post_init__` checks them with
 the rest (`hf_grpo.config.validation`).
 """
 

@@ -14,7 +14,7 @@ Batch arithmetic (checked in `__post_init__`):
   (`hf_grpo.learner.batching.normalizer_group` says how such a step's loss is normalised).
 
 Every field of TRL 1.16's `GRPOConfig` is accepted too: the ones hf_grpo names differently or lacks are declared in
-`hf_grpo.config.trl_fields` (inherited) and resolved by `hf_grpo.config.trl_compat` (docs/trl_compatibility.md).
+`hf_grpo.trl_compat.fields` (inherited) and resolved by `hf_grpo.trl_compat.config` (docs/trl_compatibility.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import trl_compat, validation
+from ..trl_compat import config as trl_compat
+from . import validation
 from .generation_fields import GenerationFields
 from .quantization_fields import check_quantization_fields
 

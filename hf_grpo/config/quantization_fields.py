@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..models.quantization import check_quantized_sharding
-from .trl_fields import TRLFields
+from ..trl_compat.fields import TRLFields
 
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")

@@ -134,15 +134,15 @@ def checked_fields(cls) -> dict[str, typing.Any]:
     `TrainingArguments` ones typed as a plain number or bool (some of its richer annotations do not cover values it
     assigns itself, e.g. ``debug=None``)."""
 
-    # TRL's own fields (hf_grpo.config.trl_fields) take what TRL takes; hf_grpo.config.trl_compat checks them as it maps
+    # TRL's own fields (hf_grpo.trl_compat.fields) take what TRL takes; hf_grpo.trl_compat.config checks them as it maps
     # them.
     def declared(module) -> set[str]:
         return {
             name for klass in cls.__mro__ if module(klass.__module__) for name in vars(klass).get("__annotations__", {})
         }
 
-    own = declared(lambda m: m.startswith("hf_grpo") and m != "hf_grpo.config.trl_fields")
-    trl = declared(lambda m: m == "hf_grpo.config.trl_fields") - own
+    own = declared(lambda m: m.startswith("hf_grpo") and m != "hf_grpo.trl_compat.fields")
+    trl = declared(lambda m: m == "hf_grpo.trl_compat.fields") - own
     plain = (int, float, bool, int | None, float | None, bool | None)
     return {name: tp for name, tp in field_types(cls).items() if name in own or (tp in plain and name not in trl)}
 

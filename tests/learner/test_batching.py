@@ -85,14 +85,14 @@ def test_pad_to_multiple_of_pads_packed_rows():
 
 @pytest.mark.parametrize("value, expected", [("auto", None), (None, None), ("none", None), ("16", 16), (8, 8)])
 def test_pad_to_multiple_of_values(value, expected):
-    from hf_grpo.config.trl_compat import resolve_pad_to_multiple_of
+    from hf_grpo.trl_compat.config import resolve_pad_to_multiple_of
 
     assert resolve_pad_to_multiple_of(value) == expected
 
 
 @pytest.mark.parametrize("value", [0, -2, "x", 2.5, True])
 def test_pad_to_multiple_of_bad_values_name_the_field(value):
-    from hf_grpo.config.trl_compat import resolve_pad_to_multiple_of
+    from hf_grpo.trl_compat.config import resolve_pad_to_multiple_of
 
     with pytest.raises(ValueError, match="pad_to_multiple_of=.* must be an integer >= 1"):
         resolve_pad_to_multiple_of(value)

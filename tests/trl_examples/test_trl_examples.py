@@ -126,7 +126,7 @@ def trl_grpo_script() -> str:
         ),
         "    from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, TrlParser\n": (
             "    from trl import DatasetMixtureConfig, ModelConfig, TrlParser\n"
-            "    from hf_grpo.trl_script import GRPOConfig\n"
+            "    from hf_grpo.trl_compat.script import GRPOConfig\n"
         ),
     }
     for old, new in swaps.items():

@@ -1,10 +1,10 @@
 """TRL 1.16's `GRPOConfig` and `GRPOTrainer` arguments, resolved onto hf_grpo's.
 
-`resolve_trl_fields` runs inside `GRPOConfig.__post_init__`: every TRL field (declared in `hf_grpo.config.trl_fields`,
+`resolve_trl_fields` runs inside `GRPOConfig.__post_init__`: every TRL field (declared in `hf_grpo.trl_compat.fields`,
 or shared with hf_grpo by name) is implemented, mapped onto the hf_grpo field of the same meaning, or refused with an
 error that names the field and what to use instead. A TRL field that maps onto an hf_grpo field also set to a different
 value is an error naming both. `check_init_kwargs` turns an unknown keyword into an error with the closest field name.
-docs/trl_compatibility.md has the table; tests/config/test_trl_compat.py keeps it in step with TRL's dataclass.
+docs/trl_compatibility.md has the table; tests/trl_compat/test_config.py keeps it in step with TRL's dataclass.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`GRPOConfig` for TRL's own scripts (``trl/scripts/grpo.py``): ``from hf_grpo.trl_script import GRPOConfig``.
+"""`GRPOConfig` for TRL's own scripts (``trl/scripts/grpo.py``): ``from hf_grpo.trl_compat.script import GRPOConfig``.
 
 TRL's scripts parse `GRPOConfig` next to `ScriptArguments` and `ModelConfig`, which own ``model_name_or_path``,
 ``dataset_name``, ``reward_funcs``, ``dtype``, ``attn_implementation``, ``use_peft``, the ``lora_*`` fields and the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config.grpo_config import GRPOConfig as _GRPOConfig
+from ..config.grpo_config import GRPOConfig as _GRPOConfig
 
 _OWNED = "Set by TRL's ScriptArguments / ModelConfig in a TRL script; not a field of this config."
 

@@ -1,4 +1,4 @@
-"""TRL 1.16's GRPOConfig, field for field: accepted, mapped, implemented or refused by name (hf_grpo.config.trl_compat),
+"""TRL 1.16's GRPOConfig, field for field: accepted, mapped, implemented or refused by name (hf_grpo.trl_compat.config),
 and docs/trl_compatibility.md kept in step with TRL's own dataclass."""
 
 import dataclasses
@@ -11,7 +11,7 @@ from transformers import TrainingArguments
 
 from hf_grpo import GRPOConfig
 from hf_grpo.config.recipes import RecipeError, parse_config
-from hf_grpo.config.trl_compat import REFUSED, ConfigFieldError
+from hf_grpo.trl_compat.config import REFUSED, ConfigFieldError
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -2,7 +2,7 @@
 
 `GRPOConfig` inherits them, so a TRL script's config (keyword arguments, recipe keys, command-line flags) is accepted
 field for field. Each one is implemented, mapped onto an hf_grpo field, or refused with an error naming what to use
-instead; `hf_grpo.config.trl_compat.resolve_trl_fields` does that in `GRPOConfig.__post_init__`, and
+instead; `hf_grpo.trl_compat.config.resolve_trl_fields` does that in `GRPOConfig.__post_init__`, and
 docs/trl_compatibility.md lists the status of every field.
 
 Departures from TRL: fields that TRL defaults to a value with a different hf_grpo default (``use_vllm``, the server

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .algorithms.surrogates import off_policy_mask
-from .learner.global_stats import top_entropy_mask
+from ..algorithms.surrogates import off_policy_mask
+from ..learner.global_stats import top_entropy_mask
 
 
 class TRLAttributes:
