@@ -46,7 +46,7 @@ from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import rotate_checkpoints
 
 from .agents import USER_CODE_ERRORS, AgentRollouts, environment_dataset, multi_turn_rollouts, with_environment_rewards
-from .algorithms import scheduled_temperature
+from .algorithms import AdvantageSettings, scheduled_temperature
 from .config.grpo_config import GRPOConfig
 from .data.checks import model_positions, prepare_datasets
 from .data.streaming import is_streaming
@@ -239,6 +239,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             )
         self.ptx = PTXBatches(args, tokenizer) if args.ptx_dataset else None
         self.loss_step = LossStep(args, self.accelerator, self.scorer, self.step_log.metrics, terms, self.ptx)
+        self.advantage_settings = AdvantageSettings.from_config(args)
         self._buffer: list[MicroBatch] = []
         self._micro_step: int | None = None
         self._refill_generator = torch.Generator().manual_seed(args.seed + 1000 * self.accelerator.process_index)
@@ -347,7 +348,9 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
                 "a reward function failed on another process (its error is in that process's log)",
                 function_name="<other process>",
             )
-        advantages = rollout_advantages(batch, args, self.accelerator, self.reward_runner.weights)  # [P*G]
+        advantages = rollout_advantages(
+            batch, self.advantage_settings, self.accelerator, self.reward_runner.weights
+        )  # [P*G]
         samples = build_samples(batch, advantages, args.mask_truncated_completions)
         shuffle = torch.Generator().manual_seed(args.seed + self.state.global_step)
         # Zero-advantage completions have exactly zero gradient unless a KL, entropy or MoE term pulls on them.

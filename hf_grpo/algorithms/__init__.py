@@ -9,6 +9,7 @@ from .advantages import (
     ADVANTAGE_ESTIMATORS,
     WHITENING_LEVELS,
     AdvantageEstimator,
+    AdvantageSettings,
     batch_std_group_advantages,
     batch_whitened_advantages,
     gdpo_advantages,
@@ -54,6 +55,7 @@ from .surrogates import cispo_per_token, off_policy_mask, sapo_per_token, vespo_
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AdvantageEstimator",
+    "AdvantageSettings",
     "EntropyControl",
     "IMPORTANCE_SAMPLING_LEVELS",
     "IMPORTANCE_SAMPLING_MODES",

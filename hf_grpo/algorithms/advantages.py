@@ -207,6 +207,38 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
 }
 
 
+@dataclass(frozen=True)
+class AdvantageSettings:
+    """What the advantages read of the config, read once (`from_config`) and checked when built."""
+
+    estimator: str  # advantage_estimator: a key of ADVANTAGE_ESTIMATORS
+    num_generations: int  # G, the completions of one prompt
+    eps: float  # advantage_eps, added to a std denominator
+    normalize_then_sum: bool  # multi_objective_aggregation="normalize_then_sum" (GDPO)
+    token_whitening: bool  # reinforce_pp_whitening="token": a completion weighs its loss tokens in the baseline
+    mask_truncated: bool  # mask_truncated_completions: a truncated completion has no loss tokens
+
+    def __post_init__(self):
+        if self.estimator not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage_estimator={self.estimator!r} is not one of {sorted(ADVANTAGE_ESTIMATORS)}")
+
+    @classmethod
+    def from_config(cls, args) -> AdvantageSettings:
+        return cls(
+            estimator=args.advantage_estimator,
+            num_generations=args.num_generations,
+            eps=args.advantage_eps,
+            normalize_then_sum=args.multi_objective_aggregation == "normalize_then_sum",
+            token_whitening=args.reinforce_pp_whitening == "token",
+            mask_truncated=args.mask_truncated_completions,
+        )
+
+    def group_local_estimator(self) -> str:
+        """The estimator for a chunk of prompts that is not a whole step (evaluation): this one if it needs only each
+        group's rewards, else ``grpo`` (a batch-level estimator needs the step's statistics)."""
+        return self.estimator if ADVANTAGE_ESTIMATORS[self.estimator].group_local else "grpo"
+
+
 def gdpo_advantages(
     rewards_per_func: torch.Tensor,
     weights: torch.Tensor,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..algorithms import ADVANTAGE_ESTIMATORS, LossInputs, LossSettings, Normalizers, group_advantages, policy_loss
+from ..algorithms import AdvantageSettings, LossInputs, LossSettings, Normalizers, group_advantages, policy_loss
 from ..data.checks import KEEP, model_positions, prepare_datasets
 from ..data.streaming import LazyEvalSet, is_streaming
 from ..generation import SamplingParams
@@ -84,10 +84,9 @@ class EvalLoss:
             trainer_state=ctx.trainer_state,
         )
         per_func, rewards = scored.per_func, scored.total  # [n*k, F], [n*k]
-        # A batch-level estimator needs the whole step's statistics, which a chunk of eval prompts is not.
-        estimator = args.advantage_estimator if ADVANTAGE_ESTIMATORS[args.advantage_estimator].group_local else "grpo"
+        settings = AdvantageSettings.from_config(args)
         advantages = group_advantages(
-            rewards, k, estimator, args.advantage_eps, valid=~per_func.isnan().all(-1)
+            rewards, k, settings.group_local_estimator(), settings.eps, valid=~per_func.isnan().all(-1)
         )  # [n*k]
         sampled = RolloutBatch(
             rows=rows,

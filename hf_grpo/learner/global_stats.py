@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from ..algorithms import ADVANTAGE_ESTIMATORS, entropy_threshold, gdpo_advantages, high_entropy_mask
+from ..algorithms import ADVANTAGE_ESTIMATORS, AdvantageSettings, entropy_threshold, gdpo_advantages, high_entropy_mask
 
 
 def _sum(accelerator, sums: torch.Tensor) -> torch.Tensor:
@@ -20,24 +20,26 @@ def _sum(accelerator, sums: torch.Tensor) -> torch.Tensor:
     return accelerator.reduce(sums.to(accelerator.device), reduction="sum").cpu()
 
 
-def rollout_advantages(batch, args, accelerator, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """``[P*G]`` advantages by ``advantage_estimator`` (`hf_grpo.algorithms.ADVANTAGE_ESTIMATORS`), with the step's
+def rollout_advantages(
+    batch, settings: AdvantageSettings, accelerator, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``[P*G]`` advantages by the settings' estimator (`hf_grpo.algorithms.ADVANTAGE_ESTIMATORS`), with the step's
     statistics summed over all processes; completions no reward function scored get 0 and stay out of the
     statistics. ``weights`` ``[F]``: the reward weights, for ``multi_objective_aggregation="normalize_then_sum"``."""
     reduce = functools.partial(_sum, accelerator)
     scored = batch.scored  # [P*G] bool
-    G, eps = args.num_generations, args.advantage_eps
-    if args.multi_objective_aggregation == "normalize_then_sum":
+    G, eps = settings.num_generations, settings.eps
+    if settings.normalize_then_sum:
         return gdpo_advantages(batch.rewards_per_func, weights, G, eps=eps, valid=scored, reduce=reduce)
     loss_tokens = None
-    if args.reinforce_pp_whitening == "token":
+    if settings.token_whitening:
         loss_tokens = torch.tensor(
             [
-                len(c) if done or not args.mask_truncated_completions else 0
+                len(c) if done or not settings.mask_truncated else 0
                 for c, done in zip(batch.completion_ids, batch.finished)
             ]
         )  # [P*G]
-    return ADVANTAGE_ESTIMATORS[args.advantage_estimator].fn(
+    return ADVANTAGE_ESTIMATORS[settings.estimator].fn(
         batch.rewards, G, eps=eps, valid=scored, reduce=reduce, loss_tokens=loss_tokens
     )
 

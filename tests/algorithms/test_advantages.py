@@ -118,3 +118,27 @@ def test_reinforce_pp_token_whitening_weights_completions_by_their_tokens():
     split = whitening_sums(rewards[:1], lengths[:1]) + whitening_sums(rewards[1:], lengths[1:])
     assert whitening_mean_std(split) == whitening_mean_std(whitening_sums(rewards, lengths))
     assert whitening_mean_std(torch.zeros(3, dtype=torch.float64)) == (0.0, 0.0)
+
+
+def test_advantage_settings_read_the_config_once_and_check_the_estimator():
+    from types import SimpleNamespace
+
+    from hf_grpo.algorithms import AdvantageSettings
+
+    config = SimpleNamespace(
+        advantage_estimator="reinforce_pp",
+        num_generations=4,
+        advantage_eps=1e-6,
+        multi_objective_aggregation="sum_then_normalize",
+        reinforce_pp_whitening="token",
+        mask_truncated_completions=True,
+    )
+    settings = AdvantageSettings.from_config(config)
+    assert (settings.num_generations, settings.eps, settings.normalize_then_sum) == (4, 1e-6, False)
+    assert settings.token_whitening and settings.mask_truncated
+    # A chunk of eval prompts is not a step: a batch-level estimator falls back to grpo, a group-local one stays.
+    assert settings.group_local_estimator() == "grpo"
+    rloo = SimpleNamespace(**(vars(config) | {"advantage_estimator": "rloo"}))
+    assert AdvantageSettings.from_config(rloo).group_local_estimator() == "rloo"
+    with pytest.raises(ValueError, match="advantage_estimator='ppo' is not one of"):
+        AdvantageSettings("ppo", 4, 1e-6, False, False, False)

@@ -16,7 +16,7 @@ from accelerate import Accelerator
 from trl.trainer import grpo_trainer as trl_grpo
 from trl.trainer.utils import nanstd
 
-from hf_grpo.algorithms import normalize_then_sum
+from hf_grpo.algorithms import AdvantageSettings, normalize_then_sum
 from hf_grpo.learner.global_stats import rollout_advantages
 
 NAN = float("nan")
@@ -48,8 +48,8 @@ def trl_normalize_then_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor
 
 def ours(rewards_per_func: torch.Tensor, weights: torch.Tensor, G: int) -> torch.Tensor:
     batch = SimpleNamespace(rewards_per_func=rewards_per_func, scored=~torch.isnan(rewards_per_func).all(dim=1))
-    args = SimpleNamespace(multi_objective_aggregation="normalize_then_sum", num_generations=G, advantage_eps=1e-4)
-    return rollout_advantages(batch, args, Accelerator(cpu=True), weights)
+    settings = AdvantageSettings("grpo", G, 1e-4, normalize_then_sum=True, token_whitening=False, mask_truncated=False)
+    return rollout_advantages(batch, settings, Accelerator(cpu=True), weights)
 
 
 def test_hand_computed_values():
