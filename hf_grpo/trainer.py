@@ -219,7 +219,6 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             args.num_generations,
             self.agent,
             rollout_func,
-            self.generator,
             tokenizer,
             self.accelerator,
             policy,

@@ -273,6 +273,21 @@ def args_writes(source: str, where: str) -> list[str]:
     return hits
 
 
+def test_agents_use_the_generator_interface_only():
+    """Multi-turn rollouts go through `Generator.turns`: nothing in agents/ imports a concrete backend (to dispatch
+    on its class or reach into its engine)."""
+    backends = {"hf", "continuous", "vllm_colocate", "vllm_server"}
+    graph = import_graph()
+    reach = sorted(
+        f"{source} imports {target}"
+        for source, targets in graph.items()
+        if unit(source) == "agents"
+        for target in targets
+        if unit(target) == "generation" and target.rsplit(".", 1)[-1] in backends
+    )
+    assert reach == []
+
+
 CONFIG_LAYER = ("config", "trl_compat.fields", "trl_compat.config")  # the config and its TRL fields' resolution
 
 

@@ -94,17 +94,16 @@ def _with_empty_prompts(dataset, prompt_column: str, agent):
 
 
 def multi_turn_rollouts(
-    num_generations: int, agent: AgentRollouts | None, rollout_func, generator, tokenizer, accelerator, policy, trainer
+    num_generations: int, agent: AgentRollouts | None, rollout_func, tokenizer, accelerator, policy, trainer
 ):
     """The collector's ``multi_turn`` hook, or None for single-turn training. The hook is called as
     ``multi_turn(generator, rows, sampling, round_key, n=num_generations)`` with the backend to generate with.
 
     ``rollout_func`` (TRL's) is called as TRL calls it, ``rollout_func(prompts, trainer)``: ``trainer`` is passed
-    through to it and read by nothing here. Otherwise ``agent`` generates turn by turn. With HF generate (the run's
-    ``generator``) under ZeRO-3/FSDP every forward of the (unwrapped) ``policy`` is collective, so the processes' turn
-    loops run in lock step (`hf_grpo.runtime.distributed.any_rank`).
+    through to it and read by nothing here. Otherwise ``agent`` generates turn by turn. Under ZeRO-3/FSDP every forward
+    of the (unwrapped) ``policy`` is collective, so a backend that generates with it (HF generate) runs the processes'
+    turn loops in lock step (`hf_grpo.runtime.distributed.any_rank`).
     """
-    from ..generation.hf import HFGenerator
     from ..runtime.distributed import any_rank, forward_is_collective
 
     G, process = num_generations, accelerator.process_index
@@ -117,11 +116,9 @@ def multi_turn_rollouts(
         return custom
     if agent is None:
         return None
-    lockstep = (
-        functools.partial(any_rank, accelerator)
-        if isinstance(generator, HFGenerator) and forward_is_collective(accelerator, policy)
-        else None
-    )
+    # The backends that generate with the policy itself run in lock step with it; the others ignore the argument
+    # (`hf_grpo.generation.base.Generator.turns`).
+    lockstep = functools.partial(any_rank, accelerator) if forward_is_collective(accelerator, policy) else None
 
     def turns(generator, rows, sampling, round_key, n=G):
         return agent.generate(generator, rows, n, sampling, round_key, process, lockstep)
