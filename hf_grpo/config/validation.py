@@ -203,7 +203,9 @@ def validate(config) -> None:
     decides which error a config with several faults gets first)."""
     _check_generation(config)
     _check_rewards_and_tools(config)
-    _check_batch_and_loss(config)
+    _check_batch(config)
+    _check_sampling(config)
+    _check_loss(config)
     _check_rounds(config)
     _check_run(config)
 
@@ -282,8 +284,8 @@ def _check_rewards_and_tools(config) -> None:
     _check(config.max_concurrent_tools >= 1, f"max_concurrent_tools must be >= 1, got {config.max_concurrent_tools}")
 
 
-def _check_batch_and_loss(config) -> None:
-    """Batch shapes, the loss and its clipping, sampling, schedules, PTX, KL and packing."""
+def _check_batch(config) -> None:
+    """Batch shapes: whole groups per process, packing and chunk sizes."""
     _check(config.remove_unused_columns is False, "remove_unused_columns must be False (rewards read dataset columns)")
     _check(
         config.num_generations >= 2 or config.advantage_estimator == "reinforce_pp",
@@ -298,14 +300,45 @@ def _check_batch_and_loss(config) -> None:
         f"of num_generations ({config.num_generations}); groups never straddle processes here (TRL only needs the "
         f"global batch over all processes to hold whole groups)",
     )
-    _check(0 <= config.epsilon < 1, f"epsilon must be in [0, 1), got {config.epsilon}")
-    _check(config.epsilon_high >= 0, f"epsilon_high must be >= 0, got {config.epsilon_high}")
-    _check(config.beta >= 0, f"beta must be >= 0, got {config.beta}")
+    _check(config.logprob_chunk_size >= 1, "logprob_chunk_size must be >= 1")
+    _check(
+        config.generation_chunk_size is None or config.generation_chunk_size >= 1,
+        "generation_chunk_size must be None (one call) or >= 1",
+    )
+    if config.max_tokens_per_microbatch is not None:
+        longest = (config.max_prompt_length or 0) + config.max_completion_length
+        _check(
+            config.max_tokens_per_microbatch >= longest,
+            f"max_tokens_per_microbatch ({config.max_tokens_per_microbatch}) must be >= max_prompt_length + "
+            f"max_completion_length ({longest}): a packed row holds whole sequences",
+        )
+
+
+def _check_sampling(config) -> None:
+    """Sampling: its filters, the sampler's log-probs and the temperature schedule."""
     _check(config.temperature > 0, f"temperature must be > 0, got {config.temperature}")
     _check(0 < config.top_p <= 1, f"top_p must be in (0, 1], got {config.top_p}")
     _check(config.top_k >= 0, f"top_k must be >= 0 (0 disables), got {config.top_k}")
     _check(0 <= config.min_p < 1, f"min_p must be in [0, 1), got {config.min_p}")
     _check_sampler_logprobs(config, _check)
+    _one_of(config, "temperature_schedule", TEMPERATURE_SCHEDULES)
+    if config.temperature_schedule != "constant":
+        _check(
+            config.temperature_end is not None and config.temperature_end > 0,
+            f"temperature_schedule={config.temperature_schedule!r} anneals from temperature to temperature_end, "
+            f"which must be > 0 (got {config.temperature_end})",
+        )
+    _check(
+        config.temperature_anneal_steps is None or config.temperature_anneal_steps >= 1,
+        f"temperature_anneal_steps must be >= 1 or None, got {config.temperature_anneal_steps}",
+    )
+
+
+def _check_loss(config) -> None:
+    """The loss: clipping, KL, the train/inference correction, entropy, PTX and overlong shaping."""
+    _check(0 <= config.epsilon < 1, f"epsilon must be in [0, 1), got {config.epsilon}")
+    _check(config.epsilon_high >= 0, f"epsilon_high must be >= 0, got {config.epsilon_high}")
+    _check(config.beta >= 0, f"beta must be >= 0, got {config.beta}")
     _check(
         not (
             config.loss_type == "vespo"
@@ -321,17 +354,6 @@ def _check_batch_and_loss(config) -> None:
         f"entropy_coef_min ({config.entropy_coef_min}) must be <= entropy_coef_max ({config.entropy_coef_max})",
     )
     _one_of(config, "reinforce_pp_whitening", WHITENING_LEVELS)
-    _one_of(config, "temperature_schedule", TEMPERATURE_SCHEDULES)
-    if config.temperature_schedule != "constant":
-        _check(
-            config.temperature_end is not None and config.temperature_end > 0,
-            f"temperature_schedule={config.temperature_schedule!r} anneals from temperature to temperature_end, "
-            f"which must be > 0 (got {config.temperature_end})",
-        )
-    _check(
-        config.temperature_anneal_steps is None or config.temperature_anneal_steps >= 1,
-        f"temperature_anneal_steps must be >= 1 or None, got {config.temperature_anneal_steps}",
-    )
     _check(
         config.ratio_skip_threshold is None or config.ratio_skip_threshold > 1,
         f"ratio_skip_threshold must be > 1 (a ratio above the on-policy 1) or None, got {config.ratio_skip_threshold}",
@@ -350,18 +372,6 @@ def _check_batch_and_loss(config) -> None:
         f"use_bias_correction_kl weights the KL by the importance ratio, which unbiases the gradients of k1 and "
         f"k3 but biases kl_estimator={config.kl_estimator!r}'s; set use_bias_correction_kl: false or use k3",
     )
-    _check(config.logprob_chunk_size >= 1, "logprob_chunk_size must be >= 1")
-    _check(
-        config.generation_chunk_size is None or config.generation_chunk_size >= 1,
-        "generation_chunk_size must be None (one call) or >= 1",
-    )
-    if config.max_tokens_per_microbatch is not None:
-        longest = (config.max_prompt_length or 0) + config.max_completion_length
-        _check(
-            config.max_tokens_per_microbatch >= longest,
-            f"max_tokens_per_microbatch ({config.max_tokens_per_microbatch}) must be >= max_prompt_length + "
-            f"max_completion_length ({longest}): a packed row holds whole sequences",
-        )
     if config.overlong_buffer_length is not None:
         _check(
             0 < config.overlong_buffer_length <= config.max_completion_length,
