@@ -11,7 +11,7 @@ the trainer or reads its private state.
 * `learner.scoring.PolicyScorer`, from the config, the accelerator, getters of the unwrapped and the wrapped model,
   and the reference: the log-prob passes (old policy, reference, loss, evaluation);
 * `learner.loss_step.LossStep`, from the config, the accelerator, the scorer, the metrics, the `LossTerms` and the PTX
-  batches: ``loss_step(model, inputs)`` in `compute_loss`;
+  batches: ``loss_step(model, batch)`` in `compute_loss`, ``batch`` a `learner.microbatch.MicroBatch`;
 * `reporting.step_log.StepLog`, from the config, the accelerator and the training clock: ``record_round``,
   ``credit_micro_step`` and ``logs``;
 * `rollout.collector.RolloutCollector`, from the generator, the tokenizer, the reward runner, the config and the
@@ -19,8 +19,8 @@ the trainer or reads its private state.
 * `rollout.pipeline.build_pipeline`, from the config, the collector, the prompt stream, the temperature schedule, the
   refill and a state getter; each round boundary calls ``pipelined_round`` with the step, the weight push and the
   metrics;
-* `agents.multi_turn_rollouts`, from the agent (or ``rollout_func``), the generator, the tokenizer, the accelerator and
-  the policy: the collector's hook (``rollout_func`` itself receives the trainer, as in TRL);
+* `agents.multi_turn_rollouts`, from the agent (or ``rollout_func``), the tokenizer, the accelerator and the policy:
+  the collector's hook (``rollout_func`` itself receives the trainer, as in TRL);
 * `evaluation.in_training.evaluate_sets`, from an `EvalContext` built for each ``evaluate`` call, under the engine
   lock, after the weight push.
 
