@@ -94,5 +94,22 @@ class MicroBatch:
 
     @classmethod
     def from_state(cls, state: dict) -> MicroBatch:
+        if "normalizers" not in state:  # a checkpoint written before this record: one flat dict per micro-batch
+            state = _from_flat_dict(state)
         ptx = None if state["ptx"] is None else PTXRows(**state["ptx"])
         return cls(**{**state, "normalizers": Normalizers(**state["normalizers"]), "ptx": ptx})
+
+
+def _from_flat_dict(flat: dict) -> dict:
+    """The state of a micro-batch that an older checkpoint saved as one dict (its keys were this record's fields,
+    with the normalisers and the PTX rows flattened into it), so that such a run resumes mid-round."""
+    flat = dict(flat)
+    normalizers = {f.name: flat.pop(f.name) for f in dataclasses.fields(Normalizers)}
+    ptx = None
+    if "ptx_input_ids" in flat:
+        ptx = {"input_ids": flat.pop("ptx_input_ids"), "attention_mask": flat.pop("ptx_attention_mask")}
+        ptx["normalizer"] = flat.pop("ptx_normalizer")
+    state = {f.name: flat.get(f.name, f.default) for f in dataclasses.fields(MicroBatch)}
+    state["attention_mask"] = flat.get("attention_mask")
+    state["packed_rows"] = int(flat.get("packed_rows", 0))
+    return {**state, "normalizers": normalizers, "ptx": ptx}

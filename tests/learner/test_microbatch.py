@@ -64,3 +64,25 @@ def test_the_checkpoint_state_loads_with_weights_only(tmp_path):
                 assert torch.equal(x.input_ids, y.input_ids) and x.normalizer == y.normalizer
             else:
                 assert x == y, field.name
+
+
+def test_a_checkpoint_of_flat_dicts_still_resumes():
+    """Checkpoints written before the record held one flat dict per micro-batch (normalisers and PTX rows among its
+    keys): they load into the same record."""
+    done = collate(samples(), 0).for_round(
+        0.9,
+        OldAndReference(torch.zeros(2, 3), None, None),
+        Normalizers(2, 2.5, 5.0),
+        PTXRows(torch.ones(1, 4, dtype=torch.long), torch.ones(1, 4, dtype=torch.long), 3.0),
+    )
+    flat = {k: v for k, v in done.state().items() if v is not None and k not in ("normalizers", "ptx", "packed_rows")}
+    flat |= {"token_normalizer": 5.0, "num_sequences": 2, "num_tokens": 2.5}
+    flat |= {"ptx_input_ids": done.ptx.input_ids, "ptx_attention_mask": done.ptx.attention_mask, "ptx_normalizer": 3.0}
+    loaded = MicroBatch.from_state(flat)
+    assert loaded.normalizers == done.normalizers and loaded.ptx.normalizer == 3.0 and loaded.ref_logp is None
+    assert torch.equal(loaded.old_logp, done.old_logp) and loaded.temperature == 0.9 and loaded.sampling_logp is None
+    packed = collate_packed(samples(), 0, 16, one_row=False)
+    flat = {k: v for k, v in packed.state().items() if v is not None and k not in ("normalizers", "ptx")}
+    flat |= {"packed_rows": torch.tensor(1), "token_normalizer": 1.0, "num_sequences": 2, "num_tokens": 5.0}
+    loaded = MicroBatch.from_state(flat)
+    assert loaded.packed and loaded.attention_mask is None and loaded.packed_rows == 1
