@@ -79,11 +79,12 @@ def test_ptx_gradient_is_the_sum_of_the_rl_and_the_weighted_lm_gradients(tiny_ll
 
     total = grads(trainer.compute_loss(model, batch))
     rl = grads(_rl_only_loss(trainer, model, batch))
-    labels = batch["ptx_input_ids"].masked_fill(batch["ptx_attention_mask"] == 0, -100)
+    ptx = batch.ptx
+    labels = ptx.input_ids.masked_fill(ptx.attention_mask == 0, -100)
     lm = grads(
-        model(input_ids=batch["ptx_input_ids"], attention_mask=batch["ptx_attention_mask"], labels=labels).loss
+        model(input_ids=ptx.input_ids, attention_mask=ptx.attention_mask, labels=labels).loss
     )  # transformers' own causal-LM loss: the mean over predicted tokens
-    assert batch["ptx_normalizer"] == float(batch["ptx_attention_mask"][:, 1:].sum())  # one micro-batch, one process
+    assert ptx.normalizer == float(ptx.attention_mask[:, 1:].sum())  # one micro-batch, one process
     for name in total:
         torch.testing.assert_close(total[name], rl[name] + 0.3 * lm[name], atol=1e-6, rtol=1e-4)
     assert any(lm[n].abs().max() > 1e-4 for n in lm)

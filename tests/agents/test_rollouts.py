@@ -9,6 +9,7 @@ and the asynchronous (vLLM) case; elsewhere alone (`scripted_policy`).
 """
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -133,14 +134,14 @@ def test_observation_tokens_are_out_of_the_kl(tiny_llama_path, tmp_path):
     )
     trainer.state.max_steps = 1
     batch = trainer._generate_and_score([trainer.train_dataset[i] for i in range(2)])[0]
-    mask = batch["completion_mask"]  # [B, C]
-    observation = batch["attention_mask"][:, -mask.shape[1] :].bool() & (mask == 0)  # [B, C] tool output
-    assert observation.any() and "ref_logp" in batch
+    mask = batch.completion_mask  # [B, C]
+    observation = batch.attention_mask[:, -mask.shape[1] :].bool() & (mask == 0)  # [B, C] tool output
+    assert observation.any() and batch.ref_logp is not None
     with torch.no_grad():
         loss = trainer.compute_loss(trainer.model, batch)
-        moved = trainer.compute_loss(trainer.model, {**batch, "ref_logp": batch["ref_logp"] - 5.0 * observation})
+        moved = trainer.compute_loss(trainer.model, replace(batch, ref_logp=batch.ref_logp - 5.0 * observation))
         # The KL does act on the policy's own tokens: moving the reference there changes the loss.
-        sampled = trainer.compute_loss(trainer.model, {**batch, "ref_logp": batch["ref_logp"] - 5.0 * mask})
+        sampled = trainer.compute_loss(trainer.model, replace(batch, ref_logp=batch.ref_logp - 5.0 * mask))
     assert torch.equal(moved, loss)
     assert not torch.equal(sampled, loss)
 
