@@ -76,7 +76,7 @@ from .reporting.model_card import model_card_text
 from .reporting.step_log import StepLog
 from .rewards import RewardFunctionError, reward_functions, reward_runners
 from .rollout.collector import RolloutCollector
-from .rollout.pipeline import build_pipeline, pipelined_round
+from .rollout.pipeline import build_pipeline, oldest_version, pipelined_round
 from .rollout.sampler import RepeatPromptSampler, keep_rows
 from .runtime import checkpoints, nodes
 from .runtime.distributed import any_rank, warn_if_fsdp_falls_back, zero3_init_disabled
@@ -323,7 +323,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             round_ = pipelined_round(
                 self.pipeline, k, rows, self.state.global_step, self._sync_generator, self.step_log.metrics
             )
-            batch, error, version, temperature = round_.batch, round_.error, round_.version, round_.temperature
+            batch, error, version, temperature = round_.batch, round_.error, oldest_version(round_), round_.temperature
             if error is not None and not isinstance(error, USER_CODE_ERRORS):
                 raise error
         else:
@@ -394,9 +394,11 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         self.completions_log.log_round(batch, advantages, G, self.reward_runner.names, step, process, version)
         return micro
 
-    def _sync_generator(self) -> None:
-        """Push the policy into the generation backend when it holds an older version (every process calls this)."""
-        if self.generator.weight_version == self.state.global_step:
+    def _sync_generator(self, force: bool = False) -> None:
+        """Push the policy into the generation backend when it holds an older version (every process calls this):
+        at most every ``weight_sync_steps`` optimizer steps, unless ``force`` (an evaluation scores this policy)."""
+        version, step = self.generator.weight_version, self.state.global_step
+        if version == step or (not force and version >= 0 and step - version < self.args.weight_sync_steps):
             return
         start = time.perf_counter()
         self.generator.update_weights(self.model_wrapped, self.state.global_step)
@@ -467,7 +469,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         # With the pipeline running, the engine is taken for the whole evaluation (its generate calls wait).
         engine = self.pipeline.lock if self.pipeline is not None else contextlib.nullcontext()
         with self._save_on_crash("evaluation failed"), engine, eval_mode(self.model):
-            self._sync_generator()
+            self._sync_generator(force=True)
             metrics = evaluate_sets(sets, context, metric_key_prefix)
         if self.pipeline is not None:
             self.pipeline.publish(self.generator.weight_version)

@@ -36,6 +36,7 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
 from ..generation import GenerationResult, SamplingParams
+from ..generation.base import Turn
 from .encoding import valid_text
 from .media import ImageText, RolloutMedia
 from .protocol import ToolProtocol
@@ -55,6 +56,8 @@ class Rollout:
     ids: list[int] = field(default_factory=list)  # the ledger: sampled + observation tokens
     mask: list[int] = field(default_factory=list)  # 1 sampled, 0 observation
     logprobs: list[float] | None = field(default_factory=list)
+    # Per ledger token, the weight version that sampled it (-1 on observation tokens); None: a backend without labels.
+    versions: list[int] | None = field(default_factory=list)
     messages: list[dict] = field(default_factory=list)  # the completion as reward functions see it
     turns: int = 0
     tool_rounds: int = 0
@@ -152,16 +155,16 @@ class AgentLoop:
                     active -= self._after_tools(r, backend, sampling, stats)
             waiting = [r for r in rollouts if r.pending]
             if backend.busy():
-                for key, ids, done, logprobs in backend.poll(0.005 if waiting else 0.5):
-                    active -= self._after_turn(by_key[key], ids, done, logprobs)
+                for turn in backend.poll(0.005 if waiting else 0.5):
+                    active -= self._after_turn(by_key[turn.key], turn)
             elif waiting:
                 wait([f for r in waiting for _, f in r.pending], timeout=1.0, return_when=FIRST_COMPLETED)
 
     def _waves(self, rollouts, backend, sampling, stats) -> None:
         by_key = {r.index: r for r in rollouts}
         while backend.more():
-            for key, ids, done, logprobs in backend.poll(0.0):
-                self._after_turn(by_key[key], ids, done, logprobs)
+            for turn in backend.poll(0.0):
+                self._after_turn(by_key[turn.key], turn)
             for r in rollouts:
                 if r.pending:
                     wait([f for _, f in r.pending])
@@ -171,8 +174,9 @@ class AgentLoop:
         return dataclasses.replace(sampling, max_tokens=self.budget - len(r.ids))
 
     # ---- one rollout's steps ------------------------------------------------------------------------------------
-    def _after_turn(self, r: Rollout, ids: list[int], done: bool, logprobs) -> int:
+    def _after_turn(self, r: Rollout, turn: Turn) -> int:
         """Record a sampled turn; start its tool calls. Returns 1 if the rollout ended."""
+        ids, done, logprobs = turn.token_ids, turn.finished, turn.logprobs
         r.turns += 1
         r.ids += ids
         r.mask += [1] * len(ids)
@@ -180,6 +184,8 @@ class AgentLoop:
             r.media.add_turn(ids)
         if r.logprobs is not None:
             r.logprobs = r.logprobs + list(logprobs) if logprobs is not None else None
+        if r.versions is not None:
+            r.versions = r.versions + list(turn.versions) if turn.versions is not None else None
         text = self.protocol.plain_text(ids)
         content, calls = self.protocol.parse(ids, r.prompt_ids + r.ids[: len(r.ids) - len(ids)], r.tools)
         r.messages.append(assistant_message(text, content, calls))
@@ -224,6 +230,8 @@ class AgentLoop:
             r.media.add_observation(seen)
         if r.logprobs is not None:
             r.logprobs = r.logprobs + [0.0] * len(obs)
+        if r.versions is not None:
+            r.versions = r.versions + [-1] * len(obs)
         r.tool_rounds += 1
         if getattr(r.env, "done", False):
             return self._end(r, "env_done")
@@ -297,10 +305,12 @@ class AgentLoop:
             if r.error:
                 logger.warning("rollout %d ended with an error: %s", r.index, r.error)
         logprobs = [r.logprobs for r in rollouts]
+        versions = [r.versions for r in rollouts]
         return AgentResult(
             completion_ids=[r.ids for r in rollouts],
             finished=[r.finished for r in rollouts],
             logprobs=None if any(lp is None for lp in logprobs) else logprobs,
+            versions=None if any(v is None for v in versions) else versions,
             completion_mask=[r.mask for r in rollouts],
             prompt_ids=[r.prompt_ids for r in rollouts],
             completions=[r.messages for r in rollouts],

@@ -86,7 +86,30 @@ class GenerationFields(QuantizationFields):
             "help": "Asynchronous generation (hf_grpo.rollout.pipeline): None trains synchronously (generate, then "
             "train). A number N runs a producer thread per process that generates and scores the next rounds while the "
             "trainer trains; a round is trained at most N optimizer steps after the weights that sampled it (0: the "
-            "pipeline with the synchronous schedule, same results). Needs the vLLM backend."
+            "pipeline with the synchronous schedule, same results). Needs the vLLM backend. With partial_rollouts, "
+            "counted on a round's oldest token."
+        },
+    )
+    partial_rollouts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Partial rollouts (with max_staleness): generation runs across weight updates. Rounds are "
+            "admitted into the engine as soon as their staleness allows, several at once, and a weight update lands "
+            "between two engine steps instead of waiting for generation to drain; every completion token carries "
+            "the weight version that sampled it. 'recompute': the sequences in flight drop the KV cache computed "
+            "under the old weights and vLLM recomputes it from their prefix (prompt + tokens so far) under the new "
+            "ones (abort and resume, inside the engine: the tokens and log-probs sampled so far are kept). 'keep': "
+            "they continue on the new weights over the old KV cache (no recompute; the sampler's log-probs, which "
+            "the importance-sampling correction uses, are what was sampled). None: off (a weight update waits for "
+            "the round in flight)."
+        },
+    )
+    weight_sync_steps: int = field(
+        default=1,
+        metadata={
+            "help": "Optimizer steps between weight syncs to the generation engine (TRL's async trainer's field). "
+            "Above 1 it needs max_staleness >= weight_sync_steps - 1: a round may then be sampled by weights up to "
+            "that many steps old."
         },
     )
     max_tokens_per_microbatch: int | None = field(

@@ -408,6 +408,25 @@ def _check_rounds(config) -> None:
             f"gradient_accumulation_steps ({config.gradient_accumulation_steps}): a round's staleness is counted "
             f"in whole optimizer steps, which a round ending inside a step does not have",
         )
+    _check(config.weight_sync_steps >= 1, f"weight_sync_steps must be >= 1, got {config.weight_sync_steps}")
+    if config.weight_sync_steps > 1:
+        _check(
+            config.max_staleness is not None and config.max_staleness >= config.weight_sync_steps - 1,
+            f"weight_sync_steps={config.weight_sync_steps} samples rounds with weights up to "
+            f"{config.weight_sync_steps - 1} steps old: it needs max_staleness >= {config.weight_sync_steps - 1} "
+            f"(got {config.max_staleness})",
+        )
+    if config.partial_rollouts is not None:
+        _one_of(config, "partial_rollouts", ("keep", "recompute"))
+        _check(
+            config.max_staleness is not None,
+            "partial_rollouts needs max_staleness (the asynchronous pipeline whose rounds run across weight updates)",
+        )
+        _check(
+            not config.dynamic_sampling,
+            "partial_rollouts with dynamic_sampling is not supported: refill prompts would be generated outside the "
+            "stream of rounds (use one or the other)",
+        )
 
 
 def _check_run(config) -> None:

@@ -7,9 +7,10 @@ Completions come back group-major: the ``n`` samples of prompt ``i`` are rows ``
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import InputError
 
@@ -91,6 +92,9 @@ class GenerationResult:
     completion_ids: list[list[int]]  # [P*n] ragged; includes the EOS token when one was produced
     finished: list[bool]  # [P*n] ended by EOS or a stop string (False: hit max_tokens)
     logprobs: list[list[float]] | None = None  # [P*n] sampling log-probs per completion token, if the backend has them
+    # [P*n] per completion token, the weight version (trainer step) that sampled it; None where the backend does not
+    # label tokens (one call, one version: the generator's ``weight_version``). Partial rollouts mix versions.
+    versions: list[list[int]] | None = None
 
     def repeat_each(self, n: int) -> GenerationResult:
         """Each completion ``n`` times in a row: greedy decoding's ``n`` samples (vLLM rejects greedy with n > 1)."""
@@ -98,10 +102,32 @@ class GenerationResult:
         def rep(xs: list | None) -> list | None:
             return None if xs is None else [x for x in xs for _ in range(n)]
 
-        return GenerationResult(rep(self.completion_ids), rep(self.finished), rep(self.logprobs))
+        return GenerationResult(rep(self.completion_ids), rep(self.finished), rep(self.logprobs), rep(self.versions))
 
 
-Turn = tuple  # one finished turn of a rollout: (key, token_ids, finished, logprobs or None)
+class Turn(NamedTuple):
+    """One finished turn of a rollout (or one completion of a partial-rollout round)."""
+
+    key: int
+    token_ids: list[int]
+    finished: bool  # ended by EOS or a stop string; False: hit its max_tokens
+    logprobs: list[float] | None
+    versions: list[int] | None = None  # per token, the weight version that sampled it (vLLM backends)
+
+
+def span_versions(spans, num_tokens: int, fallback: int) -> list[int]:
+    """vLLM's ``weight_versions`` (contiguous ``(version, start, end)`` spans over a completion's tokens, objects or
+    dicts) as one version per token. ``fallback`` labels tokens no span covers (an engine that never had its version
+    set: the generator's own ``weight_version``)."""
+    out = [fallback] * num_tokens
+    for span in spans or ():
+        version, start, end = (
+            (span["version"], span["start"], span["end"])
+            if isinstance(span, dict)
+            else (span.version, span.start, span.end)
+        )
+        out[start:end] = [int(version)] * (end - start)
+    return out
 
 
 class EngineCannotLoadModel(InputError):
@@ -117,6 +143,10 @@ class Generator(ABC):
     """
 
     weight_version: int = -1
+
+    # Taken around each step of an in-process engine by its turn streams; the partial-rollout pipeline sets its engine
+    # lock here, so that a weight update lands between two engine steps (`hf_grpo.rollout.pipeline`).
+    step_lock = contextlib.nullcontext()
 
     # Whether ``generate`` takes vision-language prompts (``media``, `hf_grpo.vision.inputs.PromptMedia`).
     supports_images: bool = False

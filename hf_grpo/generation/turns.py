@@ -60,11 +60,12 @@ class ServerTurns:
             key = self._pending.pop(future)
             result: GenerationResult = future.result()  # server errors propagate: they name the URL
             out.append(
-                (
+                Turn(
                     key,
                     result.completion_ids[0],
                     result.finished[0],
                     result.logprobs[0] if result.logprobs is not None else None,
+                    result.versions[0] if result.versions is not None else None,
                 )
             )
         return out
@@ -118,7 +119,7 @@ class BatchedTurns:
             if len(ids) > own.max_tokens:  # the wave's budget was larger than this turn's
                 ids, done = ids[: own.max_tokens], False
                 logprobs = logprobs[: own.max_tokens] if logprobs else logprobs
-            out.append((key, ids, done, logprobs))
+            out.append(Turn(key, ids, done, logprobs))
         return out
 
     def finish(self) -> None:

@@ -39,7 +39,7 @@ import weakref
 import torch
 
 from ..runtime.distributed import is_zero3
-from .base import EngineCannotLoadModel, GenerationResult, Generator, SamplingParams, Turn
+from .base import EngineCannotLoadModel, GenerationResult, Generator, SamplingParams, Turn, span_versions
 from .kv_budget import kv_cache_bytes
 from .weights import iter_policy_weights, policy_weight_metadata
 
@@ -63,9 +63,10 @@ def check_expanded_prompts(outputs, prompt_ids: list[list[int]], names: list[str
             )
 
 
-def parse_request_outputs(outputs) -> GenerationResult:
-    """vLLM ``RequestOutput``s (in prompt order, ``n`` samples each) -> a group-major `GenerationResult`."""
-    ids, finished, logprobs = [], [], []
+def parse_request_outputs(outputs, version: int = -1) -> GenerationResult:
+    """vLLM ``RequestOutput``s (in prompt order, ``n`` samples each) -> a group-major `GenerationResult`; each token
+    labelled with the engine's weight version when it was sampled (``version``: where the engine has no label)."""
+    ids, finished, logprobs, versions = [], [], [], []
     for request in outputs:
         for sample in sorted(request.outputs, key=lambda o: o.index):
             tokens = list(sample.token_ids)
@@ -74,7 +75,8 @@ def parse_request_outputs(outputs) -> GenerationResult:
             logprobs.append(
                 [step[t].logprob for step, t in zip(sample.logprobs, tokens)] if sample.logprobs is not None else []
             )
-    return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs)
+            versions.append(span_versions(sample.weight_versions, len(tokens), version))
+    return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs, versions=versions)
 
 
 # vLLM's level when ``verbose`` is off. WARNING would still print, at every step, the reload's "<Layer>: Failed to
@@ -182,6 +184,11 @@ class VLLMColocateGenerator(Generator):
         _retire_previous_engine()
 
         self.accelerator = accelerator
+        self.partial = (
+            args.partial_rollouts
+        )  # None, "keep" or "recompute": what a weight update does to requests in flight
+        self._finished: dict[str, list] = {}  # owner tag -> its finished requests (`step_engine`)
+        self._owners = itertools.count()
         self.tp = args.vllm_tensor_parallel_size
         on_cuda = accelerator.device.type == "cuda"
         world = accelerator.num_processes
@@ -288,19 +295,18 @@ class VLLMColocateGenerator(Generator):
             prompt_ids = [p for part in parts for p in part]
         if not prompt_ids:
             return GenerationResult(completion_ids=[], finished=[], logprobs=[])
-        params = engine_sampling_params(sampling, n)
         self._wake()
         with _keep_torch_threads():
-            outputs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params, use_tqdm=False
-            )
+            outputs = self._run([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], sampling, n)
         self._sleep()
-        result = parse_request_outputs(outputs)
+        result = parse_request_outputs(outputs, self.weight_version)
         if self._tp_group is not None:
             rank_in_group = self.accelerator.process_index % self.tp
             before = sum(len(part) for part in parts[:rank_in_group])
             lo, hi = before * n, (before + len(local)) * n
-            result = GenerationResult(result.completion_ids[lo:hi], result.finished[lo:hi], result.logprobs[lo:hi])
+            result = GenerationResult(
+                result.completion_ids[lo:hi], result.finished[lo:hi], result.logprobs[lo:hi], result.versions[lo:hi]
+            )
         return result
 
     def _generate_media(self, prompt_ids, n: int, sampling: SamplingParams, media: list) -> GenerationResult:
@@ -319,10 +325,39 @@ class VLLMColocateGenerator(Generator):
         ]
         self._wake()
         with _keep_torch_threads():
-            outputs = self.llm.generate(requests, engine_sampling_params(sampling, n), use_tqdm=False)
+            outputs = self._run(requests, sampling, n)
         self._sleep()
         check_expanded_prompts(outputs, prompt_ids)
-        return parse_request_outputs(outputs)
+        return parse_request_outputs(outputs, self.weight_version)
+
+    def _run(self, requests: list, sampling: SamplingParams, n: int) -> list:
+        """The finished ``RequestOutput``s of ``requests``, in order. An engine that also runs a turn stream's requests
+        (partial rollouts in flight while the trainer evaluates) is stepped here through `step_engine`, which hands the
+        stream its own finished requests; ``LLM.generate`` would run them to the end and keep them."""
+        engine = self.llm.llm_engine
+        if not engine.has_unfinished_requests():
+            return self.llm.generate(requests, engine_sampling_params(sampling, n), use_tqdm=False)
+        from vllm.sampling_params import RequestOutputKind
+
+        tag = f"hf_grpo-call{next(self._owners)}"
+        params = engine_sampling_params(sampling, n, output_kind=RequestOutputKind.FINAL_ONLY)
+        for i, request in enumerate(requests):
+            engine.add_request(f"{tag}:{i}", request, params)
+        done: list = []
+        while len(done) < len(requests):
+            self.step_engine()
+            done += self.collect_finished(tag)
+        return sorted(done, key=lambda out: int(out.request_id.rsplit(":", 1)[1]))
+
+    def step_engine(self) -> None:
+        """One engine step. Finished requests are filed under their owner's tag (the request id before its last
+        ``:``) for `collect_finished`: a partial-rollout stream and an evaluation's calls share one engine."""
+        for out in self.llm.llm_engine.step():
+            if out.finished:
+                self._finished.setdefault(out.request_id.rsplit(":", 1)[0], []).append(out)
+
+    def collect_finished(self, tag: str) -> list:
+        return self._finished.pop(tag, [])
 
     def update_weights(self, model, version: int) -> None:
         self._wake()
@@ -341,7 +376,12 @@ class VLLMColocateGenerator(Generator):
                 )
                 if self.direct_copy is None:
                     self.direct_copy = self._plan_direct_copy(model)
-            self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
+            # The engine labels every token it samples from here on with this version (RequestOutput.weight_versions).
+            self.llm.llm_engine.engine_core.set_weight_version(str(version))
+            # Cached KV was computed with the old weights. With requests in flight (partial rollouts) the reset fails
+            # under "keep" (their blocks are in use: each request's cache_salt, its submission's version, keeps new
+            # requests off them) and under "recompute" preempts them: vLLM recomputes their prefix with these weights.
+            self.llm.reset_prefix_cache(reset_running_requests=self.partial == "recompute")
             # Cached image embeddings too (the old vision tower's). The reload clears the workers' copies but not the
             # scheduler's record of them, so an image seen before the sync would otherwise be an "Encoder cache miss".
             self.llm.llm_engine.reset_encoder_cache()
@@ -386,6 +426,7 @@ class EngineTurns:
     def __init__(self, generator):
         self.generator = generator
         self.engine = generator.llm.llm_engine
+        self.tag = f"hf_grpo-turns{next(generator._owners)}"
         self._keys: dict[str, int] = {}
         self._expanded: dict[str, list[int]] = {}  # request -> the trainer's context, for requests with images
         self._ids = itertools.count()
@@ -398,26 +439,33 @@ class EngineTurns:
         from vllm.sampling_params import RequestOutputKind
 
         params = engine_sampling_params(sampling, 1, output_kind=RequestOutputKind.FINAL_ONLY)
-        request_id = f"hf_grpo-turn-{next(self._ids)}"
+        request_id = f"{self.tag}:{next(self._ids)}"
         self._keys[request_id] = key
+        # Salted with the weights' version: a request never reuses prefix-cache blocks computed under other weights
+        # (with partial rollouts the blocks of requests in flight outlive a weight update).
+        salt = f"v{self.generator.weight_version}"
         if media is not None and media.images:  # the engine expands the images itself (module docstring)
-            prompt = TokensPrompt(prompt_token_ids=list(media.engine_ids), multi_modal_data={"image": media.images})
+            prompt = TokensPrompt(
+                prompt_token_ids=list(media.engine_ids), multi_modal_data={"image": media.images}, cache_salt=salt
+            )
             self._expanded[request_id] = list(prompt_ids)
         else:
-            prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
-        self.engine.add_request(request_id, prompt, params)
+            prompt = TokensPrompt(prompt_token_ids=list(prompt_ids), cache_salt=salt)
+        with self.generator.step_lock:  # the scorer thread's evaluation may be stepping the engine
+            self.engine.add_request(request_id, prompt, params)
 
     def busy(self) -> bool:
         return bool(self._keys)
 
     def poll(self, timeout: float) -> list[Turn]:
-        """One engine step (``timeout`` is not needed: a step is the work itself)."""
+        """One engine step (``timeout`` is not needed: a step is the work itself), between weight updates."""
         if not self._keys:
             return []
         out = []
-        for request in self.engine.step():
-            if not request.finished:
-                continue
+        with self.generator.step_lock:
+            self.generator.step_engine()
+            finished = self.generator.collect_finished(self.tag)
+        for request in finished:
             key = self._keys.pop(request.request_id)
             expanded = self._expanded.pop(request.request_id, None)
             if expanded is not None:
@@ -427,8 +475,13 @@ class EngineTurns:
             logprobs = (
                 [step[t].logprob for step, t in zip(sample.logprobs, ids)] if sample.logprobs is not None else None
             )
-            out.append((key, ids, sample.finish_reason == "stop", logprobs))
+            versions = span_versions(sample.weight_versions, len(ids), self.generator.weight_version)
+            out.append(Turn(key, ids, sample.finish_reason == "stop", logprobs, versions))
         return out
 
     def finish(self) -> None:
-        pass
+        """Abort the requests still in flight (a partial-rollout stream stopped mid-round): nobody collects them."""
+        if self._keys:
+            with self.generator.step_lock:
+                self.engine.abort_request(list(self._keys))
+            self._keys.clear()

@@ -52,7 +52,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from ..models.loading import DTYPES
-from .base import GenerationResult, Generator, SamplingParams
+from .base import GenerationResult, Generator, SamplingParams, span_versions
 from .turns import ServerTurns
 from .weights import save_policy_weights
 
@@ -62,6 +62,8 @@ logger = logging.getLogger(__name__)
 # Vision-language prompts in flight at once per server (one request each): enough for the server to batch them.
 MEDIA_REQUESTS = 16
 MEDIA_ROUTE = "/inference/v1/generate"
+# Turn requests in flight at once per process (multi-turn rollouts, partial-rollout rounds: one request each).
+STREAM_REQUESTS = 256
 
 
 class VLLMServerError(RuntimeError):
@@ -89,13 +91,16 @@ def _split(items: list, parts: int, offset: int) -> list[tuple[int, int]]:
 class VLLMServerClient:
     """HTTP calls to one server, each with a timeout and an error that names the URL."""
 
-    def __init__(self, url: str, request_timeout: float, health_timeout: float):
+    def __init__(self, url: str, request_timeout: float, health_timeout: float, recompute_in_flight: bool = False):
         self.url = url.rstrip("/")
+        # Partial rollouts, "recompute": a weight update preempts the requests in flight (their KV is recomputed).
+        self.recompute_in_flight = recompute_in_flight
         self.request_timeout = request_timeout
         self.health_timeout = health_timeout
         self.session = requests.Session()
-        # Room for the concurrent vision-language requests (requests keeps 10 connections per host by default).
-        self.session.mount("http://", HTTPAdapter(pool_maxsize=MEDIA_REQUESTS))
+        # Room for the concurrent requests: vision-language prompts', and a partial-rollout stream's (requests keeps
+        # 10 connections per host by default).
+        self.session.mount("http://", HTTPAdapter(pool_maxsize=STREAM_REQUESTS))
         self.model: str | None = None
 
     def _call(self, method: str, path: str, timeout: float | None = None, **kwargs) -> requests.Response:
@@ -166,8 +171,20 @@ class VLLMServerClient:
     def finish_update(self, version: int) -> None:
         # Image embeddings cached with the old vision tower (module docstring): before any request sees them.
         self._call("POST", "/reset_encoder_cache", timeout=60)
-        self._call("POST", "/reset_prefix_cache", timeout=60)
+        # With requests in flight (partial rollouts) the plain reset fails (their blocks are in use; each request's
+        # cache_salt keeps new ones off them); the recompute reset preempts them, so vLLM recomputes their KV.
+        query = "?reset_running_requests=true" if self.recompute_in_flight else ""
+        self._call("POST", "/reset_prefix_cache" + query, timeout=60)
+        # The server labels the tokens it samples from here on with this version (a choice's weight_versions).
         self._call("POST", "/update_weight_version", json={"new_version": str(version)}, timeout=30)
+
+    def pause(self) -> None:
+        """Freeze the requests in flight where they are (vLLM's ``/pause?mode=keep``): a weight update lands between
+        two engine steps, and the requests go on with ``resume``."""
+        self._call("POST", "/pause?mode=keep", timeout=60)
+
+    def resume(self) -> None:
+        self._call("POST", "/resume", timeout=60)
 
     def complete(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
         body = {"model": self.model, "prompt": prompt_ids, "return_token_ids": True, **sampling.vllm_kwargs(n)}
@@ -184,12 +201,20 @@ class VLLMServerClient:
             logprobs=[c["logprobs"]["token_logprobs"] for c in choices],
         )
 
-    def complete_media(self, prompt_ids: list[list[int]], media: list, n: int, sampling: SamplingParams):
-        """Vision-language prompts (module docstring): one ``/inference/v1/generate`` request per prompt, its
-        unexpanded ids with its images; each answer's expanded prompt ids are checked against the trainer's."""
-        with ThreadPoolExecutor(max_workers=min(MEDIA_REQUESTS, len(prompt_ids))) as pool:
-            answers = list(pool.map(lambda job: self._generate_one(*job, n, sampling), zip(prompt_ids, media)))
-        ids, finished, logprobs = [], [], []
+    def complete_media(
+        self, prompt_ids: list[list[int]], media: list, n: int, sampling: SamplingParams, version: int = -1
+    ) -> GenerationResult:
+        """Prompts on the tokens-in/tokens-out route (module docstring): one ``/inference/v1/generate`` request per
+        prompt, its unexpanded ids with its images (``media[i]`` None: a text prompt); each answer's expanded prompt
+        ids are checked against the trainer's, and its tokens carry the weight versions that sampled them
+        (``version``: the label of tokens the server sampled before its version was ever set)."""
+        if len(prompt_ids) == 1:
+            answers = [self._generate_one(prompt_ids[0], media[0], n, sampling, version)]
+        else:
+            with ThreadPoolExecutor(max_workers=min(MEDIA_REQUESTS, len(prompt_ids))) as pool:
+                jobs = zip(prompt_ids, media)
+                answers = list(pool.map(lambda job: self._generate_one(*job, n, sampling, version), jobs))
+        ids, finished, logprobs, versions = [], [], [], []
         for i, (expected, answer) in enumerate(zip(prompt_ids, answers)):
             got = answer["prompt_token_ids"]
             if got != list(expected):
@@ -206,17 +231,21 @@ class VLLMServerClient:
                 ids.append(c["token_ids"])
                 finished.append(c["finish_reason"] == "stop")
                 logprobs.append([step["logprob"] for step in c["logprobs"]["content"]])
-        return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs)
+                versions.append(span_versions(c.get("weight_versions"), len(c["token_ids"]), version))
+        return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs, versions=versions)
 
-    def _generate_one(self, prompt_ids: list[int], media, n: int, sampling: SamplingParams) -> dict:
-        """One prompt on the tokens-in/tokens-out route: a prompt without images is sent as its ids."""
+    def _generate_one(self, prompt_ids: list[int], media, n: int, sampling: SamplingParams, version: int) -> dict:
+        """One prompt on the tokens-in/tokens-out route: a prompt without images is sent as its ids. Salted with
+        the weights' version: it never reuses prefix-cache blocks computed under other weights."""
+        images = media is not None and bool(media.images)
         body = {
             "model": self.model,
-            "token_ids": media.engine_ids if media.images else list(prompt_ids),
+            "token_ids": media.engine_ids if images else list(prompt_ids),
             "return_token_ids": True,  # the expanded prompt ids, checked by complete_media
             "sampling_params": sampling.vllm_kwargs(n),
+            "cache_salt": f"v{version}",
         }
-        if media.images:
+        if images:
             body["content_parts"] = [{"type": "image_url", "url": image_data_url(im)} for im in media.images]
         return self._call("POST", MEDIA_ROUTE, json=body).json()
 
@@ -230,8 +259,12 @@ class VLLMServerGenerator(Generator):
 
     def __init__(self, args, accelerator):
         self.accelerator = accelerator
+        self.partial = args.partial_rollouts  # None, "keep" or "recompute": weight updates with requests in flight
         self.clients = [
-            VLLMServerClient(u, args.vllm_request_timeout, args.vllm_server_timeout) for u in args.vllm_server_urls
+            VLLMServerClient(
+                u, args.vllm_request_timeout, args.vllm_server_timeout, args.partial_rollouts == "recompute"
+            )
+            for u in args.vllm_server_urls
         ]
         self.pool = ThreadPoolExecutor(max_workers=len(self.clients))
         self.transfer = args.vllm_weight_transfer
@@ -302,6 +335,8 @@ class VLLMServerGenerator(Generator):
         clients = self._live_clients()
         client = clients[(route + self.accelerator.process_index) % len(clients)]
         with_images = media is not None and bool(media.images)
+        if self.partial and not with_images:  # the tokens route: it labels each token with its weight version
+            return self._complete(client, [prompt_ids], [None], 1, sampling)
         return self._complete(client, [prompt_ids], [media] if with_images else None, 1, sampling)
 
     def _complete(
@@ -326,11 +361,10 @@ class VLLMServerGenerator(Generator):
             self._ensure_current(client)
             return self._send(client, prompts, media, n, sampling)
 
-    @staticmethod
-    def _send(client: VLLMServerClient, prompts, media: list | None, n: int, sampling: SamplingParams):
+    def _send(self, client: VLLMServerClient, prompts, media: list | None, n: int, sampling: SamplingParams):
         if media is None:
             return client.complete(prompts, n, sampling)
-        return client.complete_media(prompts, media, n, sampling)
+        return client.complete_media(prompts, media, n, sampling, self.weight_version)
 
     def _wait_for_servers(self) -> None:
         """Every server healthy within vllm_server_timeout; with reroute, the run starts on those that are (at least
@@ -388,12 +422,19 @@ class VLLMServerGenerator(Generator):
 
     # ---- weight sync --------------------------------------------------------------------------------------------
     def update_weights(self, model, version: int) -> None:
-        if self._nccl is not None:
-            self._nccl.send(model, version)
-        else:
-            path = save_policy_weights(self.accelerator, model, self.sync_dir, dtype=DTYPES[self.weights_dtype])
-            if path is not None:
-                list(self.pool.map(lambda c: self._reload(c, version), self._live_clients()))
+        # Partial rollouts: the main process freezes every server's requests in flight for the update (vLLM's pause,
+        # mode keep), so they go on afterwards with the new weights instead of the update waiting for them.
+        paused = self._live_clients() if self.partial and self.accelerator.is_main_process else []
+        list(self.pool.map(VLLMServerClient.pause, paused))
+        try:
+            if self._nccl is not None:
+                self._nccl.send(model, version)
+            else:
+                path = save_policy_weights(self.accelerator, model, self.sync_dir, dtype=DTYPES[self.weights_dtype])
+                if path is not None:
+                    list(self.pool.map(lambda c: self._reload(c, version), self._live_clients()))
+        finally:
+            list(self.pool.map(VLLMServerClient.resume, paused))
         self.accelerator.wait_for_everyone()  # nobody generates before every server holds the new weights
         self.weight_version = version
 
@@ -407,7 +448,7 @@ class VLLMServerGenerator(Generator):
     def turns(self, lockstep_any_rank=None):
         """One request per turn, each rollout sticky to one server (`hf_grpo.generation.turns`): no process waits
         for another, so ``lockstep_any_rank`` is not needed."""
-        return ServerTurns(self)
+        return ServerTurns(self, max_in_flight=STREAM_REQUESTS)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)

@@ -41,6 +41,9 @@ class RolloutBatch:
     rewards: torch.Tensor  # [P*G] weighted sum plus shaping
     overlong: torch.Tensor  # [P*G] overlong penalty included in ``rewards`` (0 if disabled)
     sampling_logprobs: list[list[float]] | None = None
+    # Per completion token, the weight version that sampled it (-1 on tool/environment tokens); None when the backend
+    # does not label tokens. Partial rollouts (hf_grpo.rollout.pipeline) mix versions within a completion.
+    token_versions: list[list[int]] | None = None  # [P*G] ragged, aligned with completion_ids
     details: list[dict] = field(default_factory=list)  # [P*G] reward functions' per-completion notes
     # Multi-turn rollouts (hf_grpo.agents): 1 on sampled tokens, 0 on tool/environment tokens; and each completion's
     # own prompt ids (an environment's reset may extend a prompt).
@@ -74,6 +77,7 @@ class RolloutBatch:
             rewards=self.rewards[pick],
             overlong=self.overlong[pick],
             sampling_logprobs=None if self.sampling_logprobs is None else [self.sampling_logprobs[i] for i in rows_idx],
+            token_versions=None if self.token_versions is None else [self.token_versions[i] for i in rows_idx],
             details=[self.details[i] for i in rows_idx],
             completion_mask=None if self.completion_mask is None else [self.completion_mask[i] for i in rows_idx],
             completion_prompt_ids=None
@@ -88,6 +92,20 @@ class RolloutBatch:
     def _media_index(self, keep: list[int], rows_idx: list[int]) -> list[int]:
         """The entries of `media` to keep: per completion (``rows_idx``) or per prompt (``keep``)."""
         return rows_idx if len(self.media) == len(self.completion_ids) else keep
+
+    def version_span(self) -> tuple[int, int] | None:
+        """The oldest and newest weight versions that sampled a token of this batch (tool tokens, labelled -1, left
+        out); None when the backend does not label tokens or nothing was sampled."""
+        if self.token_versions is None:
+            return None
+        sampled = [v for row in self.token_versions for v in row if v >= 0]
+        return (min(sampled), max(sampled)) if sampled else None
+
+    def mixed_version_fraction(self) -> float:
+        """The fraction of completions sampled by more than one weight version (partial rollouts)."""
+        if not self.token_versions:
+            return 0.0
+        return sum(len({v for v in row if v >= 0}) > 1 for row in self.token_versions) / len(self.token_versions)
 
     def model_tokens(self) -> list[int]:
         """Tokens each completion's policy sampled (tool/environment tokens excluded, as TRL counts lengths)."""
@@ -148,6 +166,7 @@ class RolloutBatch:
                 "finished": self.finished[i],
                 "reward_details": self.details[i],
                 "extra": self.extra[i] if self.extra else {},
+                **({} if self.token_versions is None else {"version_spans": version_spans(self.token_versions[i])}),
             }
             for i in range(len(self.completions))
         ]
@@ -167,6 +186,7 @@ class RolloutBatch:
             sampling_logprobs=None
             if first.sampling_logprobs is None
             else [x for p in parts for x in p.sampling_logprobs],
+            token_versions=None if first.token_versions is None else [x for p in parts for x in p.token_versions],
             details=[x for p in parts for x in p.details],
             completion_mask=None if first.completion_mask is None else [x for p in parts for x in p.completion_mask],
             completion_prompt_ids=None
@@ -177,6 +197,17 @@ class RolloutBatch:
             logged_metrics=_merge_metrics(parts),
             media=None if first.media is None else [x for p in parts for x in p.media],
         )
+
+
+def version_spans(versions: list[int]) -> list[list[int]]:
+    """A completion's per-token weight versions as ``[version, start, end]`` runs (the rollout log's form)."""
+    spans: list[list[int]] = []
+    for i, v in enumerate(versions):
+        if spans and spans[-1][0] == v:
+            spans[-1][2] = i + 1
+        else:
+            spans.append([v, i, i + 1])
+    return spans
 
 
 def _merge_metrics(parts: list[RolloutBatch]) -> dict[str, list[float]]:
@@ -242,13 +273,21 @@ class RolloutCollector:
                     prompt_ids, self.args.num_generations, sampling or self.sampling, media=media
                 )
                 return prompt_ids, result, time.perf_counter() - t0, media
-        prompt_ids = encode_prompts(
-            self.tokenizer, [r["prompt"] for r in rows], chat_template_kwargs=self.args.chat_template_kwargs
-        )
+        prompt_ids = self.encode(rows)[0]
         with self.engine_lock:
             t0 = time.perf_counter()
             result = self.generator.generate(prompt_ids, self.args.num_generations, sampling or self.sampling)
             return prompt_ids, result, time.perf_counter() - t0
+
+    def encode(self, rows: list[dict]) -> tuple[list[list[int]], list | None]:
+        """Single-turn rows as the engine gets them: each prompt's ids, and a vision-language policy's media (else
+        None)."""
+        if self.vision is not None:
+            return self.vision.encode(rows)
+        ids = encode_prompts(
+            self.tokenizer, [r["prompt"] for r in rows], chat_template_kwargs=self.args.chat_template_kwargs
+        )
+        return ids, None
 
     def score(
         self,
@@ -317,6 +356,7 @@ class RolloutCollector:
             rewards=total + overlong,
             overlong=overlong,
             sampling_logprobs=result.logprobs,
+            token_versions=result.versions,
             details=details,
             reward_log=reward_log,
             extra=extra,

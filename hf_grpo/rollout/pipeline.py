@@ -18,6 +18,25 @@ engine. A round that nevertheless arrives older than that is not trained on: it 
 round waits for the previous update, which is the synchronous schedule through this code path (same weights as
 ``max_staleness: None``, tested).
 
+**Partial rollouts** (``partial_rollouts: keep | recompute``): generation runs across weight updates, with vLLM's
+own mechanisms. The generator thread becomes a *stream*: it admits round ``k`` into the engine as soon as its
+staleness allows (the same rule, so with ``max_staleness >= steps per round`` several rounds decode together and a
+long completion of one round no longer leaves the engine idle), submits one request per completion through the
+backend's turn stream (`Generator.turns`), and hands each round to the scorer when its last completion finishes. The
+trainer's weight push no longer waits for generation to drain: a colocated engine is stepped one step at a time
+under the engine lock (the push lands between two steps); ``vllm serve`` is paused with vLLM's ``mode=keep`` for the
+push and resumed. The engine labels every token with the version that sampled it (vLLM's ``weight_versions``, set at
+each push), so a completion may span versions; its log-probs are each token's own sampler's. What happens to the KV
+cache computed under the old weights: ``keep`` goes on over it (the new weights attend to old keys and values until
+the sequence ends; no recompute); ``recompute`` preempts the requests in flight (vLLM's
+``reset_prefix_cache(reset_running_requests=True)``), which recomputes their prefix, prompt and tokens so far, under
+the new weights before they continue: the abort-and-resume-from-prefix of verl and slime, done inside the engine, so
+requests keep their ids and their sampled tokens and log-probs. Either way a request is salted with the version it
+was submitted under (vLLM's ``cache_salt``), so no new request reuses prefix-cache blocks of other weights. Staleness
+is then counted on a round's *oldest* token; ``async/version_spread`` and ``async/mixed_version_completions`` log the
+spread. Multi-turn rounds (tools, environments) run one round at a time as before, but their engine steps take the
+lock one at a time too: a turn in flight survives an update, and tools run while the trainer trains.
+
 The off-policy correction is AReaL's decoupled PPO objective. The *proximal* policy is the trainer's policy when the
 round is trained: its log-probs are recomputed by the trainer, never taken from the sampler (they are the loss pass's
 own, detached, when the round feeds one optimizer step, and a separate pass at the start of the round when it is
@@ -25,19 +44,23 @@ reused by ``num_iterations`` or ``steps_per_generation``). The clipped ratio is 
 policy's (vLLM's, ``max_staleness`` versions old at most) log-probs enter through the importance weight
 ``pi_prox / pi_behav`` of ``vllm_importance_sampling_correction``. Departures from AReaL: the importance weight is
 truncated (TIS, ``vllm_importance_sampling_cap``) rather than left unbounded, and staleness is bounded per round, not
-per token (AReaL's interruptible generation lets a sequence span weight versions; here the engine lock keeps every
-generate call on one version). ``old_logprobs_from_sampler`` instead takes the behaviour policy as the old one (plain
-off-policy PPO: the clip bounds the whole gap, no importance weight).
+per token unless ``partial_rollouts`` is on (then a sequence spans versions, as with AReaL's interruptible
+generation, and every token's importance weight uses the log-prob of the version that sampled it).
+``old_logprobs_from_sampler`` instead takes the behaviour policy as the old one (plain off-policy PPO: the clip
+bounds the whole gap, no importance weight).
 
 What overlaps where: with ``vllm serve`` servers the servers generate while the trainer computes (the natural case);
 with colocated vLLM the engine runs on the trainer's own device, so only its host-side work and the rewards overlap
 training, and the device is shared. Resume: a checkpoint records the next round to train and the rounds in flight;
 rounds in flight are generated again after a restart (same prompts: the stream is a function of the round index), so
-no prompt is lost or trained twice. Dynamic-sampling refill prompts are random draws and may differ after a restart.
+no prompt is lost or trained twice; with partial rollouts, the tokens a killed run had sampled for them are not kept
+(the engine's sampling state cannot be restored, so they could not be continued as the uninterrupted run would have).
+Dynamic-sampling refill prompts are random draws and may differ after a restart.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import queue
@@ -46,21 +69,56 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..generation import SamplingParams
+from ..generation import GenerationResult, SamplingParams
+from ..generation.base import Turn
 from ..reporting.metrics import MetricsBuffer
 from .collector import RolloutBatch, RolloutCollector
 
 logger = logging.getLogger(__name__)
 
+# A stream request's key: round * KEY_STRIDE + completion index (a round has far fewer completions per process).
+KEY_STRIDE = 1 << 32
+
 
 @dataclass
 class Round:
     index: int
-    version: int  # the weight version that generated it (the first generate call, with refills)
+    version: int  # the weight version that generated it (the first generate call, with refills; partial: admitted)
     temperature: float
     rows: list[dict]
     batch: RolloutBatch | None
     error: BaseException | None = None
+
+
+@dataclass
+class _OpenRound:
+    """A partial-rollout round in the engine: its completions as they finish."""
+
+    index: int
+    version: int  # the weights' version when it was admitted
+    sampling: SamplingParams
+    rows: list[dict]
+    prompt_ids: list[list[int]]  # [P]
+    media: list | None  # [P] a vision-language policy's
+    turns: list[Turn | None]  # [P*G]
+    start: float
+
+    @property
+    def done(self) -> bool:
+        return all(t is not None for t in self.turns)
+
+    def generated(self) -> tuple:
+        """``collector.score``'s arguments after the rows: ``(prompt_ids, GenerationResult, seconds[, media])``."""
+        turns = self.turns
+        versions = [t.versions if t.versions is not None else [self.version] * len(t.token_ids) for t in turns]
+        result = GenerationResult(
+            completion_ids=[t.token_ids for t in turns],
+            finished=[t.finished for t in turns],
+            logprobs=[t.logprobs or [] for t in turns],
+            versions=versions,
+        )
+        seconds = time.perf_counter() - self.start
+        return (self.prompt_ids, result, seconds) + (() if self.media is None else (self.media,))
 
 
 class RolloutPipeline:
@@ -73,6 +131,7 @@ class RolloutPipeline:
         max_staleness: int,
         dynamic: Callable[[RolloutBatch, list[dict]], RolloutBatch] | None = None,
         trainer_state: Callable[[], object] = lambda: None,
+        partial: bool = False,
     ):
         self.collector = collector
         self.stream = stream  # round index -> this process's rows
@@ -93,7 +152,12 @@ class RolloutPipeline:
         self._generated: set[int] = set()  # rounds generated or being scored, not yet handed to the trainer
         self._generated_lock = threading.Lock()  # the trainer's thread reads the set while the generator adds to it
         self.next_round = 0
-        collector.engine_lock = self.lock
+        self.partial = partial
+        if partial:  # the lock is taken per engine step, never for a whole round (module docstring)
+            collector.engine_lock = contextlib.nullcontext()
+            collector.generator.step_lock = self.lock
+        else:
+            collector.engine_lock = self.lock
 
     @property
     def running(self) -> bool:
@@ -101,8 +165,14 @@ class RolloutPipeline:
 
     def start(self, first_round: int) -> None:
         self.next_round = first_round
+        stream = self.partial and self.collector.multi_turn is None
         self._threads = [
-            threading.Thread(target=self._generate_loop, args=(first_round,), daemon=True, name="hf_grpo-generate"),
+            threading.Thread(
+                target=self._stream_loop if stream else self._generate_loop,
+                args=(first_round,),
+                daemon=True,
+                name="hf_grpo-generate",
+            ),
             threading.Thread(target=self._score_loop, daemon=True, name="hf_grpo-score"),
         ]
         for thread in self._threads:
@@ -151,7 +221,7 @@ class RolloutPipeline:
             with self._generated_lock:
                 self._generated.add(k)
             try:
-                with self.lock:
+                with contextlib.nullcontext() if self.partial else self.lock:
                     version = self.collector.generator.weight_version
                     generated = self.collector.generate(rows, sampling, round_key=k)
             except BaseException as error:  # reported to the trainer when it asks for round k
@@ -159,6 +229,63 @@ class RolloutPipeline:
                 return
             self._to_score.put((Round(k, version, sampling.temperature, rows, None), generated))
             k += 1
+
+    def _admissible(self, k: int) -> bool:
+        return self._version >= k * self.steps_per_round - self.max_staleness
+
+    def _stream_loop(self, k: int) -> None:
+        """Partial rollouts (module docstring): admit rounds while their staleness allows, poll the engine one step
+        at a time, hand finished rounds to the scorer in order."""
+        G = self.collector.args.num_generations
+        turns = self.collector.generator.turns()
+        open_rounds: dict[int, _OpenRound] = {}
+        emit = k  # the next round the scorer gets
+        try:
+            with turns.session():
+                while not self._stop.is_set():
+                    while self._admissible(k):
+                        open_rounds[k] = self._admit(turns, k, G)
+                        k += 1
+                    if turns.busy():
+                        for turn in turns.poll(0.05):
+                            index, i = divmod(turn.key, KEY_STRIDE)
+                            open_rounds[index].turns[i] = turn
+                    else:
+                        with self._published:
+                            self._published.wait_for(lambda k=k: self._stop.is_set() or self._admissible(k), 1.0)
+                    while emit in open_rounds and open_rounds[emit].done:
+                        round_ = open_rounds.pop(emit)
+                        self._to_score.put(
+                            (
+                                Round(emit, round_.version, round_.sampling.temperature, round_.rows, None),
+                                round_.generated(),
+                            )
+                        )
+                        emit += 1
+        except BaseException as error:  # reported to the trainer when it asks for the round
+            rows = open_rounds[emit].rows if emit in open_rounds else self.stream(emit)
+            self._to_score.put(Round(emit, -1, 0.0, rows, None, error))
+        finally:
+            turns.finish()
+
+    def _admit(self, turns, k: int, G: int) -> _OpenRound:
+        rows, sampling = self.stream(k), self.sampling(k)
+        prompt_ids, media = self.collector.encode(rows)
+        with self._generated_lock:
+            self._generated.add(k)
+        round_ = _OpenRound(
+            k,
+            self.collector.generator.weight_version,
+            sampling,
+            rows,
+            prompt_ids,
+            media,
+            [None] * (len(rows) * G),
+            time.perf_counter(),
+        )
+        for i in range(len(rows) * G):
+            turns.submit(k * KEY_STRIDE + i, prompt_ids[i // G], sampling, None if media is None else media[i // G])
+        return round_
 
     def _score_loop(self) -> None:
         while True:
@@ -209,12 +336,21 @@ def build_pipeline(
         return dataclasses.replace(collector.sampling, temperature=temperature(k * steps_per_round))
 
     dynamic = None
-    if args.dynamic_sampling:
+    if args.dynamic_sampling:  # refused with partial_rollouts (hf_grpo.config.validation)
         # In the stream, per process: refills are this process's own vLLM calls, so no collective decides them.
         def dynamic(batch: RolloutBatch, rows: list[dict]) -> RolloutBatch:
             return collector.collect_dynamic(rows, refill, lambda need: need, trainer_state(), first=batch)
 
-    return RolloutPipeline(collector, stream, sampling, steps_per_round, args.max_staleness, dynamic, trainer_state)
+    return RolloutPipeline(
+        collector,
+        stream,
+        sampling,
+        steps_per_round,
+        args.max_staleness,
+        dynamic,
+        trainer_state,
+        partial=args.partial_rollouts is not None,
+    )
 
 
 def pipelined_round(
@@ -243,7 +379,7 @@ def pipelined_round(
             f"pipeline round {k}: its prompts differ from those the dataloader serves for this step "
             f"(the prompt stream and the sampler disagree)"
         )
-    staleness = global_step - round_.version
+    staleness = global_step - oldest_version(round_)
     regenerated = 0
     if round_.error is None and staleness > pipeline.max_staleness:
         logger.warning(
@@ -254,10 +390,21 @@ def pipelined_round(
             pipeline.max_staleness,
         )
         round_, regenerated = pipeline.regenerate(round_), 1
-        staleness = global_step - round_.version
+        staleness = global_step - oldest_version(round_)
     metrics.add("async/staleness", float(staleness))
+    span = round_.batch.version_span() if round_.batch is not None else None
+    if pipeline.partial:  # the versions that sampled the round's tokens (module docstring)
+        metrics.add("async/version_spread", float(span[1] - span[0]) if span else 0.0)
+        metrics.add("async/mixed_version_completions", round_.batch.mixed_version_fraction() if span else 0.0)
     metrics.add("async/wait_s", waited)
     metrics.add("async/push_wait_s", push_wait)
     metrics.add("async/in_flight", float(len(pipeline.in_flight())))
     metrics.add("async/stale_rounds_regenerated", float(regenerated), reduce="sum")
     return round_
+
+
+def oldest_version(round_: Round) -> int:
+    """The oldest weight version that sampled a token of the round (its generate call's, when tokens are not
+    labelled): staleness is counted on it."""
+    span = round_.batch.version_span() if round_.batch is not None else None
+    return min(span[0], round_.version) if span is not None and round_.version >= 0 else round_.version

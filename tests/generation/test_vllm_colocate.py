@@ -140,3 +140,61 @@ def test_direct_weight_copy_is_refused_by_the_cpu_engine(setup, caplog):
     with caplog.at_level(logging.INFO, logger="hf_grpo.generation.vllm_colocate"):
         assert generator._plan_direct_copy(model) is False
     assert "does not fit model.layers.0.self_attn.qkv_proj.weight (0,)" in caplog.text
+
+
+# ---- partial rollouts: a completion sampled across two weight updates ----------------------------------------------
+@pytest.mark.parametrize("mode", ["recompute", "keep"])
+def test_a_completion_sampled_across_two_updates_labels_each_token_with_its_version(setup, mode):
+    """Two completions decode through two weight updates that land between engine steps. Every token carries the
+    version that sampled it, and its sampling log-prob is compared with the trainer's recomputation under that
+    version's weights. ``recompute``: vLLM recomputed the prefix under the new weights, so every token matches its own
+    version's. ``keep``: the first segment matches; the tokens after an update were sampled over KV cache computed
+    under the old weights, so they match neither version exactly (the size of that gap is what keep costs)."""
+    generator, model, _, prompts = setup
+    generator.partial = mode  # the mode a weight update applies (set from partial_rollouts when built by a trainer)
+    sampling = SamplingParams(max_tokens=40, extra=(("ignore_eos", True),))
+    states, done = {}, []
+    turns = generator.turns()
+    torch.manual_seed(1)
+    try:
+        with turns.session():
+            generator.update_weights(model, 10)
+            states[10] = {k: v.clone() for k, v in model.state_dict().items()}
+            for key, prompt in enumerate(prompts):
+                turns.submit(key, prompt, sampling)
+            for version in (11, 12):
+                for _ in range(12):  # 12 engine steps: about 11 tokens each, then an update between two steps
+                    done += turns.poll(0.0)
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.add_(torch.randn_like(p) * 0.02)
+                generator.update_weights(model, version)
+                states[version] = {k: v.clone() for k, v in model.state_dict().items()}
+            while turns.busy():
+                done += turns.poll(0.0)
+        gaps = {v: [] for v in states}  # version -> |sampler - trainer| over the tokens it sampled, per completion
+        wrong = []  # the same tokens against the previous version's weights
+        for turn in done:
+            versions = turn.versions
+            assert len(turn.token_ids) == len(turn.logprobs) == len(versions) == 40
+            assert sorted(set(versions)) == [10, 11, 12] and versions == sorted(versions), versions
+            for v in states:
+                model.load_state_dict(states[v])
+                recomputed = trainer_logprobs(model, prompts[turn.key], turn.token_ids)
+                diff = (torch.tensor(turn.logprobs) - recomputed).abs()
+                own = torch.tensor([x == v for x in versions])
+                follows = torch.tensor([x == v + 1 for x in versions])
+                if own.any():
+                    gaps[v].append(float(diff[own].max()))
+                if follows.any():
+                    wrong.append(float(diff[follows].max()))
+        assert max(gaps[10]) < 2e-3, gaps  # before any update: the engine's and the trainer's weights agree
+        assert min(wrong) > 0.05, f"the tokens after an update match the old weights: {wrong}"
+        if mode == "recompute":
+            assert max(gaps[11] + gaps[12]) < 2e-3, gaps
+        else:
+            assert min(gaps[11] + gaps[12]) > 2e-3, f"keep recomputed the KV cache: {gaps}"
+    finally:
+        generator.partial = None
+        model.load_state_dict(states[10])
+        generator.update_weights(model, 13)

@@ -97,6 +97,48 @@ def test_weight_sync_reaches_every_server(servers, setup):
         torch.testing.assert_close(s.completion_logprobs(prompt, completion), expected, atol=1e-3, rtol=0)
 
 
+def test_updates_land_in_flight_and_each_token_keeps_the_version_that_sampled_it(servers, setup):
+    """Partial rollouts on the servers (``recompute``): weight updates keep coming while requests decode on both
+    servers. Each update pauses them (vLLM's ``/pause?mode=keep``), reloads, preempts them so that their prefix is
+    recomputed, and resumes them; every token is labelled by its server with the version that sampled it, and its
+    sampling log-prob is the trainer's under that version's weights (a completion spans several)."""
+    generator, model = setup
+    generator.partial = "recompute"  # set from partial_rollouts when a trainer builds the generator
+    for c in generator.clients:
+        c.recompute_in_flight = True
+    sampling = SamplingParams(max_tokens=300, extra=(("ignore_eos", True),))
+    states, done, version = {}, [], 4
+    turns = generator.turns()
+    torch.manual_seed(2)
+    try:
+        generator.update_weights(model, version)
+        states[version] = {k: v.clone() for k, v in model.state_dict().items()}
+        for key in range(4):  # two on each server
+            turns.submit(key, PROMPTS[key], sampling)
+        while turns.busy():
+            done += turns.poll(0.3)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p) * 0.05)
+            version += 1
+            generator.update_weights(model, version)
+            states[version] = {k: v.clone() for k, v in model.state_dict().items()}
+    finally:
+        generator.partial = None
+        for c in generator.clients:
+            c.recompute_in_flight = False
+    assert len(done) == 4 and any(len(set(t.versions)) > 1 for t in done), [sorted(set(t.versions)) for t in done]
+    for turn in done:
+        assert len(turn.versions) == len(turn.logprobs) == 300 and turn.versions == sorted(turn.versions)
+        for v in sorted(set(turn.versions)):
+            model.load_state_dict(states[v])
+            own = torch.tensor([x == v for x in turn.versions])
+            diff = (torch.tensor(turn.logprobs) - trainer_logprobs(model, PROMPTS[turn.key], turn.token_ids)).abs()
+            assert diff[own].max() < 1e-3, (v, float(diff[own].max()))  # each segment: its own version's
+            if (~own).any():
+                assert diff[~own].max() > 0.01, v  # and not another version's
+
+
 def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(servers, setup, tmp_path):
     generator, model = setup
     generator.update_weights(model, version=4)

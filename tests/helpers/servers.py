@@ -78,6 +78,11 @@ class Server:
         text = requests.get(self.url + "/metrics", timeout=5).text
         return sum(float(m) for m in re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
 
+    def generated_tokens(self) -> float:
+        """Tokens the server has sampled so far (vLLM's counter, updated at every engine step)."""
+        text = requests.get(self.url + "/metrics", timeout=5).text
+        return sum(float(m) for m in re.findall(r"^vllm:generation_tokens_total\{[^}]*\} ([0-9.e+]+)$", text, re.M))
+
     def weight_version(self) -> str:
         return requests.get(self.url + "/weight_info", timeout=5).json()["weight_version"]
 

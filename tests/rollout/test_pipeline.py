@@ -181,6 +181,41 @@ def test_a_slow_reward_runs_while_the_trainer_trains(pipelined):
     assert sum(waits) < 0.6 * len(waits), f"the trainer waited for the reward every step: {waits}"
 
 
+@pytest.mark.slow
+def test_partial_rollouts_sample_completions_across_updates_within_the_staleness_bound(vllm_tiny_path, tmp_path):
+    """``partial_rollouts: recompute`` on the colocated engine. One prompt, two completions of 300 tokens each round:
+    the tiny model decodes one token per engine step for the whole round (about 4 s here), while the trainer's step
+    on 2 x 300 tokens takes about 1 s, so a round admitted at an update is still decoding at the next one, which
+    lands between two engine steps. Every token carries the version that sampled it (the rollout log's
+    ``version_spans``); the oldest is at most ``max_staleness`` updates behind the step that trains it; the logged
+    metrics are those spans'; and the completions that span two versions are trained."""
+    trainer = make_trainer(
+        vllm_tiny_path,
+        tmp_path,
+        max_steps=5,
+        max_staleness=1,
+        partial_rollouts="recompute",
+        log_completions_steps=1,
+        **{**VLLM, "per_device_train_batch_size": 2, "num_generations": 2},
+        max_completion_length=300,
+        generation_kwargs={"ignore_eos": True},
+    )
+    trainer.train()
+    trainer.generator.close()
+    logged = [r for r in trainer.state.log_history if "loss" in r]
+    mixed = 0
+    for step, log in zip(range(1, 6), logged):
+        spans = [r["version_spans"] for r in rollout_log(tmp_path / "out", step)]
+        versions = [v for row in spans for v, a, b in row for _ in range(a, b)]
+        assert all(row[0][1] == 0 and row[-1][2] == 300 for row in spans), spans  # every token labelled
+        assert all([v for v, _, _ in row] == sorted({v for v, _, _ in row}) for row in spans), spans
+        assert step - 1 - min(versions) == log["async/staleness"] <= 1, (step, spans)
+        assert log["async/version_spread"] == max(versions) - min(versions) <= 1
+        assert log["async/mixed_version_completions"] == sum(len(row) > 1 for row in spans) / len(spans)
+        mixed += log["async/mixed_version_completions"] > 0
+    assert mixed >= 1, "no update landed while a round was decoding"
+
+
 def half_constant_reward(prompts, completion_ids, **kwargs):
     """Constant for prompts with an even-length text (a group without spread), token parity otherwise."""
     return [
@@ -214,33 +249,34 @@ def test_dynamic_sampling_in_the_stream_trains_only_groups_with_spread(vllm_tiny
 
 # ---- kill -9 with the pipeline running ------------------------------------------------------------------------------
 STEPS = 6
-SPEC = {
-    "config": {
-        **VLLM,
-        "max_steps": STEPS,
-        "save_strategy": "steps",
-        "save_steps": 1,
-        "max_staleness": 2,
-        "use_cpu": True,
-    },
-    "resume": True,
-}
 
 
-def start(model_path: str, out) -> subprocess.Popen:
-    cmd, env = forked([sys.executable, str(WORKER), model_path, str(out), json.dumps(SPEC)], launched_env())
+def kill_spec(partial: str | None) -> dict:
+    config = {**VLLM, "max_steps": STEPS, "save_strategy": "steps", "save_steps": 1, "max_staleness": 2}
+    if partial:  # rounds decode across the updates: long completions, so that some are in flight at the kill
+        config.update(partial_rollouts=partial, max_completion_length=96, generation_kwargs={"ignore_eos": True})
+    return {"config": {**config, "use_cpu": True}, "resume": True}
+
+
+def start(model_path: str, out, spec: dict) -> subprocess.Popen:
+    cmd, env = forked([sys.executable, str(WORKER), model_path, str(out), json.dumps(spec)], launched_env())
     log = open(out / "train.log", "ab")
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @pytest.mark.slow
-def test_kill_9_with_rounds_in_flight_loses_no_prompt_and_trains_none_twice(vllm_tiny_path, tmp_path):
+@pytest.mark.parametrize("partial", [None, "recompute"])
+def test_kill_9_with_rounds_in_flight_loses_no_prompt_and_trains_none_twice(vllm_tiny_path, tmp_path, partial):
     """The run is killed in a process of its own; the restart, the same worker code with the same spec, runs in this
-    one (a second interpreter would only add its start-up)."""
+    one (a second interpreter would only add its start-up). With partial rollouts the kill also takes the tokens the
+    engine had sampled for the rounds in flight: those rounds are generated again from their prompts (the engine's
+    sampling state cannot be restored, so nothing past the checkpoint can repeat the uninterrupted run's tokens);
+    what must repeat is which prompts each step trains, and every step up to the checkpoint as it was."""
     from tests.scripts.train_worker import train_one
 
+    SPEC = kill_spec(partial)
     run = tmp_path / "run0"
-    proc = start(vllm_tiny_path, tmp_path)
+    proc = start(vllm_tiny_path, tmp_path, SPEC)
     wait_for(lambda: (run / "checkpoint-2").exists(), proc, timeout=300)
     kill9(proc)
     assert not (run / f"checkpoint-{STEPS}").exists()
@@ -248,6 +284,7 @@ def test_kill_9_with_rounds_in_flight_loses_no_prompt_and_trains_none_twice(vllm
     state = checkpoints.load_rank_state(latest, 0)["pipeline"]
     done = checkpoints.checkpoint_step(latest)
     assert state["next_round"] == done and state["in_flight"], f"no round in flight at the checkpoint: {state}"
+    before = {step: rollout_log(run, step) for step in range(1, done + 1)}
 
     train_one(vllm_tiny_path, str(tmp_path), 0, SPEC)  # resumes from the newest complete checkpoint (SPEC's resume)
     assert (run / f"checkpoint-{STEPS}").is_dir()
@@ -261,5 +298,6 @@ def test_kill_9_with_rounds_in_flight_loses_no_prompt_and_trains_none_twice(vllm
         assert trained == expected, f"step {step}"
         seen += trained
     assert len(seen) == len(set(seen)) == 2 * STEPS
+    assert all(rollout_log(run, step) == records for step, records in before.items())  # not trained again
     log = (tmp_path / "train.log").read_text()
     assert log.count("Traceback") == 0, log[-3000:]
