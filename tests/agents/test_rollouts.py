@@ -8,7 +8,9 @@ still generates every turn and receives every weight sync) in `test_tools_train_
 and the asynchronous (vLLM) case; elsewhere alone (`scripted_policy`).
 """
 
+import json
 import random
+import time
 from dataclasses import replace
 
 import pytest
@@ -34,6 +36,10 @@ def scripted_policy(trainer):
     mechanics: under the policy, the random model's HF generate of each turn's whole budget (thrown away) was most
     of their time, and the loop over the trainer's real backend is run in the tests that keep it (module docstring)."""
     return scripted(trainer, real_backend=False, vary=True)
+
+
+def rollout_log(out, step: int) -> list[dict]:
+    return [json.loads(line) for line in (out / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()]
 
 
 def logs(trainer):
@@ -375,6 +381,50 @@ def test_multi_turn_with_training_options(tiny_llama_path, vllm_tiny_path, tmp_p
     steps = logs(trainer)
     assert len(steps) == 2
     assert all(r["tools/call_frequency"] == 2.0 and r["rollout/termination/eos"] == 1.0 for r in steps)
+
+
+@pytest.mark.slow
+def test_a_rollout_in_flight_survives_a_weight_update_while_its_tool_runs(vllm_tiny_path, tmp_path):
+    """Partial rollouts (``keep``) with a tool, on the colocated engine. The policy's turns are held to one tool call
+    by the regex (a random model writes none); the tool waits for the next weight update (5 s at most). Round ``k``
+    is generated while step ``k`` trains round ``k - 1``, so its tool returns when that step's update lands, and the
+    rollout's second turn is sampled by the new weights: the rollout spans two versions, its observation tokens
+    labelled -1. Without partial rollouts the update would wait for the round, and the tool would time out."""
+    holder = {}
+
+    def wait_for_update() -> str:
+        """Wait for the next weight update."""
+        generator = holder["trainer"].generator
+        start, deadline = generator.weight_version, time.monotonic() + 5
+        while generator.weight_version == start and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return f"version {generator.weight_version}"
+
+    trainer = GRPOTrainer(
+        model=vllm_tiny_path,
+        reward_funcs=[even_token_reward],
+        args=config(
+            tmp_path,
+            max_steps=3,
+            max_staleness=1,
+            partial_rollouts="keep",
+            max_tool_calling_iterations=1,
+            vllm_structured_outputs_regex=r'<tool_call>\{"name": "wait_for_update", "arguments": \{\}\}</tool_call>',
+            log_completions_steps=1,
+            **VLLM,
+        ),
+        train_dataset=questions(),
+        tools=[wait_for_update],
+    )
+    holder["trainer"] = trainer
+    trainer.train()
+    trainer.generator.close()
+    assert all(r["tools/call_frequency"] == 1.0 for r in logs(trainer))
+    for step in (2, 3):  # rounds 1 and 2: sampled across the update of steps 1 and 2
+        for record in rollout_log(tmp_path / "out", step):
+            versions = [v for v, _, _ in record["version_spans"]]
+            assert versions == [step - 2, -1, step - 1], (step, record["version_spans"])
+    assert [r["async/version_spread"] for r in logs(trainer)][1:] == [1.0, 1.0]
 
 
 @pytest.mark.slow

@@ -206,6 +206,17 @@ def ddp(servers, vllm_tiny_path, tmp_path_factory):
         "qlora": {"config": server_config(servers, learning_rate=2e-2, **QLORA)},
         # Three steps are the fewest where the bound binds: round 2 is the first that may start only after an update.
         "async": {"config": server_config(servers, max_staleness=1, max_steps=3)},
+        # Partial rollouts: every update pauses the servers' requests in flight (keep) instead of waiting for them.
+        "partial": {
+            "config": server_config(
+                servers,
+                max_staleness=1,
+                max_steps=3,
+                partial_rollouts="keep",
+                max_completion_length=128,
+                generation_kwargs={"ignore_eos": True},
+            )
+        },
         "sync": {"config": server_config(servers)},
     }
     return launched(servers, "ddp", vllm_tiny_path, tmp_path_factory.mktemp("ddp"), runs, timeout=900)
@@ -241,6 +252,18 @@ def test_two_process_asynchronous_training_in_server_mode(ddp):
         behind = [r["async/staleness"] for r in logs]
         assert len(behind) == 3 and all(0 <= b <= 1 for b in behind), behind
         assert [step - r["weight_version"] for step, r in enumerate(logs)] == behind
+
+
+def test_two_process_partial_rollouts_in_server_mode(ddp):
+    """Partial rollouts against the servers, 2 processes: the main process pauses both servers for every update while
+    both processes' requests are in flight, and the replicas stay identical. Every token is labelled by the server
+    that sampled it, and each step's oldest token is at most one update behind it."""
+    r0, r1 = ddp["runs"]["partial"].ranks
+    assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
+    for logs in (step_logs(r0), step_logs(r1)):
+        behind = [r["async/staleness"] for r in logs]
+        assert len(behind) == 3 and all(0 <= b <= 1 for b in behind), behind
+        assert all(0 <= r["async/version_spread"] <= 1 for r in logs), logs
 
 
 def test_two_process_qlora_training_in_server_mode(ddp):
