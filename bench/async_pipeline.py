@@ -107,12 +107,24 @@ class PinnedServer:
         self.log.close()
 
 
-def mode_name(staleness: int | None) -> str:
-    return "sync" if staleness is None else f"max_staleness={staleness}"
+def parse_mode(mode: str) -> tuple[int | None, str | None]:
+    """``sync``, ``N`` (max_staleness N) or ``N+keep`` / ``N+recompute`` (with partial rollouts)."""
+    if mode == "sync":
+        return None, None
+    staleness, _, partial = mode.partition("+")
+    return int(staleness), partial or None
 
 
-def run_pinned_trainer(opts, url: str, staleness: int | None, core: int = TRAINER_CORE) -> dict:
-    """One trainer run in a child process pinned to ``core``; returns the worker's JSON summary."""
+def mode_name(staleness: int | None, partial: str | None = None) -> str:
+    if staleness is None:
+        return "sync"
+    return f"max_staleness={staleness}" + (f"+partial={partial}" if partial else "")
+
+
+def run_pinned_trainer(opts, url: str, mode: str, core: int = TRAINER_CORE) -> dict:
+    """One trainer run (``mode``: see `parse_mode`) in a child process pinned to ``core``; returns the worker's JSON
+    summary."""
+    staleness, partial = parse_mode(mode)
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     cmd = [
@@ -140,11 +152,15 @@ def run_pinned_trainer(opts, url: str, staleness: int | None, core: int = TRAINE
         opts.model,
         "--reward_sleep",
         str(opts.reward_sleep),
+        "--temperature",
+        str(opts.temperature),
     ]
     if opts.sampler_logprobs:
         cmd.append("--sampler_logprobs")
     if staleness is not None:
         cmd += ["--staleness", str(staleness)]
+    if partial is not None:
+        cmd += ["--partial", partial]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     try:
         subprocess.run(cmd, check=True, env=env, cwd=ROOT)
@@ -225,7 +241,11 @@ def worker(opts) -> None:
     async_args = (
         {}
         if opts.staleness is None
-        else {"max_staleness": opts.staleness, "old_logprobs_from_sampler": opts.sampler_logprobs}
+        else {
+            "max_staleness": opts.staleness,
+            "old_logprobs_from_sampler": opts.sampler_logprobs,
+            "partial_rollouts": opts.partial,
+        }
     )
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
@@ -243,7 +263,7 @@ def worker(opts) -> None:
             save_strategy="no",
             report_to="none",
             seed=0,
-            temperature=1.0,
+            temperature=opts.temperature,
             beta=0.0,
             loss_type="dapo",
             disable_tqdm=True,
@@ -280,7 +300,11 @@ def worker(opts) -> None:
     parts["prepare_s"] = statistics.mean(prepare)
     parts["logprobs_s"] = statistics.mean(TimedTrainer.logprobs[timed])
     summary = {
-        "mode": mode_name(opts.staleness),
+        "mode": mode_name(opts.staleness, opts.partial),
+        # Within a round (one step here): the longest completion over the shortest, averaged over the timed steps.
+        "length_ratio": statistics.mean(
+            r["completions/max_length"] / max(r["completions/min_length"], 1.0) for r in logs[timed]
+        ),
         "step_s": step_s,
         "s_per_step": seconds / len(step_s[timed]),
         "tokens_per_s": sum(r["num_tokens"] for r in logs[timed]) / seconds,
@@ -383,6 +407,7 @@ def add_shape_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps (the pipeline fills during these)")
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--reward_sleep", type=float, default=0.0, help="add a reward that sleeps this long")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     parser.add_argument(
         "--sampler_logprobs",
         action="store_true",
@@ -394,18 +419,21 @@ def add_shape_args(parser: argparse.ArgumentParser) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shape_args(parser)
-    parser.add_argument("--modes", default="sync,1,2", help="comma-separated: sync and/or max_staleness values")
+    parser.add_argument(
+        "--modes", default="sync,1,2", help="comma-separated: sync, max_staleness values, N+keep / N+recompute"
+    )
     parser.add_argument("--json", help="write the per-mode numbers here")
     parser.add_argument("--plot", help="write a stacked bar chart of the trainer's step here (PNG)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--staleness", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--partial", default=None, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.worker:
         worker(opts)
         return
-    modes = [None if m == "sync" else int(m) for m in opts.modes.split(",")]
+    modes = opts.modes.split(",")
     from hf_grpo.models import resolve_model_path
 
     load = os.getloadavg()[0]
@@ -416,8 +444,8 @@ def main() -> None:
         print(f"server on core {SERVER_CORE} ready after {server.wait():.0f} s", flush=True)
         opts.url = server.url
         results = []
-        for staleness in modes:
-            results.append(run_pinned_trainer(opts, opts.url, staleness))
+        for mode in modes:
+            results.append(run_pinned_trainer(opts, opts.url, mode))
             r = results[-1]
             print(
                 f"{r['mode']}: {r['s_per_step']:.2f} s/step, {r['tokens_per_s']:.1f} tokens/s "

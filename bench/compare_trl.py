@@ -291,15 +291,16 @@ def compare_all(opts) -> None:
     dataset = load_prompt_dataset("arithmetic:500", system_prompt=SYSTEM)
     trl_s, trl_t = run_trl(opts, model_path, dataset, tokenizer)
     print(f"TRL (HF generate): {trl_s:.2f} s/step, {trl_t:.1f} tokens/s", flush=True)
-    opts.reward_sleep, opts.sampler_logprobs = 0.0, False  # async_pipeline's worker options: its defaults
+    # async_pipeline's worker options: its defaults
+    opts.reward_sleep, opts.sampler_logprobs, opts.temperature = 0.0, False, 1.0
     with tempfile.NamedTemporaryFile(prefix="compare_trl-server-", suffix=".log", delete=False) as f:
         log_path = f.name
     server = PinnedServer(model_path, log_path)
     try:
         server.wait()
         rows = {}
-        for name, staleness in (("sync", None), ("async", 1)):
-            r = run_pinned_trainer(opts, server.url, staleness)
+        for name, mode in (("sync", "sync"), ("async", "1")):
+            r = run_pinned_trainer(opts, server.url, mode)
             rows[name] = (r["s_per_step"], r["tokens_per_s"])
             print(f"hf_grpo {name}: {r['s_per_step']:.2f} s/step, {r['tokens_per_s']:.1f} tokens/s", flush=True)
     finally:

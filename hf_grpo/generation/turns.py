@@ -15,8 +15,10 @@ Each backend gives its own with `Generator.turns` (the agent loop, `hf_grpo.agen
   and a process with none joins with an empty wave (`hf_grpo.generation.hf`). This is the only cross-process step in
   a multi-turn round, and only there; the vLLM backends have none.
 
-Every backend returns turns as ``(key, token_ids, finished, logprobs)``; ``finished`` is False when the turn hit its
-``max_tokens``.
+Every backend returns `Turn` records ``(key, token_ids, finished, logprobs, versions)``; ``finished`` is False when
+the turn hit its ``max_tokens``; ``versions`` labels each token with the weight version that sampled it (vLLM
+backends: the engine's own labels, which differ within a turn when a weight update lands while it decodes; partial
+rollouts, `hf_grpo.rollout.pipeline`). Partial-rollout rounds use the same streams, one request per completion.
 
 A vision-language policy's turn comes with its context's media (`hf_grpo.agents.media.RolloutMedia.snapshot`: the
 images so far, prompt's and tools', and their vision tensors). HF ``generate`` gets the context's vision tensors; a

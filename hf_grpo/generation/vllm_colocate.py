@@ -17,6 +17,13 @@ Design:
   single-threaded, so the thread count is restored after every engine call.
 * Log-probs are vLLM's ``processed_logprobs`` (after temperature, like the trainer's own), so the two compare
   directly for the mismatch correction.
+* Weight versions: every sync sets the engine's weight version (``set_weight_version``), and vLLM labels each token
+  it samples with it (``CompletionOutput.weight_versions``). With partial rollouts (`hf_grpo.rollout.pipeline`) an
+  update lands between two engine steps while requests are in flight: ``keep`` leaves them as they are (their KV
+  cache is the old weights'); ``recompute`` preempts them (``reset_prefix_cache(reset_running_requests=True)``), so
+  vLLM recomputes their prefix under the new weights. One engine then serves a turn stream's requests and, at the
+  same time, an evaluation's: `step_engine` files each finished request under its owner (``LLM.generate`` would run
+  the stream's requests to their end and keep them).
 * One live engine per process. vLLM's in-process engine tears down vLLM's process-wide parallel state when it shuts
   down (``EngineCore.shutdown`` calls ``cleanup_dist_env_and_memory``), which happens whenever the garbage collector
   reaches it. A second trainer built in the same process (a notebook cell run again, a test file) would then lose that

@@ -24,6 +24,12 @@ Design:
   (its ``hf_to_vllm_mapper``) as it maps a checkpoint's. The encoder cache (image embeddings, kept across requests
   by image hash) must be reset: the vision tower changed, and vLLM's reload empties the workers' copy but not the
   scheduler's record of it, so the next request with an image seen before stops the engine ("Encoder cache miss").
+* Partial rollouts (`hf_grpo.rollout.pipeline`): the main process pauses every server for a weight update (vLLM's
+  ``/pause?mode=keep``: requests in flight freeze between two engine steps) and resumes them after it; with
+  ``recompute`` the prefix-cache reset preempts them (``reset_running_requests``), so their prefix is recomputed
+  under the new weights. Their turns go to the tokens-in/tokens-out route, whose answers label every token with the
+  server's weight version when it was sampled (``weight_versions``), and are salted with the version they were sent
+  under (``cache_salt``), so no request reuses prefix-cache blocks of other weights.
 * Servers that went away: before each round every server's weight version is read (``/weight_info``); a server
   that restarted reports another version and is brought up to date from the last weights file before it is used.
   A request that fails on a connection error waits up to ``vllm_server_timeout`` for the server to come back, syncs
@@ -407,7 +413,8 @@ class VLLMServerGenerator(Generator):
         if self.weight_version < 0:
             return
         served = client.weight_version()
-        if served == str(self.weight_version):
+        # A newer version: an update is landing (partial rollouts send requests while the main process pushes).
+        if served is not None and served.isdigit() and int(served) >= self.weight_version:
             return
         if self.transfer != "disk":
             raise VLLMServerError(

@@ -407,4 +407,4 @@ def oldest_version(round_: Round) -> int:
     """The oldest weight version that sampled a token of the round (its generate call's, when tokens are not
     labelled): staleness is counted on it."""
     span = round_.batch.version_span() if round_.batch is not None else None
-    return min(span[0], round_.version) if span is not None and round_.version >= 0 else round_.version
+    return span[0] if span is not None else round_.version
