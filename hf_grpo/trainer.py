@@ -17,8 +17,7 @@ the trainer or reads its private state.
 * `rollout.collector.RolloutCollector`, from the generator, the tokenizer, the reward runner, the config and the
   multi-turn hook: ``collect`` and ``collect_dynamic``;
 * `rollout.pipeline.build_pipeline`, from the config, the collector, the prompt stream, the temperature schedule, the
-  refill and a state getter; each round boundary calls ``pipelined_round`` with the step, the weight push and the
-  metrics;
+  refill and a state getter; each round boundary calls ``pipelined_round`` with the step, the push and the metrics;
 * `agents.multi_turn_rollouts`, from the agent (or ``rollout_func``), the tokenizer, the accelerator and the policy:
   the collector's hook (``rollout_func`` itself receives the trainer, as in TRL);
 * `evaluation.in_training.evaluate_sets`, from an `EvalContext` built for each ``evaluate`` call, under the engine

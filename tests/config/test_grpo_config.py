@@ -86,3 +86,18 @@ def test_adaptive_entropy_bounds_are_checked_by_the_config(tmp_path):
     with pytest.raises(ValueError, match=r"entropy_coef_min \(0.5\) must be <= entropy_coef_max \(0.2\)"):
         GRPOConfig(output_dir=str(tmp_path), **bounds)
     GRPOConfig(output_dir=str(tmp_path), **{**bounds, "use_adaptive_entropy": False})  # the bounds are unused
+
+
+def test_partial_rollouts_and_weight_sync_steps_state_their_rules(tmp_path):
+    base = dict(output_dir=str(tmp_path), generation_backend="vllm", use_cpu=True)
+    with pytest.raises(ValueError, match="partial_rollouts needs max_staleness"):
+        GRPOConfig(**base, partial_rollouts="keep")
+    with pytest.raises(ValueError, match="partial_rollouts='abort' is not one of \\('keep', 'recompute'\\)"):
+        GRPOConfig(**base, max_staleness=1, partial_rollouts="abort")
+    with pytest.raises(ValueError, match="partial_rollouts with dynamic_sampling is not supported"):
+        GRPOConfig(**base, max_staleness=1, partial_rollouts="keep", dynamic_sampling=True)
+    with pytest.raises(ValueError, match="weight_sync_steps=3 .* needs max_staleness >= 2 \\(got 1\\)"):
+        GRPOConfig(**base, max_staleness=1, weight_sync_steps=3)
+    with pytest.raises(ValueError, match="weight_sync_steps must be >= 1"):
+        GRPOConfig(**base, weight_sync_steps=0)
+    assert GRPOConfig(**base, max_staleness=2, weight_sync_steps=3, partial_rollouts="recompute").weight_sync_steps == 3

@@ -216,6 +216,22 @@ def test_partial_rollouts_sample_completions_across_updates_within_the_staleness
     assert mixed >= 1, "no update landed while a round was decoding"
 
 
+@pytest.mark.slow
+def test_weight_sync_steps_pushes_every_n_steps_and_rounds_stay_within_the_bound(vllm_tiny_path, tmp_path):
+    """TRL's ``weight_sync_steps: 2`` with ``max_staleness: 1``: the engine gets the weights of steps 0, 2 and 4 only
+    (the pushes are the steps that log a sync time), and each round is sampled by the last weights pushed when it
+    started, at most one update behind the step that trains it."""
+    trainer = make_trainer(
+        vllm_tiny_path, tmp_path, max_steps=5, max_staleness=1, weight_sync_steps=2, log_completions_steps=1, **VLLM
+    )
+    trainer.train()
+    trainer.generator.close()
+    logged = [r for r in trainer.state.log_history if "loss" in r]
+    assert ["timing/weight_sync_s" in r for r in logged] == [True, False, True, False, True]
+    versions = [{r["weight_version"] for r in rollout_log(tmp_path / "out", step)} for step in range(1, 6)]
+    assert versions == [{0}, {0}, {2}, {2}, {4}], versions
+
+
 def half_constant_reward(prompts, completion_ids, **kwargs):
     """Constant for prompts with an even-length text (a group without spread), token parity otherwise."""
     return [
