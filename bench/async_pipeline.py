@@ -44,6 +44,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 SERVER_CORE, TRAINER_CORE = 0, 1
+SHORT = 8  # --reward short: completions below this many tokens score 1
 
 
 def free_port() -> int:
@@ -154,7 +155,13 @@ def run_pinned_trainer(opts, url: str, mode: str, core: int = TRAINER_CORE) -> d
         str(opts.reward_sleep),
         "--temperature",
         str(opts.temperature),
+        "--reward",
+        opts.reward,
     ]
+    if opts.skip_zero_advantage:
+        cmd.append("--skip_zero_advantage")
+    for stop in opts.stop or ():
+        cmd += ["--stop", stop]
     if opts.sampler_logprobs:
         cmd.append("--sampler_logprobs")
     if staleness is not None:
@@ -235,6 +242,18 @@ def worker(opts) -> None:
     dataset = load_prompt_dataset("arithmetic:500", system_prompt=SYSTEM)
     funcs = [BUILTIN_REWARDS["boxed"], BUILTIN_REWARDS["boxed_format"]]
     weights = [1.0, 0.5]
+    if opts.reward == "hash":  # a random-init policy: a reward that varies within a group whatever it writes
+
+        def token_parity(completion_ids, **kwargs):
+            return [float(sum(ids) % 2) for ids in completion_ids]
+
+        funcs, weights = [token_parity], [1.0]
+    if opts.reward == "short":  # a length-varying reward: most groups of a long-tail policy score all zero
+
+        def short(completion_ids, **kwargs):
+            return [float(len(ids) < SHORT) for ids in completion_ids]
+
+        funcs, weights = [short], [1.0]
     if opts.reward_sleep > 0:
         funcs.append(sleepy)
         weights.append(0.0)
@@ -264,12 +283,13 @@ def worker(opts) -> None:
             report_to="none",
             seed=0,
             temperature=opts.temperature,
+            stop=opts.stop,
             beta=0.0,
             loss_type="dapo",
             disable_tqdm=True,
             use_cpu=True,
             plot_metrics=False,
-            skip_zero_advantage=False,
+            skip_zero_advantage=opts.skip_zero_advantage,
             generation_backend="vllm",
             vllm_mode="server",
             vllm_server_urls=[opts.url],
@@ -408,6 +428,16 @@ def add_shape_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--reward_sleep", type=float, default=0.0, help="add a reward that sleeps this long")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    parser.add_argument("--stop", action="append", help="a stop string (repeatable)")
+    parser.add_argument(
+        "--reward",
+        choices=("task", "hash", "short"),
+        default="task",
+        help=f"task: boxed + boxed_format; hash: token parity; short: 1 below {SHORT} tokens",
+    )
+    parser.add_argument(
+        "--skip_zero_advantage", action="store_true", help="train only the completions with a nonzero advantage"
+    )
     parser.add_argument(
         "--sampler_logprobs",
         action="store_true",

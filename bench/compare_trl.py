@@ -292,7 +292,8 @@ def compare_all(opts) -> None:
     trl_s, trl_t = run_trl(opts, model_path, dataset, tokenizer)
     print(f"TRL (HF generate): {trl_s:.2f} s/step, {trl_t:.1f} tokens/s", flush=True)
     # async_pipeline's worker options: its defaults
-    opts.reward_sleep, opts.sampler_logprobs, opts.temperature = 0.0, False, 1.0
+    opts.reward_sleep, opts.sampler_logprobs, opts.temperature, opts.stop, opts.reward = 0.0, False, 1.0, None, "task"
+    opts.skip_zero_advantage = False
     with tempfile.NamedTemporaryFile(prefix="compare_trl-server-", suffix=".log", delete=False) as f:
         log_path = f.name
     server = PinnedServer(model_path, log_path)

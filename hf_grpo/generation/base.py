@@ -117,8 +117,8 @@ class Turn(NamedTuple):
 
 def span_versions(spans, num_tokens: int, fallback: int) -> list[int]:
     """vLLM's ``weight_versions`` (contiguous ``(version, start, end)`` spans over a completion's tokens, objects or
-    dicts) as one version per token. ``fallback`` labels tokens no span covers (an engine that never had its version
-    set: the generator's own ``weight_version``)."""
+    dicts) as one version per token. ``fallback`` labels the tokens no span covers and those of an engine whose
+    version was never set (vLLM's label is then ``"default"``): the generator's own ``weight_version``."""
     out = [fallback] * num_tokens
     for span in spans or ():
         version, start, end = (
@@ -126,7 +126,7 @@ def span_versions(spans, num_tokens: int, fallback: int) -> list[int]:
             if isinstance(span, dict)
             else (span.version, span.start, span.end)
         )
-        out[start:end] = [int(version)] * (end - start)
+        out[start:end] = [int(version) if str(version).lstrip("-").isdigit() else fallback] * (end - start)
     return out
 
 

@@ -167,6 +167,10 @@ SMOKES = {
         "--rows trl_qlora,ours_qlora,ours_vllm",
         29,
     ),
+    # Its own random policy and scripted lengths; one partial-rollout row (the other rows are async_pipeline.py's).
+    "partial_rollouts.py": Smoke(
+        "partial_rollouts", "--modes 1+recompute --prompts 1 --generations 2 --max_tokens 8 --steps 1 --warmup 0", 50
+    ),
     "old_logprobs.py": Smoke(
         "old_logprobs",
         "--model {tiny} --prompts 1 --generations 2 --steps_per_generation 2 --max_tokens 8 --rounds 1 --warmup 0",

@@ -38,3 +38,17 @@ def test_every_backend_is_built_by_the_shared_constructor():
     for cls in classes:  # its own, not one inherited (continuous batching subclasses HF generate)
         assert "from_config" in vars(cls), f"{cls.__name__} has no from_config of its own"
         assert issubclass(cls, Generator)
+
+
+def test_span_versions_label_every_token_and_fall_back_where_the_engine_had_no_version():
+    from types import SimpleNamespace
+
+    from hf_grpo.generation.base import span_versions
+
+    spans = [{"version": "3", "start": 0, "end": 2}, {"version": "4", "start": 2, "end": 5}]
+    assert span_versions(spans, 5, -1) == [3, 3, 4, 4, 4]
+    objects = [SimpleNamespace(version="7", start=0, end=1), SimpleNamespace(version="8", start=1, end=3)]
+    assert span_versions(objects, 3, -1) == [7, 8, 8]
+    # Before the first sync vLLM labels tokens "default"; a server that never labelled them returns no spans.
+    assert span_versions([{"version": "default", "start": 0, "end": 2}], 2, 0) == [0, 0]
+    assert span_versions(None, 3, 5) == [5, 5, 5]
