@@ -82,8 +82,14 @@ def parse_request_outputs(outputs, version: int = -1) -> GenerationResult:
             logprobs.append(
                 [step[t].logprob for step, t in zip(sample.logprobs, tokens)] if sample.logprobs is not None else []
             )
-            versions.append(span_versions(sample.weight_versions, len(tokens), version))
+            versions.append(span_versions(version_labels(sample), len(tokens), version))
     return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs, versions=versions)
+
+
+def version_labels(sample) -> list | None:
+    """A completion's weight-version spans; vLLM < 0.32 (the GPU kit's 0.26) labels none (partial rollouts, which need
+    them, are refused there when the engine is built)."""
+    return getattr(sample, "weight_versions", None)
 
 
 # vLLM's level when ``verbose`` is off. WARNING would still print, at every step, the reload's "<Layer>: Failed to
@@ -140,6 +146,12 @@ def _engine_start_warnings(verbose: bool):
         if not verbose:
             warnings.simplefilter("ignore", FutureWarning)
         yield
+
+
+def _vllm_version() -> str:
+    from vllm import __version__
+
+    return __version__
 
 
 @contextlib.contextmanager
@@ -248,6 +260,11 @@ class VLLMColocateGenerator(Generator):
                     f"torchvision). Install what it needs, or generate with transformers (generation_backend: hf, "
                     f"TRL's use_vllm: false)"
                 ) from e
+        if self.partial and not hasattr(self._llm.llm_engine.engine_core, "set_weight_version"):
+            raise ValueError(
+                f"partial_rollouts={self.partial!r} needs vLLM >= 0.32 (per-token weight versions, preempting requests "
+                f"in flight); this engine is vLLM {_vllm_version()}"
+            )
         _last_built = weakref.ref(self)
         logger.info("vLLM engine ready in %.1f s (%s, %s)", time.perf_counter() - start, model_path, kwargs["dtype"])
         if self.sleep_mode:
@@ -383,12 +400,16 @@ class VLLMColocateGenerator(Generator):
                 )
                 if self.direct_copy is None:
                     self.direct_copy = self._plan_direct_copy(model)
-            # The engine labels every token it samples from here on with this version (RequestOutput.weight_versions).
-            self.llm.llm_engine.engine_core.set_weight_version(str(version))
+            if self.partial:
+                # The engine labels every token it samples from here on with this version (weight_versions).
+                self.llm.llm_engine.engine_core.set_weight_version(str(version))
             # Cached KV was computed with the old weights. With requests in flight (partial rollouts) the reset fails
             # under "keep" (their blocks are in use: each request's cache_salt, its submission's version, keeps new
             # requests off them) and under "recompute" preempts them: vLLM recomputes their prefix with these weights.
-            self.llm.reset_prefix_cache(reset_running_requests=self.partial == "recompute")
+            if self.partial == "recompute":
+                self.llm.reset_prefix_cache(reset_running_requests=True)
+            else:
+                self.llm.reset_prefix_cache()
             # Cached image embeddings too (the old vision tower's). The reload clears the workers' copies but not the
             # scheduler's record of them, so an image seen before the sync would otherwise be an "Encoder cache miss".
             self.llm.llm_engine.reset_encoder_cache()
@@ -448,16 +469,15 @@ class EngineTurns:
         params = engine_sampling_params(sampling, 1, output_kind=RequestOutputKind.FINAL_ONLY)
         request_id = f"{self.tag}:{next(self._ids)}"
         self._keys[request_id] = key
-        # Salted with the weights' version: a request never reuses prefix-cache blocks computed under other weights
-        # (with partial rollouts the blocks of requests in flight outlive a weight update).
-        salt = f"v{self.generator.weight_version}"
         if media is not None and media.images:  # the engine expands the images itself (module docstring)
-            prompt = TokensPrompt(
-                prompt_token_ids=list(media.engine_ids), multi_modal_data={"image": media.images}, cache_salt=salt
-            )
+            prompt = TokensPrompt(prompt_token_ids=list(media.engine_ids), multi_modal_data={"image": media.images})
             self._expanded[request_id] = list(prompt_ids)
         else:
-            prompt = TokensPrompt(prompt_token_ids=list(prompt_ids), cache_salt=salt)
+            prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        if self.generator.partial:
+            # Salted with the weights' version: a request never reuses prefix-cache blocks computed under other
+            # weights (the blocks of requests in flight outlive a weight update).
+            prompt["cache_salt"] = f"v{self.generator.weight_version}"
         with self.generator.step_lock:  # the scorer thread's evaluation may be stepping the engine
             self.engine.add_request(request_id, prompt, params)
 
@@ -482,7 +502,7 @@ class EngineTurns:
             logprobs = (
                 [step[t].logprob for step, t in zip(sample.logprobs, ids)] if sample.logprobs is not None else None
             )
-            versions = span_versions(sample.weight_versions, len(ids), self.generator.weight_version)
+            versions = span_versions(version_labels(sample), len(ids), self.generator.weight_version)
             out.append(Turn(key, ids, sample.finish_reason == "stop", logprobs, versions))
         return out
 

@@ -97,10 +97,11 @@ def _split(items: list, parts: int, offset: int) -> list[tuple[int, int]]:
 class VLLMServerClient:
     """HTTP calls to one server, each with a timeout and an error that names the URL."""
 
-    def __init__(self, url: str, request_timeout: float, health_timeout: float, recompute_in_flight: bool = False):
+    def __init__(self, url: str, request_timeout: float, health_timeout: float, partial: str | None = None):
         self.url = url.rstrip("/")
-        # Partial rollouts, "recompute": a weight update preempts the requests in flight (their KV is recomputed).
-        self.recompute_in_flight = recompute_in_flight
+        # Partial rollouts (None, "keep" or "recompute"): requests are salted with their version, and a "recompute"
+        # update preempts the requests in flight (their KV is recomputed).
+        self.partial = partial
         self.request_timeout = request_timeout
         self.health_timeout = health_timeout
         self.session = requests.Session()
@@ -179,7 +180,7 @@ class VLLMServerClient:
         self._call("POST", "/reset_encoder_cache", timeout=60)
         # With requests in flight (partial rollouts) the plain reset fails (their blocks are in use; each request's
         # cache_salt keeps new ones off them); the recompute reset preempts them, so vLLM recomputes their KV.
-        query = "?reset_running_requests=true" if self.recompute_in_flight else ""
+        query = "?reset_running_requests=true" if self.partial == "recompute" else ""
         self._call("POST", "/reset_prefix_cache" + query, timeout=60)
         # The server labels the tokens it samples from here on with this version (a choice's weight_versions).
         self._call("POST", "/update_weight_version", json={"new_version": str(version)}, timeout=30)
@@ -241,16 +242,17 @@ class VLLMServerClient:
         return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs, versions=versions)
 
     def _generate_one(self, prompt_ids: list[int], media, n: int, sampling: SamplingParams, version: int) -> dict:
-        """One prompt on the tokens-in/tokens-out route: a prompt without images is sent as its ids. Salted with
-        the weights' version: it never reuses prefix-cache blocks computed under other weights."""
+        """One prompt on the tokens-in/tokens-out route: a prompt without images is sent as its ids. Partial rollouts:
+        salted with the weights' version, so it never reuses prefix-cache blocks computed under other weights."""
         images = media is not None and bool(media.images)
         body = {
             "model": self.model,
             "token_ids": media.engine_ids if images else list(prompt_ids),
             "return_token_ids": True,  # the expanded prompt ids, checked by complete_media
             "sampling_params": sampling.vllm_kwargs(n),
-            "cache_salt": f"v{version}",
         }
+        if self.partial:
+            body["cache_salt"] = f"v{version}"
         if images:
             body["content_parts"] = [{"type": "image_url", "url": image_data_url(im)} for im in media.images]
         return self._call("POST", MEDIA_ROUTE, json=body).json()
@@ -267,9 +269,7 @@ class VLLMServerGenerator(Generator):
         self.accelerator = accelerator
         self.partial = args.partial_rollouts  # None, "keep" or "recompute": weight updates with requests in flight
         self.clients = [
-            VLLMServerClient(
-                u, args.vllm_request_timeout, args.vllm_server_timeout, args.partial_rollouts == "recompute"
-            )
+            VLLMServerClient(u, args.vllm_request_timeout, args.vllm_server_timeout, args.partial_rollouts)
             for u in args.vllm_server_urls
         ]
         self.pool = ThreadPoolExecutor(max_workers=len(self.clients))

@@ -105,7 +105,7 @@ def test_updates_land_in_flight_and_each_token_keeps_the_version_that_sampled_it
     generator, model = setup
     generator.partial = "recompute"  # set from partial_rollouts when a trainer builds the generator
     for c in generator.clients:
-        c.recompute_in_flight = True
+        c.partial = "recompute"
     sampling = SamplingParams(max_tokens=300, extra=(("ignore_eos", True),))
     states, done, version = {}, [], 4
     turns = generator.turns()
@@ -126,7 +126,7 @@ def test_updates_land_in_flight_and_each_token_keeps_the_version_that_sampled_it
     finally:
         generator.partial = None
         for c in generator.clients:
-            c.recompute_in_flight = False
+            c.partial = None
     assert len(done) == 4 and any(len(set(t.versions)) > 1 for t in done), [sorted(set(t.versions)) for t in done]
     for turn in done:
         assert len(turn.versions) == len(turn.logprobs) == 300 and turn.versions == sorted(turn.versions)
