@@ -283,6 +283,7 @@ class VLLMServerGenerator(Generator):
                 "group of servers is fixed at start, so a server that went away cannot rejoin it"
             )
         self.down: set[str] = set()  # reroute: URLs of servers that stopped answering, probed again every round
+        self._current: dict[str, int] = {}  # URL -> the weight version it was last found to hold (partial rollouts)
         self.weights_dtype = args.engine_dtype
         self.sync_dir = None
         # The default directory is ours (RAM under /dev/shm, one policy's size): removed by close().
@@ -352,6 +353,7 @@ class VLLMServerGenerator(Generator):
             self._ensure_current(client)
             return self._send(client, prompts, media, n, sampling)
         except ConnectionError as e:
+            self._current.pop(client.url, None)  # it went away: check its weights again when it answers
             if self.reroute and self._mark_down(client, e):
                 return self._complete(self._live_clients()[0], prompts, media, n, sampling)
             logger.warning("%s; waiting up to %.0f s for it to come back", e, client.health_timeout)
@@ -409,12 +411,15 @@ class VLLMServerGenerator(Generator):
         return [c for c in self.clients if c.url not in self.down]
 
     def _ensure_current(self, client: VLLMServerClient) -> None:
-        """Bring a server that lost our weights (it restarted) up to date from the last weights file."""
-        if self.weight_version < 0:
+        """Bring a server that lost our weights (it restarted) up to date from the last weights file. Partial
+        rollouts send one request per completion: a server is checked once per weight version (and again after a
+        connection error), not before every request, which on a one-core server cost more than its decode."""
+        if self.weight_version < 0 or (self.partial and self._current.get(client.url) == self.weight_version):
             return
         served = client.weight_version()
         # A newer version: an update is landing (partial rollouts send requests while the main process pushes).
         if served is not None and served.isdigit() and int(served) >= self.weight_version:
+            self._current[client.url] = self.weight_version
             return
         if self.transfer != "disk":
             raise VLLMServerError(
