@@ -229,7 +229,12 @@ def load_model(
         kwargs["attn_implementation"] = attn_implementation
     # Vision-language checkpoints load with their vision tower and projector, as TRL loads them.
     auto = AutoModelForImageTextToText if is_vision_language(name_or_path) else AutoModelForCausalLM
-    return auto.from_pretrained(check_model_path(name_or_path), **kwargs)
+    model = auto.from_pretrained(check_model_path(name_or_path), **kwargs)
+    if kwargs.get("quantization_config") is not None:
+        from .quantization import keep_portable_4bit_path
+
+        keep_portable_4bit_path(model)
+    return model
 
 
 def disable_dropout(model: torch.nn.Module) -> int:

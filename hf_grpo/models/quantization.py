@@ -167,6 +167,20 @@ class Packed(NamedTuple):
     state: object
 
 
+def keep_portable_4bit_path(model) -> int:
+    """Switch off bitsandbytes' AVX512-BF16 CPU path on every 4-bit layer of ``model``; returns how many.
+
+    On a CPU with AVX512-BF16 (AMX machines), bitsandbytes 0.50 repacks a 4-bit weight in place at its first forward
+    without gradients (evaluation, generation, the old-policy pass) into a CPU-only layout. That repack fails for a
+    layer narrower than one 64-value quantization block (``shape '[32, 0]' is invalid``), and the repacked weight is
+    not the NF4 layout the weight sync dequantizes (`dequantized`). The portable path computes the same function.
+    """
+    layers = [m for m in model.modules() if type(m).__name__ == "Linear4bit"]
+    for layer in layers:
+        layer.support_avx512bf16_for_cpu = False
+    return len(layers)
+
+
 def packed_weights(model) -> dict[str, Packed]:
     """``{parameter name: Packed}`` for every bitsandbytes packed weight of ``model``, found through its layer. A 4-bit
     layer's state is the parameter's own, or else the copy bitsandbytes keeps on the layer: FSDP2 re-wraps the

@@ -9,7 +9,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from hf_grpo import GRPOConfig
-from hf_grpo.models import quantization
+from hf_grpo.models import load_model, quantization
 from hf_grpo.models.quantization import build_quantization_config, check_quantized_training, quantized_description
 
 pytest.importorskip("bitsandbytes")
@@ -118,7 +118,7 @@ def test_dequantized_weights_are_what_the_quantized_layers_compute_with(tiny_lla
     )
     if bits == 8:
         q = BitsAndBytesConfig(load_in_8bit=True)
-    policy = AutoModelForCausalLM.from_pretrained(tiny_llama_path, quantization_config=q, dtype=torch.float32)
+    policy = load_model(tiny_llama_path, "float32", quantization_config=q)  # as the trainer loads it
     assert quantized_description(policy) == (
         "4-bit nf4, double quantization (bitsandbytes)" if bits == 4 else "8-bit LLM.int8 (bitsandbytes)"
     )

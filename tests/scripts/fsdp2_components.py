@@ -17,11 +17,11 @@ from accelerate import Accelerator
 from peft import LoraConfig, get_peft_model
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+from transformers import BitsAndBytesConfig
 
 from hf_grpo.generation import HFGenerator, SamplingParams
 from hf_grpo.generation.weights import iter_policy_weights, policy_weight_metadata
-from hf_grpo.models import load_tokenizer
+from hf_grpo.models import load_model, load_tokenizer
 from tests.helpers.models import make_tiny_llama
 from tests.scripts import ref_sync_components
 
@@ -37,7 +37,7 @@ def qlora(path: str, mesh=None):
     q = BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_compute_dtype=torch.float32, bnb_4bit_quant_storage=torch.float32
     )
-    base = AutoModelForCausalLM.from_pretrained(path, quantization_config=q, dtype=torch.float32)
+    base = load_model(path, "float32", quantization_config=q)  # as the trainer loads it
     torch.manual_seed(3)
     model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
     with torch.no_grad():
