@@ -32,7 +32,7 @@ Prints the table of `bench/async_pipeline.py` and
     RESULT partial_rollouts keep_over_one_step_off=<x> keep_over_sync=<x> recompute_over_one_step_off=<x>
     recompute_over_sync=<x> length_ratio=<x>
 
-Run: ``.venv/bin/python bench/partial_rollouts.py`` (about 25 minutes on 2 idle cores); ``--json PATH`` writes the
+Run: ``.venv/bin/python bench/partial_rollouts.py`` (about 8 minutes on 2 idle cores; 25 with `--model smollm2-135m`); ``--json PATH`` writes the
 rows. Measured: docs/benchmarks.md, "Partial rollouts".
 """
 
@@ -88,7 +88,7 @@ def main() -> None:
     add_shape_args(parser)
     parser.set_defaults(
         max_tokens=384,
-        steps=8,
+        steps=24,
         warmup=2,
         prompts=2,
         generations=4,
