@@ -32,8 +32,8 @@ Prints the table of `bench/async_pipeline.py` and
     RESULT partial_rollouts keep_over_one_step_off=<x> keep_over_sync=<x> recompute_over_one_step_off=<x>
     recompute_over_sync=<x> length_ratio=<x>
 
-Run: ``.venv/bin/python bench/partial_rollouts.py`` (about 8 minutes on 2 idle cores; 25 with `--model smollm2-135m`); ``--json PATH`` writes the
-rows. Measured: docs/benchmarks.md, "Partial rollouts".
+Run: ``.venv/bin/python bench/partial_rollouts.py`` (about 8 minutes on 2 idle cores; 25 with ``--model
+smollm2-135m``); ``--json PATH`` writes the rows. Measured: docs/benchmarks.md, "Partial rollouts".
 """
 
 from __future__ import annotations
