@@ -231,6 +231,16 @@ class GenerationFields(QuantizationFields):
             "rank; see hf_grpo/generation/direct_copy.py). False always syncs through reload_weights."
         },
     )
+    vllm_lora_sync: str = field(
+        default="adapter",
+        metadata={
+            "help": "LoRA/QLoRA policies with vLLM: `adapter` sends the base weights once, then only the adapter after "
+            "each step, served by vLLM's LoRA support (colocated: the engine is started with it; servers: start them "
+            "with `hf-grpo serve --lora-rank R`); what vLLM cannot serve (DoRA, modules_to_save, rank > 512, a server "
+            "without LoRA) falls back to `merged` with a log line saying why. `merged` sends W + scaling * B @ A for "
+            "every weight after every step (hf_grpo/generation/adapter_sync.py)."
+        },
+    )
     vllm_enforce_eager: bool = field(
         default=False,
         metadata={

@@ -27,6 +27,7 @@ from ..errors import InputError
 
 GENERATION_BACKENDS = ("auto", "hf", "hf_continuous", "vllm")
 VLLM_MODES = ("colocate", "server")
+VLLM_LORA_SYNCS = ("adapter", "merged")
 VLLM_WEIGHT_TRANSFERS = ("auto", "disk", "nccl")
 LOGPROB_PATHS = ("auto", "chunked", "model")
 
@@ -227,6 +228,7 @@ def _check_generation(config) -> None:
     _one_of(config, "generation_backend", GENERATION_BACKENDS)
     _one_of(config, "vllm_mode", VLLM_MODES)
     _one_of(config, "vllm_weight_transfer", VLLM_WEIGHT_TRANSFERS)
+    _one_of(config, "vllm_lora_sync", VLLM_LORA_SYNCS)
     _one_of(config, "vllm_server_on_failure", ("wait", "reroute"))
     _one_of(config, "logprob_path", LOGPROB_PATHS)
     _one_of(config, "dtype", ("auto", "float32", "bfloat16", "float16"))

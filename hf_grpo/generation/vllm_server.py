@@ -30,6 +30,11 @@ Design:
   under the new weights. Their turns go to the tokens-in/tokens-out route, whose answers label every token with the
   server's weight version when it was sampled (``weight_versions``), and are salted with the version they were sent
   under (``cache_salt``), so no request reuses prefix-cache blocks of other weights.
+* LoRA and QLoRA policies, on servers started with ``hf-grpo serve --lora-rank R``: the base weights go once (the
+  transfer above), then after each step only the adapter, written into the sync directory and loaded by every server
+  with vLLM's ``/v1/load_lora_adapter`` in place under one name, which every request then names as its ``model``
+  (`hf_grpo.generation.adapter_sync`). A server without LoRA support, or with a smaller rank, keeps the merged sync
+  for the run, with a warning that names it and the flag. A restarted server gets the base, then the adapter.
 * Servers that went away: before each round every server's weight version is read (``/weight_info``); a server
   that restarted reports another version and is brought up to date from the last weights file before it is used.
   A request that fails on a connection error waits up to ``vllm_server_timeout`` for the server to come back, syncs
@@ -58,6 +63,16 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from ..models.loading import DTYPES
+from .adapter_sync import (
+    ADAPTER_NAME,
+    AdapterFiles,
+    adapter_config_dict,
+    adapter_path,
+    adapter_tensors,
+    lora_config_of,
+    served_lora_rank,
+    servers_refusal,
+)
 from .base import GenerationResult, Generator, SamplingParams, span_versions
 from .turns import ServerTurns
 from .weights import save_policy_weights
@@ -108,7 +123,8 @@ class VLLMServerClient:
         # Room for the concurrent requests: vision-language prompts', and a partial-rollout stream's (requests keeps
         # 10 connections per host by default).
         self.session.mount("http://", HTTPAdapter(pool_maxsize=STREAM_REQUESTS))
-        self.model: str | None = None
+        self.model: str | None = None  # the base model's name on the server
+        self.adapter: str | None = None  # adapter-only sync: the adapter's name, which requests then give as model
 
     def _call(self, method: str, path: str, timeout: float | None = None, **kwargs) -> requests.Response:
         try:
@@ -125,6 +141,7 @@ class VLLMServerClient:
             "/collective_rpc",
             "/reset_prefix_cache",
             "/reset_encoder_cache",
+            "/v1/load_lora_adapter",
         ):
             raise VLLMServerError(
                 f"vLLM server {self.url} has no {path} endpoint: weight sync needs the server "
@@ -175,6 +192,27 @@ class VLLMServerClient:
         )
         self.finish_update(version)
 
+    def lora_max_rank(self) -> int | None:
+        """The largest adapter rank every worker of this server serves (None: started without LoRA support, or
+        without the runtime adapter route)."""
+        ranks = self._call("POST", "/collective_rpc", json={"method": "lora_max_rank"}, timeout=60).json()["results"]
+        if any(r is None for r in ranks):
+            return None
+        runtime = self.session.post(self.url + "/v1/load_lora_adapter", json={}, timeout=30).status_code != 404
+        return min(int(r) for r in ranks) if runtime else None
+
+    def load_adapter(self, path: str, version: int) -> None:
+        """The policy's adapter at ``path`` as the server's one adapter (replaced in place), then the version; the
+        requests after it name the adapter."""
+        self._call(
+            "POST",
+            "/v1/load_lora_adapter",
+            json={"lora_name": ADAPTER_NAME, "lora_path": path, "load_inplace": True},
+            timeout=120,
+        )
+        self.adapter = ADAPTER_NAME
+        self.finish_update(version)
+
     def finish_update(self, version: int) -> None:
         # Image embeddings cached with the old vision tower (module docstring): before any request sees them.
         self._call("POST", "/reset_encoder_cache", timeout=60)
@@ -194,7 +232,12 @@ class VLLMServerClient:
         self._call("POST", "/resume", timeout=60)
 
     def complete(self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams) -> GenerationResult:
-        body = {"model": self.model, "prompt": prompt_ids, "return_token_ids": True, **sampling.vllm_kwargs(n)}
+        body = {
+            "model": self.adapter or self.model,
+            "prompt": prompt_ids,
+            "return_token_ids": True,
+            **sampling.vllm_kwargs(n),
+        }
         choices = sorted(
             self._call("POST", "/v1/completions", json=body).json()["choices"], key=lambda c: c["index"]
         )  # index = prompt * n + sample
@@ -246,7 +289,7 @@ class VLLMServerClient:
         salted with the weights' version, so it never reuses prefix-cache blocks computed under other weights."""
         images = media is not None and bool(media.images)
         body = {
-            "model": self.model,
+            "model": self.adapter or self.model,
             "token_ids": media.engine_ids if images else list(prompt_ids),
             "return_token_ids": True,  # the expanded prompt ids, checked by complete_media
             "sampling_params": sampling.vllm_kwargs(n),
@@ -263,9 +306,10 @@ class VLLMServerGenerator(Generator):
 
     @classmethod
     def from_config(cls, args, accelerator, model, tokenizer, model_path: str) -> VLLMServerGenerator:
-        return cls(args, accelerator)  # the servers load their own copy; the sync sends the policy's weights
+        # The servers load their own copy; the sync sends the policy's weights (or its base once, then its adapter).
+        return cls(args, accelerator, served_lora_rank(args, accelerator.unwrap_model(model)))
 
-    def __init__(self, args, accelerator):
+    def __init__(self, args, accelerator, lora_rank: int | None = None):
         self.accelerator = accelerator
         self.partial = args.partial_rollouts  # None, "keep" or "recompute": weight updates with requests in flight
         self.clients = [
@@ -300,6 +344,9 @@ class VLLMServerGenerator(Generator):
         if accelerator.is_main_process:
             for c in self._live_clients():
                 c.weight_version()  # fails now, with the fix, if the sync endpoints are missing
+        self.lora_rank = self._adapter_rank(lora_rank, args)
+        self._base_sent = False
+        self._adapter_files = AdapterFiles(self.adapter_dir) if self.lora_rank and accelerator.is_main_process else None
         self._nccl = None
         if self.transfer == "nccl":
             from .nccl_sync import NCCLWeightSync
@@ -311,6 +358,28 @@ class VLLMServerGenerator(Generator):
                 DTYPES[self.weights_dtype],
                 args.vllm_group_port,
             )
+
+    def _adapter_rank(self, needed: int | None, args) -> int | None:
+        """``needed`` (the adapter sync's rank) when every server can take adapters that large, else None (the merged
+        sync), with a warning that says what to change (`adapter_sync.servers_refusal`)."""
+        if needed is None:
+            return None
+        refusal = servers_refusal(self._live_clients(), needed, args.vllm_server_urls, self.sync_dir is not None)
+        if refusal is not None:
+            logger.warning("weight sync: merged LoRA weights, not the adapter alone: %s", refusal)
+            return None
+        if self.sync_dir is None:  # nccl transfer, servers on this machine: the adapter files go to local RAM
+            is_main = self.accelerator.is_main_process
+            self.sync_dir = checked_sync_dir(None, args.output_dir, args.vllm_server_urls, is_main)
+            self._owned_sync_dir = is_main
+            if is_main:
+                atexit.register(shutil.rmtree, self.sync_dir, True)
+        logger.info("weight sync: the LoRA adapter alone after the base (servers serve ranks up to %d)", needed)
+        return needed
+
+    @property
+    def adapter_dir(self) -> str:
+        return os.path.join(self.sync_dir, "adapters")
 
     # ---- generation ---------------------------------------------------------------------------------------------
     def generate(
@@ -430,7 +499,9 @@ class VLLMServerGenerator(Generator):
         logger.warning(
             "vLLM server %s holds weight version %s; reloading version %d", client.url, served, self.weight_version
         )
-        client.reload(self.sync_dir, self.weight_version)
+        client.reload(self.sync_dir, self.weight_version)  # adapter sync: the base, from its one file
+        if self.lora_rank is not None:
+            client.load_adapter(adapter_path(self.adapter_dir, self.weight_version), self.weight_version)
 
     # ---- weight sync --------------------------------------------------------------------------------------------
     def update_weights(self, model, version: int) -> None:
@@ -439,20 +510,41 @@ class VLLMServerGenerator(Generator):
         paused = self._live_clients() if self.partial and self.accelerator.is_main_process else []
         list(self.pool.map(VLLMServerClient.pause, paused))
         try:
-            if self._nccl is not None:
-                self._nccl.send(model, version)
-            else:
-                path = save_policy_weights(self.accelerator, model, self.sync_dir, dtype=DTYPES[self.weights_dtype])
-                if path is not None:
-                    list(self.pool.map(lambda c: self._reload(c, version), self._live_clients()))
+            if not self._base_sent:  # merged sync: every time; adapter sync: the base, once
+                self._push_weights(model, version, merge=self.lora_rank is None)
+                self._base_sent = self.lora_rank is not None
+            if self.lora_rank is not None:
+                self._push_adapter(model, version)
         finally:
             list(self.pool.map(VLLMServerClient.resume, paused))
         self.accelerator.wait_for_everyone()  # nobody generates before every server holds the new weights
         self.weight_version = version
+        if self.lora_rank is not None:
+            for client in self.clients:  # every process's requests name the adapter from now on
+                client.adapter = ADAPTER_NAME
 
-    def _reload(self, client: VLLMServerClient, version: int) -> None:
+    def _push_weights(self, model, version: int, merge: bool) -> None:
+        if self._nccl is not None:
+            self._nccl.send(model, version, merge)
+            return
+        path = save_policy_weights(self.accelerator, model, self.sync_dir, DTYPES[self.weights_dtype], merge)
+        if path is not None:
+            list(self.pool.map(lambda c: self._reload(c, version), self._live_clients()))
+
+    def _push_adapter(self, model, version: int) -> None:
+        unwrapped = self.accelerator.unwrap_model(model)
+        tensors = adapter_tensors(self.accelerator, model, DTYPES[self.weights_dtype])  # collective under ZeRO-3
+        if self._adapter_files is None:
+            return
+        path = self._adapter_files.write(tensors, adapter_config_dict(lora_config_of(unwrapped)), version)
+        list(self.pool.map(lambda c: self._reload(c, version, path), self._live_clients()))
+
+    def _reload(self, client: VLLMServerClient, version: int, adapter: str | None = None) -> None:
         try:
-            client.reload(self.sync_dir, version)
+            if adapter is None:
+                client.reload(self.sync_dir, version)
+            else:
+                client.load_adapter(adapter, version)
         except ConnectionError as e:  # reroute: it gets this version from the file when it rejoins
             if not (self.reroute and self._mark_down(client, e)):
                 raise VLLMServerError(f"{e}: the weight update of version {version} did not reach it") from e
@@ -466,6 +558,8 @@ class VLLMServerGenerator(Generator):
         self.pool.shutdown(wait=False)
         if self._nccl is not None:
             self._nccl.close()
+        if self._adapter_files is not None:
+            self._adapter_files.remove()
         if self._owned_sync_dir:
             shutil.rmtree(self.sync_dir, ignore_errors=True)
 

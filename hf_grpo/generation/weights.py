@@ -86,8 +86,10 @@ def _merged(weight: torch.Tensor, layer) -> torch.Tensor:
     return merged
 
 
-def iter_policy_weights(accelerator, model) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield the policy's full weights under checkpoint names (see the module docstring). Call on every process."""
+def iter_policy_weights(accelerator, model, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield the policy's full weights under checkpoint names (see the module docstring). Call on every process.
+    ``merge=False``: a LoRA policy's base weights as they are (dequantized when packed), for an engine that serves
+    the adapter itself (`hf_grpo.generation.adapter_sync`)."""
     unwrapped = accelerator.unwrap_model(model)
     peft = _is_peft(unwrapped)
     zero3 = is_zero3(accelerator)
@@ -97,7 +99,7 @@ def iter_policy_weights(accelerator, model) -> Iterator[tuple[str, torch.Tensor]
         deepspeed.zero.GatheredParameters(list(unwrapped.parameters())) if zero3 and peft else contextlib.nullcontext()
     )
     with gather_all, torch.no_grad():
-        lora = _lora_layers(unwrapped) if peft else {}
+        lora = _lora_layers(unwrapped) if peft and merge else {}
         packed = packed_weights(unwrapped)
         for name, param in unwrapped.named_parameters():
             target = _checkpoint_name(name, peft)
@@ -130,7 +132,9 @@ def policy_weight_metadata(
     return meta
 
 
-def save_policy_weights(accelerator, model, directory: str, dtype: torch.dtype | None = None) -> str | None:
+def save_policy_weights(
+    accelerator, model, directory: str, dtype: torch.dtype | None = None, merge: bool = True
+) -> str | None:
     """Write the policy's full weights as ``model.safetensors`` in ``directory`` (atomically, main process only).
 
     Every process must call this (gathers are collectives); the main process returns the file's path, the others
@@ -139,7 +143,7 @@ def save_policy_weights(accelerator, model, directory: str, dtype: torch.dtype |
     from safetensors.torch import save_file
 
     tensors = {}
-    for name, tensor in iter_policy_weights(accelerator, model):
+    for name, tensor in iter_policy_weights(accelerator, model, merge):
         if accelerator.is_main_process:
             tensors[name] = tensor.detach().to("cpu", dtype=dtype or tensor.dtype).contiguous().clone()
     if not accelerator.is_main_process:

@@ -19,6 +19,8 @@ before the reload makes the post-load step build it again, repack included, so t
 (the tensors' storage is kept). A layer that received no weights gets its previous kernel back. GPU engines are left
 as they are. (Verified by tests/generation/test_vllm_colocate_moe.py, which fails without it.)
 
+``lora_max_rank``: whether (and up to which rank) the engine serves LoRA adapters.
+
 ``plan_direct_copy`` / ``copy_weights_direct``: the fast sync of `hf_grpo.generation.direct_copy`; the plan lives on
 the worker, next to the parameters it points into.
 """
@@ -27,6 +29,12 @@ from __future__ import annotations
 
 
 class HFGRPOWorkerExtension:
+    def lora_max_rank(self) -> int | None:
+        """The largest adapter rank this engine serves (``--max-lora-rank``), None when it was started without LoRA
+        support: how the trainer decides between adapter-only and merged weight sync (adapter_sync.py)."""
+        lora = self.vllm_config.lora_config
+        return None if lora is None else lora.max_lora_rank
+
     def plan_direct_copy(self, shapes: list[tuple[str, tuple]], weights_iterator) -> str | None:
         """Build the direct-copy plan and check it against the weights the loader has just written; keep it when the
         check passes. Returns None then, else why the plan was refused."""

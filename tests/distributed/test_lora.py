@@ -1,6 +1,8 @@
-"""LoRA with colocated vLLM: after every sync vLLM serves ``merge_and_unload()`` of the trained adapter, the frozen base
-weights are never written (merging and unmerging in place left rounding drift in them at every sync), and checkpoints
-carry the adapter with a model card."""
+"""LoRA with colocated vLLM, under both syncs (`vllm_lora_sync`): after every sync vLLM computes what
+``merge_and_unload()`` of the trained adapter computes, the frozen base weights are never written (merging and
+unmerging in place left rounding drift in them at every sync), and checkpoints carry the adapter with a model card.
+The adapter sync sends the base once: a base weight changed behind its back after that never reaches the engine,
+where the merged sync sends it at the next step."""
 
 import copy
 
@@ -15,8 +17,10 @@ from tests.helpers.scoring import trainer_logprobs, vllm_logprobs
 pytestmark = pytest.mark.slow
 
 
-def test_lora_sync_serves_the_merged_adapter_and_leaves_the_base_untouched(vllm_tiny_path, tmp_path):
+@pytest.mark.parametrize("sync", ["adapter", "merged"])
+def test_lora_sync_serves_the_merged_adapter_and_leaves_the_base_untouched(sync, vllm_tiny_path, tmp_path):
     args = GRPOConfig(
+        vllm_lora_sync=sync,
         output_dir=str(tmp_path),
         use_peft=True,
         lora_r=4,
@@ -66,6 +70,16 @@ def test_lora_sync_serves_the_merged_adapter_and_leaves_the_base_untouched(vllm_
         atol=2e-3,
         rtol=0,
     )
+    assert (trainer.generator.lora_request is not None) == (sync == "adapter")
+
+    # Only the adapter goes after the first sync: a base weight changed now reaches the engine under the merged sync
+    # alone (a real run never changes it; this shows what each sync sends).
+    served = vllm_logprobs(trainer.generator, prompt, completion)
+    with torch.no_grad():
+        next(p for n, p in trainer.model.named_parameters() if "base_layer" in n and "q_proj" in n).mul_(3.0)
+    trainer.generator.update_weights(trainer.model_wrapped, trainer.state.global_step + 1)
+    moved = (vllm_logprobs(trainer.generator, prompt, completion) - served).abs().max().item()
+    assert (moved > 1e-3) == (sync == "merged"), moved
 
     checkpoint = tmp_path / "checkpoint-2"
     assert (checkpoint / "adapter_model.safetensors").is_file() and (checkpoint / "adapter_config.json").is_file()

@@ -1,5 +1,5 @@
 """The trainer's own log-probs of a fixed completion, the reference the vLLM tests compare the engine against, and
-a colocated engine's log-probs of the same completion."""
+a colocated engine's log-probs of the same completion (under the policy's adapter when the engine serves one)."""
 
 import torch
 
@@ -29,6 +29,7 @@ def vllm_logprobs(generator, prompt, completion):
         [TokensPrompt(prompt_token_ids=prompt + completion)],
         VSP(max_tokens=1, prompt_logprobs=0, temperature=1.0),
         use_tqdm=False,
+        lora_request=generator.lora_request,  # a LoRA policy's adapter, when the engine serves it (adapter sync)
     )[0]
     ids = prompt + completion
     return torch.tensor([out.prompt_logprobs[i][ids[i]].logprob for i in range(len(prompt), len(ids))])
