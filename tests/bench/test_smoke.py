@@ -171,6 +171,12 @@ SMOKES = {
     "partial_rollouts.py": Smoke(
         "partial_rollouts", "--modes 1+recompute --prompts 1 --generations 2 --max_tokens 8 --steps 1 --warmup 0", 50
     ),
+    # QLoRA only: the LoRA rows run the same code over a dense base. One training step per sync for the e2e rows.
+    "lora_sync.py": Smoke(
+        "lora_sync",
+        "--model {tiny} --kinds qlora --train_steps 1 --repeats 1 --prompts 1 --generations 2 --max_tokens 8",
+        60,
+    ),
     "old_logprobs.py": Smoke(
         "old_logprobs",
         "--model {tiny} --prompts 1 --generations 2 --steps_per_generation 2 --max_tokens 8 --rounds 1 --warmup 0",

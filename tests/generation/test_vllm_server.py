@@ -4,6 +4,8 @@ to the trainer's current weights before it is used. Ends with 2-process training
 launch` per layout (the DDP one carrying the synchronous, asynchronous and QLoRA runs) and one 2-node launch pair
 carrying both server fleets (tests/scripts/train_worker.py's ``runs``)."""
 
+import copy
+import logging
 import os
 import re
 import time
@@ -14,6 +16,7 @@ from accelerate import Accelerator
 
 from hf_grpo import GRPOConfig
 from hf_grpo.generation import SamplingParams
+from hf_grpo.generation.adapter_sync import ADAPTER_NAME
 from hf_grpo.generation.vllm_server import VLLMServerError, VLLMServerGenerator
 from hf_grpo.models import load_model
 from tests.helpers.launch import launch_runs, step_logs
@@ -22,12 +25,14 @@ from tests.helpers.scoring import trainer_logprobs
 from tests.helpers.servers import Server, running
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+LORA_SERVED = 8  # the servers' --lora-rank
 
 
 @pytest.fixture(scope="module")
 def servers(vllm_tiny_path, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("server-logs")
-    with running(Server(vllm_tiny_path, log_dir), Server(vllm_tiny_path, log_dir)) as pair:
+    # Both serve LoRA adapters up to rank 8 (`hf-grpo serve --lora-rank 8`): LoRA/QLoRA trainers sync the adapter alone.
+    with running(*(Server(vllm_tiny_path, log_dir, lora_rank=LORA_SERVED) for _ in range(2))) as pair:
         yield list(pair)
 
 
@@ -139,9 +144,35 @@ def test_updates_land_in_flight_and_each_token_keeps_the_version_that_sampled_it
                 assert diff[~own].max() > 0.01, v  # and not another version's
 
 
-def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(servers, setup, tmp_path):
-    generator, model = setup
-    generator.update_weights(model, version=4)
+def lora_policy(model, rank: int):
+    """``model`` under a LoRA adapter whose B matrices are random (a fresh adapter is the identity)."""
+    from peft import LoraConfig, get_peft_model
+
+    policy = get_peft_model(copy.deepcopy(model), LoraConfig(r=rank, target_modules="all-linear", lora_dropout=0.0))
+    torch.manual_seed(rank)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    return policy.eval()
+
+
+def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(servers, setup, tmp_path, caplog):
+    """The restarted server serves a LoRA policy: it gets the base (the one file of the first sync), then the current
+    adapter, before it is used."""
+    _, model = setup
+    policy = lora_policy(model, rank=4)
+    generator = VLLMServerGenerator.from_config(
+        setup_args(servers, tmp_path / "lora"), Accelerator(cpu=True), policy, None, ""
+    )
+    assert generator.lora_rank == LORA_SERVED  # vLLM rounds rank 4 up to its next max_lora_rank
+    generator.update_weights(policy, version=3)
+    base_file = os.path.join(generator.sync_dir, "model.safetensors")
+    written = os.stat(base_file).st_mtime_ns
+    with torch.no_grad():
+        next(p for n, p in policy.named_parameters() if "lora_B" in n).add_(0.1)
+    generator.update_weights(policy, version=4)
+    assert os.stat(base_file).st_mtime_ns == written, "the base was sent again: the adapter sync sends it once"
     victim = servers[1]
     victim.kill()
     start = time.monotonic()
@@ -172,6 +203,21 @@ def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(ser
     torch.testing.assert_close(
         victim.completion_logprobs(prompt, completion), trainer_logprobs(model, prompt, completion), atol=1e-3, rtol=0
     )
+    # ... and the adapter of version 4, with which every request of the LoRA generator was served.
+    served = victim.completion_logprobs(prompt, completion, model=ADAPTER_NAME)
+    assert (served - trainer_logprobs(model, prompt, completion)).abs().max() > 0.01, "the adapter changes nothing"
+    torch.testing.assert_close(served, trainer_logprobs(policy, prompt, completion), atol=1e-3, rtol=0)
+    generator.close()
+
+    # An adapter above the servers' rank keeps the merged sync, and says which server and which flag.
+    with caplog.at_level(logging.WARNING, logger="hf_grpo.generation.vllm_server"):
+        wide = lora_policy(model, rank=16)
+        merged = VLLMServerGenerator.from_config(
+            setup_args(servers, tmp_path / "wide"), Accelerator(cpu=True), wide, None, ""
+        )
+    assert merged.lora_rank is None
+    assert f"serves LoRA ranks up to {LORA_SERVED}; start it with `hf-grpo serve --lora-rank 16`" in caplog.text
+    merged.close()
 
 
 def server_config(servers, **overrides) -> dict:

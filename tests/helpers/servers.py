@@ -21,8 +21,10 @@ from tests.helpers.launch import forked, free_port
 
 
 class Server:
-    def __init__(self, model_path: str, log_dir):
+    def __init__(self, model_path: str, log_dir, lora_rank: int | None = None):
+        """``lora_rank``: serve LoRA adapters up to that rank (`hf-grpo serve --lora-rank`)."""
         self.model_path, self.port, self.log_dir = model_path, free_port(), log_dir
+        self.lora_rank = lora_rank
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
 
@@ -43,6 +45,8 @@ class Server:
             "--max-model-len",
             "512",
         ]
+        if self.lora_rank is not None:
+            cmd += ["--lora-rank", str(self.lora_rank)]
         cmd, env = forked(cmd, dict(os.environ))  # `hf-grpo serve` and the vLLM server it execs fork from the zygote
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -86,9 +90,16 @@ class Server:
     def weight_version(self) -> str:
         return requests.get(self.url + "/weight_info", timeout=5).json()["weight_version"]
 
-    def completion_logprobs(self, prompt, completion) -> torch.Tensor:
+    def completion_logprobs(self, prompt, completion, model: str | None = None) -> torch.Tensor:
+        """The served log-probs of ``completion`` after ``prompt``, under the base model or the adapter ``model``."""
         ids = prompt + completion
-        body = {"model": self.model_path, "prompt": [ids], "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
+        body = {
+            "model": model or self.model_path,
+            "prompt": [ids],
+            "max_tokens": 1,
+            "prompt_logprobs": 0,
+            "temperature": 1.0,
+        }
         choice = requests.post(self.url + "/v1/completions", json=body, timeout=60).json()["choices"][0]
         return torch.tensor(
             [choice["prompt_logprobs"][i][str(ids[i])]["logprob"] for i in range(len(prompt), len(ids))]
