@@ -21,6 +21,13 @@ in bf16 (QLoRA: bf16 compute and bf16 quantization storage, FSDP's requirement) 
 allocation in the process (a vLLM row's includes its engine's KV cache). A row also runs under a launcher, which
 shards it: ``accelerate launch --config_file accelerate_configs/fsdp2.yaml bench/memory.py --cuda --worker ours_qlora``.
 
+Long context (``--min_tokens N``): every completion is forced to at least N tokens for both trainers (HF
+``generate``'s ``min_new_tokens``, vLLM's ``min_tokens``, through TRL's ``generation_kwargs``), so a row's peak is that
+of N-token completions whatever the model would have written; ``--max_tokens`` caps them as usual:
+
+    python bench/memory.py --rows trl,ours,trl_lora,ours_lora --prompts 1 --generations 2 --steps 1 \
+        --max_tokens 2048 --min_tokens 2048
+
     python bench/memory.py [--steps 2] [--parallel] [--rows trl,ours,...] [--prompts 4 --generations 8 ...]
     RESULT memory ours_over_trl=<ours vLLM / TRL, full> ours_hf_over_trl=<HF rows> ours_qlora_over_trl_qlora=<...>
         qlora_over_lora=<ours> qlora_over_full=<ours> ... <row>_peak_gb=<GiB> ...   (the ratios the rows run allow)
@@ -43,8 +50,10 @@ SYSTEM = (
 )
 
 
-def shape(opts, out: str) -> dict:
+def shape(opts, out: str, vllm: bool = False) -> dict:
+    forced = {("min_tokens" if vllm else "min_new_tokens"): opts.min_tokens} if opts.min_tokens else None
     return dict(
+        generation_kwargs=forced,
         output_dir=out,
         per_device_train_batch_size=opts.prompts * opts.generations,
         num_generations=opts.generations,
@@ -128,7 +137,7 @@ def worker(name: str, opts) -> None:
 
             backend = "vllm" if name.startswith("ours_vllm") else "hf"
             args = GRPOConfig(
-                **{**shape(opts, out), **precision},
+                **{**shape(opts, out, vllm=backend == "vllm"), **precision},
                 plot_metrics=False,
                 generation_backend=backend,
                 vllm_enforce_eager=True,
@@ -180,6 +189,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4, help="prompts per step (one micro-batch)")
     parser.add_argument("--generations", type=int, default=8, help="completions per prompt")
     parser.add_argument("--max_tokens", type=int, default=48, help="max_completion_length")
+    parser.add_argument("--min_tokens", type=int, default=0, help="force every completion to this many tokens")
     parser.add_argument("--model", default="smollm2-135m", help="the embedded model's name, or a path")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -211,6 +221,8 @@ def main() -> None:
         str(opts.generations),
         "--max_tokens",
         str(opts.max_tokens),
+        "--min_tokens",
+        str(opts.min_tokens),
         "--model",
         opts.model,
         "--reward",

@@ -465,8 +465,8 @@ class VLLMColocateGenerator(Generator):
         unwrapped = self.accelerator.unwrap_model(model)
         tensors = adapter_tensors(self.accelerator, model, DTYPES[self.engine_dtype])
         path = self._adapter_files.write(tensors, adapter_config_dict(lora_config_of(unwrapped)), version)
-        request = LoRARequest(ADAPTER_NAME, ADAPTER_ID, path, load_inplace=True)
-        try:
+        try:  # a vLLM without in-place adapter loads (load_inplace) refuses here too
+            request = LoRARequest(ADAPTER_NAME, ADAPTER_ID, path, load_inplace=True)
             self.llm.llm_engine.add_lora(request)
         except Exception as error:  # vLLM's loader raises whatever its checks raise
             if self.lora_request is not None:
