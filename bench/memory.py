@@ -163,6 +163,7 @@ def worker(name: str, opts) -> None:
         trained = next(p for p in trainer.model.parameters() if p.requires_grad)
         # How far the engine's sampling log-probs are from the trainer's (vLLM rows; the sync's exactness).
         logp_gap = [e[k] for e in trainer.state.log_history for k in e if k.endswith("logp_difference/max")]
+        lengths = [e["completions/mean_length"] for e in trainer.state.log_history if "completions/mean_length" in e]
     if opts.cuda:
         peak = torch.cuda.max_memory_allocated() / 2**30  # everything torch allocated, vLLM's cache included
     else:
@@ -177,6 +178,7 @@ def worker(name: str, opts) -> None:
                 "gradient_checkpointing": bool(args.gradient_checkpointing),
                 "trained_dtype": str(trained.dtype),
                 "logp_difference_max": max(logp_gap, default=None),
+                "mean_length": sum(lengths) / len(lengths) if lengths else None,
             }
         ),
         flush=True,
@@ -252,7 +254,7 @@ def main() -> None:
         print(
             f"{name:<16} peak {'CUDA allocated' if opts.cuda else 'RSS'} {r['peak_gib']:.2f} GiB  ({r['steps']} steps, "
             f"gradient_checkpointing {r['gradient_checkpointing']}, trained {r['trained_dtype']}, at load "
-            f"{r['loaded_gib']:.2f} GiB{gap})",
+            f"{r['loaded_gib']:.2f} GiB{gap}, completions of {r['mean_length']} tokens on average)",
             flush=True,
         )
     # Each ratio the rows that ran allow; the adapter ratios compare HF-generate rows (TRL's path, equal shape).

