@@ -83,8 +83,9 @@ VLM_BATCH = {"per_device_train_batch_size": 4, "num_generations": 2, "max_comple
 
 def matrix_runs(backend: str) -> dict[str, dict]:
     """This layout's cases of the matrix. The configs' own mixed precision: fp32 for ddp.yaml, bf16 for the DeepSpeed
-    and FSDP configs. With LoRA the reference is the policy with its adapter disabled, and vLLM receives the merged
-    weights; with QLoRA the base is 4-bit NF4 and vLLM receives it dequantized, the adapter merged in."""
+    and FSDP configs. With LoRA the reference is the policy with its adapter disabled, and vLLM receives the base once,
+    then the adapter alone (ZeRO-3 gathers each adapter tensor); with QLoRA the base is 4-bit NF4 and vLLM receives it
+    dequantized, once."""
     return {
         f"matrix-{peft}": {"config": {**COLOCATE, "beta": 0.04, **PEFT[peft]}} for b, peft in MATRIX if b == backend
     }

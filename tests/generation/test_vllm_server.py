@@ -313,8 +313,9 @@ def test_two_process_partial_rollouts_in_server_mode(ddp):
 
 
 def test_two_process_qlora_training_in_server_mode(ddp):
-    """A 4-bit base under a LoRA adapter, 2 processes (DDP): the servers (which loaded the dense checkpoint) receive the
-    dequantized base with the adapter merged in, so they sample from the policy the trainer scores."""
+    """A 4-bit base under a LoRA adapter, 2 processes (DDP): the servers (which loaded the dense checkpoint, and serve
+    LoRA up to rank 8) receive the dequantized base once, then the adapter alone after each step, and every request
+    names it, so they sample from the policy the trainer scores."""
     r0, r1 = ddp["runs"]["qlora"].ranks
     assert all(torch.equal(w, r1["weights"][n]) for n, w in r0["weights"].items())
     logs = step_logs(r0)

@@ -51,6 +51,20 @@ def test_serve_command_sets_what_weight_sync_needs(tmp_path):
     assert argv[-2:] == ["--max-num-seqs", "8"]  # unknown flags pass through to vLLM
     nccl, _ = serve_command(parse_args(["--weight-transfer", "nccl"])[0])
     assert '{"backend": "nccl"}' in nccl
+    assert "--enable-lora" not in argv and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
+    # --lora-rank: LoRA serving and the runtime adapter route, which the adapter-only sync loads through.
+    lora, lora_env = serve_command(parse_args(["--lora-rank", "16"])[0])
+    assert " ".join(lora).endswith("--enable-lora --max-lora-rank 16 --max-loras 1")
+    assert lora_env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
+
+
+def test_serve_refuses_a_lora_rank_vllm_does_not_allow(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--lora-rank", "12"])
+    assert (
+        "--lora-rank must be one of vLLM's ranks 1, 8, 16, 32, 64, 128, 256, 320, 512, got 12"
+        in capsys.readouterr().err
+    )
 
 
 def test_unreachable_server_fails_with_its_url_within_the_timeout():
