@@ -86,3 +86,50 @@ def test_lora_sync_serves_the_merged_adapter_and_leaves_the_base_untouched(sync,
     card = (checkpoint / "README.md").read_text()
     assert "library_name: peft" in card and f"base_model: {vllm_tiny_path}" in card
     trainer.generator.close()
+
+
+def test_an_adapter_update_lands_on_requests_in_flight(vllm_tiny_path, tmp_path):
+    """Partial rollouts under the adapter sync: the adapter is replaced in place between two engine steps while
+    completions are decoding (recompute: their prefix is recomputed under it), they finish with tokens of both
+    versions, and the engine then serves the new adapter."""
+    from accelerate import Accelerator
+    from peft import LoraConfig, get_peft_model
+
+    from hf_grpo.generation import SamplingParams
+    from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
+    from hf_grpo.models import load_model
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        generation_backend="vllm",
+        vllm_enforce_eager=True,
+        vllm_lora_sync="adapter",
+        vllm_kv_cache_gib=0.1,
+        max_prompt_length=64,
+        max_completion_length=32,
+        max_staleness=1,
+        partial_rollouts="recompute",
+        use_peft=True,
+        use_cpu=True,
+        report_to="none",
+    )
+    policy = get_peft_model(load_model(vllm_tiny_path), LoraConfig(r=4, target_modules="all-linear")).eval()
+    generator = VLLMColocateGenerator.from_config(args, Accelerator(cpu=True), policy, None, vllm_tiny_path)
+    generator.update_weights(policy, 0)
+    turns = generator.turns()
+    for key in range(4):
+        turns.submit(key, [1, 300 + key, 301], SamplingParams(max_tokens=32, extra=(("ignore_eos", True),)))
+    done = turns.poll(0) + turns.poll(0)  # two engine steps: prefill and the first token
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    generator.update_weights(policy, 1)
+    while len(done) < 4:
+        done += turns.poll(0)
+    assert all(len(t.token_ids) == 32 and set(t.versions) == {0, 1} for t in done), [set(t.versions) for t in done]
+    prompt, completion = [1, 300, 301], [400, 401, 402]
+    torch.testing.assert_close(
+        vllm_logprobs(generator, prompt, completion), trainer_logprobs(policy, prompt, completion), atol=1e-4, rtol=0
+    )
+    generator.close()
