@@ -49,7 +49,7 @@ CPU_LORA = (
 
 
 def lora_config_of(unwrapped):
-    """The active PEFT config of a PEFT policy, None for a plain model."""
+    """The active PEFT config of a PEFT policy, None for a plain model (or none)."""
     if not (hasattr(unwrapped, "peft_config") and hasattr(unwrapped, "active_adapters")):
         return None
     return unwrapped.peft_config[unwrapped.active_adapters[0]]

@@ -206,7 +206,8 @@ class VLLMColocateGenerator(Generator):
     def from_config(cls, args, accelerator, model, tokenizer, model_path: str) -> VLLMColocateGenerator:
         # The engine loads model_path; the sync sends the policy's weights (or its base once, then its adapter).
         on_cpu = accelerator.device.type != "cuda"
-        return cls(args, accelerator, model_path, served_lora_rank(args, accelerator.unwrap_model(model), on_cpu))
+        policy = None if model is None else accelerator.unwrap_model(model)  # None: `hf-grpo eval` of a folder
+        return cls(args, accelerator, model_path, served_lora_rank(args, policy, on_cpu))
 
     def __init__(self, args, accelerator, model_path: str, lora_rank: int | None = None):
         global _last_built

@@ -310,7 +310,8 @@ class VLLMServerGenerator(Generator):
     @classmethod
     def from_config(cls, args, accelerator, model, tokenizer, model_path: str) -> VLLMServerGenerator:
         # The servers load their own copy; the sync sends the policy's weights (or its base once, then its adapter).
-        return cls(args, accelerator, served_lora_rank(args, accelerator.unwrap_model(model)))
+        policy = None if model is None else accelerator.unwrap_model(model)  # None: `hf-grpo eval` of a folder
+        return cls(args, accelerator, served_lora_rank(args, policy))
 
     def __init__(self, args, accelerator, lora_rank: int | None = None):
         self.accelerator = accelerator

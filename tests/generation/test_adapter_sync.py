@@ -62,6 +62,7 @@ def test_the_engine_rank_is_vllms_next_allowed_one_and_refusals_are_logged(tmp_p
     assert served_lora_rank(forced, adapted(r=4), colocated_on_cpu=True) == 8
     assert served_lora_rank(args, adapted(r=16, rank_pattern={"v_proj": 20})) == 32
     assert served_lora_rank(args, make_tiny_llama(vocab_size=64)) is None  # no adapter: nothing to say
+    assert served_lora_rank(args, None) is None  # no policy object: `hf-grpo eval` of a model folder
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="hf_grpo.generation.adapter_sync"):
         assert served_lora_rank(args, adapted(use_dora=True)) is None
