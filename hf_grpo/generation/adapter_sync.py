@@ -26,6 +26,7 @@ adapters and reloads from the path on the next request), so the current and the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -203,9 +204,12 @@ class AdapterFiles:
         return self.paths[-1] if self.paths else None
 
     def remove(self) -> None:
+        """The versions written, then the root when nothing else is in it."""
         for path in self.paths:
             shutil.rmtree(path, ignore_errors=True)
         self.paths = []
+        with contextlib.suppress(OSError):
+            os.rmdir(self.root)
 
 
 def adapter_bytes(tensors: dict[str, torch.Tensor]) -> int:

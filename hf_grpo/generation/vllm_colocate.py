@@ -37,6 +37,7 @@ Design:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import itertools
@@ -253,6 +254,7 @@ class VLLMColocateGenerator(Generator):
             self._adapter_files = AdapterFiles(
                 f"{default_sync_dir(args.output_dir)}-adapter-{accelerator.process_index}"
             )
+            atexit.register(self._adapter_files.remove)  # RAM under /dev/shm: also when the trainer is never closed
         if on_cuda:
             kwargs.update(
                 gpu_memory_utilization=args.vllm_gpu_memory_utilization,
