@@ -68,7 +68,7 @@ class SamplingParams:
 
         ``logprobs=0`` returns the sampled token's log-prob; the stop string stays in the output so the token ids
         and the text agree (as with the HF backend). ``structured_outputs`` is the request body's form (a dict); an
-        in-process engine needs `vllm_colocate.engine_sampling_params`, which builds vLLM's object from it.
+        in-process engine needs `vllm_requests.engine_sampling_params`, which builds vLLM's object from it.
         """
         structured = {} if self.regex is None else {"structured_outputs": {"regex": self.regex}}
         return dict(

@@ -60,8 +60,11 @@ from .adapter_sync import (
     lora_config_of,
     served_lora_rank,
 )
-from .base import EngineCannotLoadModel, GenerationResult, Generator, SamplingParams, Turn, span_versions
+from .base import EngineCannotLoadModel, GenerationResult, Generator, SamplingParams
+from .engine_turns import EngineTurns
 from .kv_budget import kv_cache_bytes
+from .sync_dir import default_sync_dir
+from .vllm_requests import check_expanded_prompts, engine_sampling_params, parse_request_outputs
 from .weights import iter_policy_weights, policy_weight_metadata
 
 logger = logging.getLogger(__name__)
@@ -69,58 +72,7 @@ logger = logging.getLogger(__name__)
 WORKER_EXTENSION = "hf_grpo.generation.worker_extension.HFGRPOWorkerExtension"
 
 
-def check_expanded_prompts(outputs, prompt_ids: list[list[int]], names: list[str] | None = None) -> None:
-    """The prompt ids a vLLM engine expanded from images must equal the trainer's processor's (the sequences the
-    trainer scores); a mismatch (a processor configured differently in the engine) is an error naming the prompt
-    (``names[i]``, default ``prompt i``: a multi-turn rollout's context is named by its rollout)."""
-    for i, (request, ids) in enumerate(zip(outputs, prompt_ids)):
-        got = list(request.prompt_token_ids)
-        if got != list(ids):
-            raise RuntimeError(
-                f"{names[i] if names else f'prompt {i}'}: vLLM expanded its images into {len(got)} prompt tokens, "
-                f"the trainer's processor into "
-                f"{len(ids)}{'' if len(got) != len(ids) else ' (different ids)'}; the engine's processor must match "
-                f"the trainer's (same processor config in the model folder)"
-            )
-
-
-def parse_request_outputs(outputs, version: int = -1) -> GenerationResult:
-    """vLLM ``RequestOutput``s (in prompt order, ``n`` samples each) -> a group-major `GenerationResult`; each token
-    labelled with the engine's weight version when it was sampled (``version``: where the engine has no label)."""
-    ids, finished, logprobs, versions = [], [], [], []
-    for request in outputs:
-        for sample in sorted(request.outputs, key=lambda o: o.index):
-            tokens = list(sample.token_ids)
-            ids.append(tokens)
-            finished.append(sample.finish_reason == "stop")  # EOS or a stop string; "length" = truncated
-            logprobs.append(
-                [step[t].logprob for step, t in zip(sample.logprobs, tokens)] if sample.logprobs is not None else []
-            )
-            versions.append(span_versions(version_labels(sample), len(tokens), version))
-    return GenerationResult(completion_ids=ids, finished=finished, logprobs=logprobs, versions=versions)
-
-
-def version_labels(sample) -> list | None:
-    """A completion's weight-version spans; vLLM < 0.32 (the GPU kit's 0.26) labels none (partial rollouts, which need
-    them, are refused there when the engine is built)."""
-    return getattr(sample, "weight_versions", None)
-
-
-# vLLM's level when ``verbose`` is off. WARNING would still print, at every step, the reload's "<Layer>: Failed to
-# load weights" (harmless: buffers the checkpoint format does not carry, which vLLM puts back) and the CPU worker's
-# "doesn't allow torch.set_num_threads"; a newcomer should see the progress bar and the metrics lines.
 QUIET_LEVEL = "ERROR"
-
-
-def engine_sampling_params(sampling: SamplingParams, n: int, **extra):
-    """``vllm.SamplingParams`` for an in-process engine: the regex constraint as vLLM's `StructuredOutputsParams`."""
-    from vllm import SamplingParams as VLLMSamplingParams
-    from vllm.sampling_params import StructuredOutputsParams
-
-    kwargs = sampling.vllm_kwargs(n)
-    if "structured_outputs" in kwargs:
-        kwargs["structured_outputs"] = StructuredOutputsParams(**kwargs["structured_outputs"])
-    return VLLMSamplingParams(**kwargs, **extra)
 
 
 def vllm_logging_level(verbose: bool) -> str:
@@ -248,8 +200,6 @@ class VLLMColocateGenerator(Generator):
         self._base_sent = False
         self._adapter_files = None
         if lora_rank is not None:
-            from .vllm_server import default_sync_dir
-
             kwargs.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=1)
             self._adapter_files = AdapterFiles(
                 f"{default_sync_dir(args.output_dir)}-adapter-{accelerator.process_index}"
@@ -537,73 +487,3 @@ class VLLMColocateGenerator(Generator):
         if shutdown_why is not None and llm is not None:
             self._closed_why = shutdown_why
             llm.llm_engine.engine_core.shutdown()  # idempotent: vLLM's own finalizer then does nothing
-
-
-class EngineTurns:
-    """Turns of the colocated engine (`hf_grpo.generation.turns`): requests go straight into the in-process engine
-    (``LLMEngine.add_request``) and the loop calls ``step()``; a rollout whose turn finishes is handed back at once
-    while the others keep decoding, and its next turn joins the running batch as soon as its tools return."""
-
-    streaming = True
-
-    def __init__(self, generator):
-        self.generator = generator
-        self.engine = generator.llm.llm_engine
-        self.tag = f"hf_grpo-turns{next(generator._owners)}"
-        self._keys: dict[str, int] = {}
-        self._expanded: dict[str, list[int]] = {}  # request -> the trainer's context, for requests with images
-        self._ids = itertools.count()
-
-    def session(self):
-        return self.generator.engine_session()
-
-    def submit(self, key: int, prompt_ids: list[int], sampling: SamplingParams, media=None) -> None:
-        from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
-
-        params = engine_sampling_params(sampling, 1, output_kind=RequestOutputKind.FINAL_ONLY)
-        request_id = f"{self.tag}:{next(self._ids)}"
-        self._keys[request_id] = key
-        if media is not None and media.images:  # the engine expands the images itself (module docstring)
-            prompt = TokensPrompt(prompt_token_ids=list(media.engine_ids), multi_modal_data={"image": media.images})
-            self._expanded[request_id] = list(prompt_ids)
-        else:
-            prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
-        if self.generator.partial:
-            # Salted with the weights' version: a request never reuses prefix-cache blocks computed under other
-            # weights (the blocks of requests in flight outlive a weight update).
-            prompt["cache_salt"] = f"v{self.generator.weight_version}"
-        with self.generator.step_lock:  # the scorer thread's evaluation may be stepping the engine
-            self.engine.add_request(request_id, prompt, params, lora_request=self.generator.lora_request)
-
-    def busy(self) -> bool:
-        return bool(self._keys)
-
-    def poll(self, timeout: float) -> list[Turn]:
-        """One engine step (``timeout`` is not needed: a step is the work itself), between weight updates."""
-        if not self._keys:
-            return []
-        out = []
-        with self.generator.step_lock:
-            self.generator.step_engine()
-            finished = self.generator.collect_finished(self.tag)
-        for request in finished:
-            key = self._keys.pop(request.request_id)
-            expanded = self._expanded.pop(request.request_id, None)
-            if expanded is not None:
-                check_expanded_prompts([request], [expanded], names=[f"rollout {key}'s context"])
-            sample = request.outputs[0]
-            ids = list(sample.token_ids)
-            logprobs = (
-                [step[t].logprob for step, t in zip(sample.logprobs, ids)] if sample.logprobs is not None else None
-            )
-            versions = span_versions(version_labels(sample), len(ids), self.generator.weight_version)
-            out.append(Turn(key, ids, sample.finish_reason == "stop", logprobs, versions))
-        return out
-
-    def finish(self) -> None:
-        """Abort the requests still in flight (a partial-rollout stream stopped mid-round): nobody collects them."""
-        if self._keys:
-            with self.generator.step_lock:
-                self.engine.abort_request(list(self._keys))
-            self._keys.clear()

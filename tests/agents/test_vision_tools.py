@@ -241,7 +241,7 @@ def test_colocated_vllm_expands_a_tool_image_into_the_trainers_context(vlm_root,
     """The engine writes the call itself (a regex constraint), so its second turn is generated from a context holding
     the prompt's image and the tool's: sent as unexpanded ids with both images, and the ids vLLM expanded must be the
     trainer's (checked on every turn). Ids that are not the trainer's are refused, naming the rollout."""
-    from hf_grpo.generation.vllm_colocate import EngineTurns
+    from hf_grpo.generation.engine_turns import EngineTurns
     from hf_grpo.vision.inputs import VisionPrompts
 
     path = policy("idefics3", vlm_root)

@@ -94,7 +94,7 @@ def test_trainer_address_is_the_interface_that_routes_to_the_servers():
 
 
 def test_disk_sync_to_another_host_needs_a_shared_directory(tmp_path):
-    from hf_grpo.generation.vllm_server import checked_sync_dir
+    from hf_grpo.generation.sync_dir import checked_sync_dir
 
     with pytest.raises(ValueError, match=r"servers on other hosts \(http://10.0.0.7:8000\): set vllm_weight_sync_dir"):
         checked_sync_dir(None, str(tmp_path), ["http://127.0.0.1:8000", "http://10.0.0.7:8000"], is_main=True)
