@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+import transformers
 from datasets import Dataset
 from PIL import Image
 
@@ -189,4 +190,28 @@ def test_rollout_func_with_image_rows_and_freeze_on_a_text_model_are_refused(vlm
             [length_reward],
             vlm_config(tmp_path, freeze_vision_tower=True),
             [{"prompt": [{"role": "user", "content": "hi"}]}] * 4,
+        )
+
+
+def test_a_processor_output_the_model_does_not_take_is_refused_at_init(vlm_root, tmp_path):
+    """Per-image and per-token processor outputs reach the forward, training targets (PaliGemma's ``labels``) never
+    do (tests/vision/test_inputs.py, and PaliGemma trains above); an output the forward does not take by name would
+    reach it through ``**kwargs``, so it is refused when the trainer is built, by name."""
+    path = tiny_vlm("llava", vlm_root)
+
+    class WithCropOffsets(transformers.LlavaProcessor):
+        def __call__(self, *args, **kwargs):
+            out = super().__call__(*args, **kwargs)
+            out["crop_offsets"] = torch.zeros(1, 2)
+            return out
+
+    with pytest.raises(
+        ValueError, match=r"WithCropOffsets returns `crop_offsets`, which LlavaForConditionalGeneration"
+    ):
+        DistributedGRPOTrainer(
+            path,
+            [length_reward],
+            vlm_config(tmp_path),
+            image_rows(),
+            processing_class=WithCropOffsets.from_pretrained(path),
         )

@@ -99,6 +99,12 @@ class Tool:
                 f"argument and a Google-style docstring with a description and an `Args:` entry per argument "
                 f"(as transformers' get_json_schema requires)"
             ) from e
+        problem = _uncallable_parameter(func)
+        if problem is not None:
+            raise ToolDefinitionError(
+                f"{where}: tool `{name}` cannot be called as its schema says: {problem}. A tool call passes its "
+                f"arguments by name, as one JSON object; give the tool named parameters (e.g. `numbers: list[int]`)"
+            )
         return cls(name=name, func=func, schema=schema, is_async=inspect.iscoroutinefunction(func))
 
     def check_arguments(self, arguments) -> str | None:
@@ -122,6 +128,25 @@ class Tool:
             ):
                 return f"argument {arg} must be of type {'/'.join(allowed)}, got {json.dumps(value)[:60]}"
         return None
+
+
+def _uncallable_parameter(func: Callable) -> str | None:
+    """Why a call that follows ``func``'s published schema would fail, or None. transformers' ``get_json_schema``
+    publishes ``*args`` and ``**kwargs`` as required arguments named ``args``/``kwargs`` and positional-only
+    parameters by name, and none of them can be passed as ``func(**arguments)`` means them to be."""
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):  # no signature to read (a builtin): the schema was built without one
+        return None
+    for p in parameters:
+        if p.kind is p.VAR_POSITIONAL:
+            return f"parameter `*{p.name}` takes positional values, and the schema names it as one argument"
+        if p.kind is p.POSITIONAL_ONLY:
+            return f"parameter `{p.name}` is positional-only, and a call passes it by name"
+    if parameters and all(p.kind is p.VAR_KEYWORD for p in parameters):
+        name = parameters[0].name
+        return f"its only parameter is `**{name}`, published as one required argument `{name}`"
+    return None
 
 
 def _accepts_var_kwargs(func: Callable) -> bool:

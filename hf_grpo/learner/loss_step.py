@@ -226,8 +226,11 @@ class LossStep:
 def _record_policy_metrics(m, args, out, entropy: torch.Tensor, mask: torch.Tensor) -> None:
     m.add("entropy", masked_mean(entropy, mask))
     if LOSS_TYPES[args.loss_type].clipped:
-        m.add("clip_ratio/low_mean", masked_mean(out.low_clipped.float(), mask))
-        m.add("clip_ratio/high_mean", masked_mean(out.high_clipped.float(), mask))
+        low, high = masked_mean(out.low_clipped.float(), mask), masked_mean(out.high_clipped.float(), mask)
+        m.add("clip_ratio/low_mean", low)
+        m.add("clip_ratio/low_min", low, reduce="min")  # TRL's: the smallest micro-batch ratio of any process
+        m.add("clip_ratio/high_mean", high)
+        m.add("clip_ratio/high_max", high, reduce="max")
         m.add("clip_ratio/region_mean", masked_mean((out.low_clipped | out.high_clipped).float(), mask))
     if out.cispo_clipped is not None:
         m.add("cispo_clip_ratio", masked_mean(out.cispo_clipped.float(), mask))

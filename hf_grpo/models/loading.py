@@ -196,10 +196,14 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def load_config(name_or_path: str):
+    """The model's config (``AutoConfig``), without its weights."""
+    return AutoConfig.from_pretrained(check_model_path(name_or_path))
+
+
 def is_vision_language(name_or_path: str) -> bool:
     """Whether the model at ``name_or_path`` has a vision tower (its config has a ``vision_config``)."""
-    config = AutoConfig.from_pretrained(check_model_path(name_or_path))
-    return getattr(config, "vision_config", None) is not None
+    return getattr(load_config(name_or_path), "vision_config", None) is not None
 
 
 def load_processing_class(name_or_path: str):

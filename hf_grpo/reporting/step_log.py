@@ -14,12 +14,13 @@ import time
 
 import torch
 from accelerate.utils import gather_object
+from transformers import TrainerCallback
 
 from ..rewards.user_logs import RewardLogError
 from .metrics import MetricsBuffer
 
 
-class StepLog:
+class StepLog(TrainerCallback):
     """The trainer's step log: its metrics buffer, the token throughput and the training clock's minutes.
 
     Built by the trainer with the config, the accelerator (metrics are reduced over processes) and the training clock
@@ -30,6 +31,7 @@ class StepLog:
     def __init__(self, args, accelerator, clock):
         self.args, self.accelerator, self.clock = args, accelerator, clock
         self.metrics = MetricsBuffer()
+        self.step_started: float | None = None  # wall clock at this optimizer step's start (`step_time`)
         self.round_tokens = 0.0  # prompt + completion tokens of the current round, on this process
         self.tokens_since_log = 0.0
         self.last_log_wall = time.perf_counter()
@@ -53,7 +55,8 @@ class StepLog:
             extra.update({f"dynamic_sampling/{k}": v for k, v in (dynamic_sampling_stats or {}).items()})
         own = {**batch.metrics(advantages, args.num_generations, reward_names), **extra}
         for key, value in own.items():
-            metrics.add(key, value)
+            # TRL's minima and maxima are over the window and every process, not means of them.
+            metrics.add(key, value, reduce=_reduction(key))
         for key, value in logged_metric_means(self.accelerator, batch.logged_metrics).items():
             if key in own:
                 raise RewardLogError(
@@ -61,6 +64,15 @@ class StepLog:
                 )
             metrics.add(key, value)
         self.round_tokens = metrics.last("num_tokens")
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.step_started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # TRL's step_time: an optimizer step's wall seconds, its micro-batches' generation and loss passes included
+        # (here also the optimizer step itself), averaged over the logging window.
+        if self.step_started is not None:
+            self.metrics.add("step_time", time.perf_counter() - self.step_started)
 
     def credit_micro_step(self, micro_steps_per_round: int) -> None:
         """Credit one micro-step with its equal share of the round's tokens, so steps that only reuse the round still
@@ -98,3 +110,11 @@ def logged_metric_means(accelerator, values: dict[str, list[float]]) -> dict[str
             total[0] += sum(v)
             total[1] += len(v)
     return {name: s / n for name, (s, n) in sorted(totals.items()) if n}
+
+
+def _reduction(key: str) -> str:
+    """TRL's ``completions/min_*`` and ``completions/max_*`` are the extremes over all processes; the rest are means."""
+    group, _, name = key.rpartition("/")
+    if group == "completions" and name.startswith(("min_", "max_")):
+        return name[:3]
+    return "mean"

@@ -135,6 +135,10 @@ class RolloutBatch:
         out["completions/min_length"] = lengths.min()
         out["completions/max_length"] = lengths.max()
         out["completions/clipped_ratio"] = (~finished).float().mean()
+        ended = lengths[finished]  # [terminated]: completions that stopped by themselves (0s if none, as TRL)
+        out["completions/mean_terminated_length"] = ended.mean() if ended.numel() else 0.0
+        out["completions/min_terminated_length"] = ended.min() if ended.numel() else 0.0
+        out["completions/max_terminated_length"] = ended.max() if ended.numel() else 0.0
         prompts = (
             sum(len(p) for p in self.completion_prompt_ids)
             if self.completion_prompt_ids is not None

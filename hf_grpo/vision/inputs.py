@@ -22,6 +22,7 @@ tensors are the unit, so no split is needed and a micro-batch may mix rows of an
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -34,6 +35,16 @@ from ..data.schema import without_nulls
 SLACK = 8
 # Processor outputs that are per token, by name (their shape alone cannot tell them from a one-image tensor).
 PER_TOKEN_KEYS = ("token_type_ids", "mm_token_type_ids")
+# Processor outputs that are training targets, not inputs: PaliGemma's processor returns ``labels`` (its prompt
+# masked with -100); passed to the forward, the model would compute its own loss on shapes that do not match.
+TARGET_KEYS = ("labels",)
+
+
+def causal_token_type(config) -> int:
+    """The ``token_type_ids`` value of a causal text token, which a completion's positions get. Gemma 3 marks image
+    tokens 1 (attended bidirectionally) and text 0; PaliGemma marks its bidirectional prefix (image and prompt) 0 and
+    the suffix it generates 1, so a completion padded with 0 would see its own later tokens (TRL 1.16 pads with 0)."""
+    return 1 if config.model_type == "paligemma" else 0
 
 
 @dataclass
@@ -46,6 +57,7 @@ class PromptMedia:
     engine_ids: list[int] = field(default_factory=list)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # per image, batch of one
     token_tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # [P] per token, aligned with the ids
+    completion_token_type: int = 0  # a per-token tensor's value over the completion (`causal_token_type`)
 
 
 def is_vision_model(config) -> bool:
@@ -56,7 +68,7 @@ def is_vision_model(config) -> bool:
 class VisionPrompts:
     """Encodes prompts with their images through the model's processor (``processor.tokenizer`` for the text)."""
 
-    def __init__(self, processor, chat_template_kwargs: dict | None = None):
+    def __init__(self, processor, chat_template_kwargs: dict | None = None, completion_token_type: int = 0):
         if not hasattr(processor, "image_processor"):
             raise ValueError(
                 f"a vision-language model needs its processor (AutoProcessor) as processing_class, got "
@@ -65,6 +77,7 @@ class VisionPrompts:
         self.processor = processor
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._image_tokens: dict[tuple[int, int], int] = {}  # image size -> tokens its expansion adds
+        self.completion_token_type = completion_token_type  # `causal_token_type` of the model
 
     def text(self, prompt: list[dict] | str) -> str:
         if isinstance(prompt, str):
@@ -80,12 +93,22 @@ class VisionPrompts:
         kwargs = {"images": [images]} if images else {}
         # A chat template writes its own BOS; a plain-string prompt gets the tokenizer's, as the text path gives it.
         special = isinstance(prompt, str)
-        out = self.processor(text=[text], return_tensors="pt", add_special_tokens=special, **kwargs)
+        try:
+            out = self.processor(text=[text], return_tensors="pt", add_special_tokens=special, **kwargs)
+        except ValueError as e:
+            if images:
+                raise
+            # PaliGemma's processor takes no prompt without an image; say so with the family, not only its words.
+            raise ValueError(
+                f"{type(self.processor).__name__} refuses a prompt without an image ({e}); give every row of this "
+                f"model's datasets an image (`image` or `images`)"
+            ) from e
         ids = out["input_ids"][0]  # [P]
         engine_ids = self.processor.tokenizer(text, add_special_tokens=special)["input_ids"]
         media = PromptMedia(images=list(images), engine_ids=list(engine_ids))
+        media.completion_token_type = self.completion_token_type
         for key, value in out.items():
-            if key in ("input_ids", "attention_mask") or not isinstance(value, torch.Tensor):
+            if key in ("input_ids", "attention_mask", *TARGET_KEYS) or not isinstance(value, torch.Tensor):
                 continue
             if key in PER_TOKEN_KEYS:
                 media.token_tensors[key] = value[0]  # [P]
@@ -114,6 +137,23 @@ class VisionPrompts:
             ids, media = self.encode_one(probe, [Image.new("RGB", size)])
             self._image_tokens[size] = len(ids) - len(media.engine_ids)
         return self._image_tokens[size]
+
+    def check_outputs(self, model) -> None:
+        """Refuse, at init, a processor output that ``model``'s forward does not take by name: it would otherwise
+        reach the forward through ``**kwargs`` (or fail there at step one). Probed on one blank image."""
+        from PIL import Image
+
+        probe = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "?"}]}]
+        _, media = self.encode_one(probe, [Image.new("RGB", (64, 64))])
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT model's is generic
+        taken = inspect.signature(base.forward).parameters
+        for key in [*media.tensors, *media.token_tensors]:
+            if key not in taken:
+                raise ValueError(
+                    f"{type(self.processor).__name__} returns `{key}`, which {type(base).__name__}.forward does not "
+                    f"take by name; hf_grpo passes a processor's per-image and per-token inputs to the forward and "
+                    f"leaves out its training targets ({', '.join(TARGET_KEYS)}). Please report this family"
+                )
 
     def encode(self, rows: list[Mapping]) -> tuple[list[list[int]], list[PromptMedia]]:
         """Each row's prompt ids and media (``images_of`` the row: none for a text-only row)."""
@@ -156,5 +196,6 @@ def collate_vision(media: list[PromptMedia], prompt_lengths: list[int], P: int, 
                     )
                 start = P - prompt_lengths[b]
                 rows[b, start : start + len(value)] = value
+                rows[b, start + len(value) :] = m.completion_token_type  # the completion (`causal_token_type`)
         out[key] = rows
     return out

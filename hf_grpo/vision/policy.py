@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 
 from ..data.images import columns_with_images
-from .inputs import VisionPrompts, is_vision_model
+from .inputs import VisionPrompts, causal_token_type, is_vision_model
 
 logger = logging.getLogger(__name__)
 
@@ -35,12 +35,14 @@ def vision_encoder(model, processing_class, args) -> VisionPrompts | None:
     """The prompt encoder of a vision-language ``model`` (a loaded model or a name/path, read from its config without
     loading the weights); None for a text-only model, whose data checks then refuse image rows."""
     if isinstance(model, str):
-        from ..models.loading import is_vision_language
+        from ..models.loading import load_config
 
-        vision = is_vision_language(model)
+        config = load_config(model)
     else:
-        vision = is_vision_model(model.config)
-    return VisionPrompts(processing_class, args.chat_template_kwargs) if vision else None
+        config = model.config
+    if not is_vision_model(config):
+        return None
+    return VisionPrompts(processing_class, args.chat_template_kwargs, causal_token_type(config))
 
 
 def check_vision_policy(model, vision: VisionPrompts | None, args, datasets, rollout_func) -> None:
@@ -56,6 +58,7 @@ def check_vision_policy(model, vision: VisionPrompts | None, args, datasets, rol
             f"(Qwen2-VL's rotary positions come from each row's image grid, Gemma 3's image attention is a per-row "
             f"mask). Unset it; micro-batches are then padded to their own longest row"
         )
+    vision.check_outputs(model)
     with_images = [
         name
         for name, ds in zip(("train_dataset", "eval_dataset"), datasets)

@@ -1,6 +1,7 @@
 """The agent loop's ledger, masks, budgets and fault handling (scripted policy, real protocol/tools/templates)."""
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -188,6 +189,49 @@ def test_tool_without_schema_is_refused_at_start(tmp_path, tokenizer):
 
     with pytest.raises(ValueError, match="cannot build the JSON schema of tool `undocumented`"):
         AgentRollouts(tokenizer, agent_args(tmp_path), [undocumented])
+
+
+def _star_args(*numbers: int) -> int:
+    """Add numbers.
+
+    Args:
+        numbers: the numbers
+    """
+    return sum(numbers)
+
+
+def _kwargs_only(**values: int) -> int:
+    """Add values.
+
+    Args:
+        values: the values
+    """
+    return sum(values.values())
+
+
+def _positional_only(x: int, /) -> int:
+    """Double a number.
+
+    Args:
+        x: the number
+    """
+    return 2 * x
+
+
+@pytest.mark.parametrize(
+    "tool, problem",
+    [
+        (_star_args, "parameter `*numbers` takes positional values"),
+        (_kwargs_only, "its only parameter is `**values`"),
+        (_positional_only, "parameter `x` is positional-only"),
+    ],
+)
+def test_a_tool_its_schema_cannot_call_is_refused_at_start(tmp_path, tokenizer, tool, problem):
+    """transformers publishes these as required named arguments: a call that follows the schema would fail on every
+    rollout (TRL 1.16 accepts them), so the trainer refuses them when it is built, naming tool and parameter."""
+    says = rf"tool `{tool.__name__}` cannot be called as its schema says: {re.escape(problem)}"
+    with pytest.raises(ValueError, match=says):
+        AgentRollouts(tokenizer, agent_args(tmp_path), [tool])
 
 
 def test_tools_run_again_after_the_executor_is_closed(tmp_path, tokenizer):

@@ -42,7 +42,7 @@ import transformers
 from filelock import FileLock
 from transformers.processing_utils import ProcessorMixin
 
-FAMILIES = ("idefics3", "qwen2_vl", "qwen2_5_vl", "gemma3", "llava_next", "smolvlm", "llava")
+FAMILIES = ("idefics3", "qwen2_vl", "qwen2_5_vl", "gemma3", "llava_next", "smolvlm", "llava", "paligemma")
 
 _TRL = "trl-internal-testing/tiny-"
 HUB_IDS: dict[str, str] = {
@@ -53,6 +53,7 @@ HUB_IDS: dict[str, str] = {
     _TRL + "LlavaForConditionalGeneration": "llava",
     _TRL + "SmolVLMForConditionalGeneration": "smolvlm",
     _TRL + "Idefics3ForConditionalGeneration": "idefics3",
+    _TRL + "PaliGemmaForConditionalGeneration": "paligemma",
 }
 
 # Placeholder token the processor repeats for one image, and how many times for a 64x64 image.
@@ -64,6 +65,7 @@ IMAGE_TOKENS: dict[str, tuple[str, int]] = {
     "gemma3": ("<image_soft_token>", 16),
     "llava_next": ("<image>", 36),
     "llava": ("<image>", 16),
+    "paligemma": ("<image>", 16),
 }
 
 TEXT = {
@@ -136,6 +138,15 @@ _LLAVA_TEMPLATE = _CONTENT_MACRO.replace("{IMAGE}", "<image>\\n") + (
     "{%- else -%}{{ message['role'] | upper + ': ' + render(message['content']) + ' ' }}"
     "{%- endif -%}{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ 'ASSISTANT:' }}{%- endif -%}"
+)
+
+
+# PaliGemma has no chat template of its own (its processor writes "<image>"s, BOS, the prefix and "\n"): the turns'
+# text in order, images first as its processor expects them, a newline before the answer.
+_PALIGEMMA_TEMPLATE = _CONTENT_MACRO.replace("{IMAGE}", "<image>") + (
+    "{%- for message in messages -%}{{ render(message['content']) }}"
+    "{%- if message['role'] == 'assistant' -%}{{ eos_token }}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '\n' }}{%- endif -%}"
 )
 
 
@@ -320,6 +331,31 @@ def _llava(family: str):
     return config, transformers.LlavaNextProcessor(image_processor=image_processor, **parts)
 
 
+def _paligemma(family: str):
+    tok = _tokenizer(["<image>"], {"image_token": "<image>"})
+    size, patch = 32, 8  # 4x4 patches -> 16 image tokens
+    config = transformers.PaliGemmaConfig(
+        text_config={**_text(tok), "model_type": "gemma"},
+        vision_config={
+            **VISION,
+            "image_size": size,
+            "patch_size": patch,
+            "model_type": "siglip_vision_model",
+            "projection_dim": TEXT["hidden_size"],
+            "vision_use_head": False,  # PaliGemma reads the last hidden state, never the pooled head
+        },
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        projection_dim=TEXT["hidden_size"],
+        **_ids(tok),
+    )
+    image_processor = transformers.SiglipImageProcessorPil(size={"height": size, "width": size})
+    image_processor.image_seq_length = (size // patch) ** 2  # what PaliGemmaProcessor reads
+    processor = transformers.PaliGemmaProcessor(
+        image_processor=image_processor, tokenizer=tok, chat_template=_PALIGEMMA_TEMPLATE
+    )
+    return config, processor
+
+
 _BUILDERS = {
     "idefics3": _idefics3,
     "smolvlm": _idefics3,
@@ -328,6 +364,7 @@ _BUILDERS = {
     "gemma3": _gemma3,
     "llava_next": _llava,
     "llava": _llava,
+    "paligemma": _paligemma,
 }
 
 

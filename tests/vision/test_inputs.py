@@ -14,7 +14,7 @@ from hf_grpo.data import load_prompt_dataset
 from hf_grpo.learner.batching import build_samples, collate
 from hf_grpo.learner.logprobs import completion_logprobs
 from hf_grpo.rollout.collector import RolloutBatch
-from hf_grpo.vision.inputs import VisionPrompts
+from hf_grpo.vision.inputs import VisionPrompts, causal_token_type
 from tests.helpers.vlm_models import FAMILIES, IMAGE_TOKENS, tiny_vlm
 
 
@@ -44,14 +44,16 @@ def user(text):
     return [{"role": "user", "content": text}]
 
 
-def rows_of_every_kind():
-    """One image, another size, two images, and a text-only row: what one micro-batch may hold."""
+def rows_of_every_kind(text_only: bool = True):
+    """One image, another size, two images, and a text-only row: what one micro-batch may hold (PaliGemma's
+    processor refuses a prompt without an image: ``text_only`` False gives it a fourth image row instead)."""
+    last = None if text_only else [noise((48, 48), 4)]
     return load_prompt_dataset(
         [
             {"prompt": user("What colour is it?"), "images": [noise((64, 64), 0)]},
             {"prompt": user("And this one, taller?"), "images": [noise((64, 96), 1)]},
             {"prompt": user("Compare them."), "images": [noise((64, 64), 2), noise((96, 64), 3)]},
-            {"prompt": user("No picture here."), "images": None},
+            {"prompt": user("No picture here."), "images": last},
         ]
     )
 
@@ -72,14 +74,15 @@ def test_a_batch_of_mixed_rows_scores_each_row_as_alone(family, vlm_root):
     path = tiny_vlm(family, vlm_root)
     processor = AutoProcessor.from_pretrained(path)
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
-    vision = VisionPrompts(processor)
-    rows = rows_of_every_kind()
+    vision = VisionPrompts(processor, completion_token_type=causal_token_type(model.config))
+    text_only = family != "paligemma"
+    rows = rows_of_every_kind(text_only)
     prompt_ids, media = vision.encode(rows)
 
     # Each prompt's ids are the family processor's own for that prompt and its images.
     token, per_image = IMAGE_TOKENS[family]
     image_id = processor.tokenizer.convert_tokens_to_ids(token)
-    assert prompt_ids[0].count(image_id) >= per_image and prompt_ids[3].count(image_id) == 0
+    assert prompt_ids[0].count(image_id) >= per_image and (prompt_ids[3].count(image_id) == 0) == text_only
     assert prompt_ids[2].count(image_id) > prompt_ids[0].count(image_id)
     alone = processor(text=[vision.text(rows[1]["prompt"])], images=[[rows[1]["images"][0]]], return_tensors="pt")
     assert prompt_ids[1] == alone["input_ids"][0].tolist()
@@ -99,6 +102,29 @@ def test_a_batch_of_mixed_rows_scores_each_row_as_alone(family, vlm_root):
         c = len(completions[row])
         torch.testing.assert_close(batched[row, :c], single[0, :c], atol=2e-5, rtol=1e-4)
     # The rows' images matter: another image in row 0 changes its log-probs (a batch that dropped them would not).
-    other = VisionPrompts(processor).encode_one(rows[0]["prompt"], [noise((64, 64), 9)])
+    other = vision.encode_one(rows[0]["prompt"], [noise((64, 64), 9)])
     swapped = build_samples(sampled([other[0]], completions[:1], [other[1]]), torch.zeros(1), False)
     assert not torch.allclose(logprobs(model, collate(swapped, pad))[0, :5], batched[0, :5])
+
+
+@pytest.mark.parametrize("family", ["gemma3", "paligemma"])  # the families whose token_type_ids shape the mask
+def test_a_completion_token_never_sees_a_later_one(family, vlm_root):
+    """Completions are causal in every family: a completion token's log-prob does not change when a later completion
+    token does. PaliGemma's prefix (image and prompt) is bidirectional, marked 0 in ``token_type_ids``, and its
+    generated suffix causal, marked 1; padding the completion with 0 (as TRL 1.16 does) let each completion position
+    attend to the ones after it. Gemma 3 marks its image tokens (bidirectional) 1 and text 0."""
+    path = tiny_vlm(family, vlm_root)
+    processor = AutoProcessor.from_pretrained(path)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).train()  # the loss pass's mode
+    for module in model.modules():  # train mode for the masks some families build only in training; no dropout
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    vision = VisionPrompts(processor, completion_token_type=causal_token_type(model.config))
+    row = rows_of_every_kind(text_only=False)[0]  # the prompt with its image part, as the data loader writes it
+    ids, media = vision.encode_one(row["prompt"], row["images"])
+    pad = processor.tokenizer.pad_token_id
+    first, second = [11, 12, 13, 14, 15], [11, 12, 13, 14, 99]
+    batch = collate(build_samples(sampled([ids, ids], [first, second], [media, media]), torch.zeros(2), False), pad)
+    logp = logprobs(model, batch)  # [2, 5]
+    torch.testing.assert_close(logp[0, :4], logp[1, :4], atol=1e-6, rtol=0)
+    assert not torch.allclose(logp[0, 4], logp[1, 4])  # the changed token's own log-prob does change
