@@ -139,6 +139,7 @@ def worker(name: str, opts) -> None:
             args = GRPOConfig(
                 **{**shape(opts, out, vllm=backend == "vllm"), **precision},
                 plot_metrics=False,
+                logprob_chunk_size=opts.logprob_chunk_size,
                 generation_backend=backend,
                 vllm_enforce_eager=True,
             )
@@ -205,6 +206,7 @@ def main() -> None:
     )
     parser.add_argument("--parallel", action="store_true", help="run the rows at once (a loaded machine: same peaks)")
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)  # a worker's torch threads
+    parser.add_argument("--logprob_chunk_size", type=int, default=1024, help="ours: GRPOConfig.logprob_chunk_size")
     opts = parser.parse_args()
     if opts.worker:
         worker(opts.worker, opts)
@@ -230,6 +232,8 @@ def main() -> None:
         opts.model,
         "--reward",
         opts.reward,
+        "--logprob_chunk_size",
+        str(opts.logprob_chunk_size),
         *(["--cuda"] if opts.cuda else []),
         # Rows run at once share the cores (two rows, each on both cores, generated more than 2.5x slower).
         "--threads",
