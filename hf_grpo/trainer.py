@@ -79,7 +79,7 @@ from .rollout.pipeline import build_pipeline, oldest_version, pipelined_round
 from .rollout.sampler import RepeatPromptSampler, keep_rows
 from .runtime import checkpoints, nodes
 from .runtime.distributed import any_rank, warn_if_fsdp_falls_back, zero3_init_disabled
-from .runtime.host_memory import ReleaseHostMemory, release_freed_memory
+from .runtime.host_memory import ReleaseHostMemory
 from .runtime.time_budget import TimeBudgetCallback
 from .trl_compat.config import check_trainer_arguments
 from .trl_compat.trainer import TRLAttributes
@@ -379,7 +379,6 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             ptx = self.ptx.rows(len(micro), self._micro_step, args.gradient_accumulation_steps, group, self.accelerator)
         metrics.add("temperature", temperature)
         metrics.add("skipped_zero_advantage_frac", skipped / max(len(samples), 1))
-        release_freed_memory()  # generation's freed memory back before the log-prob passes (runtime.host_memory)
         scores = self.scorer.old_and_reference(micro, temperature, self.state.global_step)
         normalizers = step_normalizers(len(micro), step_tokens, len(samples), group, self.accelerator)
         micro = [m.for_round(temperature, *parts) for m, *parts in zip(micro, scores, normalizers, ptx)]
@@ -430,7 +429,6 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
 
     # ---- loss ---------------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        release_freed_memory()  # the scoring's (or the last micro-batch's) freed memory back before this forward
         loss = self.loss_step(model, inputs)  # policy, entropy, MoE and PTX terms (hf_grpo.learner.loss_step)
         return (loss, None) if return_outputs else loss
 

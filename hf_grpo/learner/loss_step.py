@@ -34,6 +34,7 @@ from ..algorithms import (
     policy_loss,
 )
 from ..reporting.metrics import MetricsBuffer
+from ..runtime.host_memory import release_freed_memory
 from .global_stats import top_entropy_mask
 from .microbatch import MicroBatch, PTXRows
 from .ptx import PTXBatches, ptx_nll_sum
@@ -154,6 +155,7 @@ class LossStep:
         control = self.terms.entropy_control
         mask = batch.completion_mask.to(device)  # [B, C]
         aux_losses = [] if self.terms.aux_loss_enabled else None
+        release_freed_memory()  # the scoring's (or the last micro-batch's) freed memory back before this forward
         logp, entropy = self.scorer.logprobs(
             model,
             self.scorer.model_inputs(batch),

@@ -24,6 +24,7 @@ import torch
 
 from ..models.reference import check_reference_matches
 from ..runtime.distributed import is_fsdp, is_zero3
+from ..runtime.host_memory import release_freed_memory
 from .logprobs import (
     LogitTransform,
     Readout,
@@ -141,6 +142,7 @@ class PolicyScorer:
         # applies no second (mismatch) ratio on top of the clipped one.
         from_sampler = need_old and args.old_logprobs_from_sampler
         compute_old = need_old and not from_sampler
+        release_freed_memory()  # the rollout's freed memory back before these passes (runtime.host_memory)
         scores = []
         for batch in micro:
             old, ref, sampling = None, None, batch.sampling_logp  # [B, C] each, or None
