@@ -203,10 +203,7 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
         if args.plot_metrics:
             self.add_callback(PlotCallback())
         # The training clock behind max_train_minutes, save_every_minutes and the logged time/train_minutes.
-        self.clock = TimeBudgetCallback(
-            None if args.max_train_minutes is None else args.max_train_minutes * 60,
-            None if args.save_every_minutes is None else args.save_every_minutes * 60,
-        )
+        self.clock = TimeBudgetCallback.from_args(args)
         self.add_callback(self.clock)
         self.add_callback(ReleaseHostMemory())  # freed host memory back to the OS after each step
         self.step_log = StepLog(args, self.accelerator, self.clock)

@@ -16,6 +16,12 @@ class TimeBudgetCallback(TrainerCallback):
     ``marks`` holds ``(global_step, training seconds)`` at every step end. Works with any ``transformers.Trainer``.
     """
 
+    @classmethod
+    def from_args(cls, args) -> TimeBudgetCallback:
+        """The clock of a `GRPOConfig`: ``max_train_minutes`` and ``save_every_minutes``, in seconds."""
+        minutes = (args.max_train_minutes, args.save_every_minutes)
+        return cls(*(None if m is None else m * 60 for m in minutes))
+
     def __init__(self, budget_s: float | None, save_every_s: float | None = None, clock=time.perf_counter):
         self.clock = clock
         self.budget_s = budget_s
