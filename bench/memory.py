@@ -205,8 +205,12 @@ def main() -> None:
         "--cuda", action="store_true", help="train on the GPU (bf16 everywhere) and report torch's peak CUDA memory"
     )
     parser.add_argument("--parallel", action="store_true", help="run the rows at once (a loaded machine: same peaks)")
-    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)  # a worker's torch threads
-    parser.add_argument("--logprob_chunk_size", type=int, default=1024, help="ours: GRPOConfig.logprob_chunk_size")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads per row (default: all cores, or a share with --parallel)"
+    )
+    parser.add_argument(
+        "--logprob_chunk_size", type=int, default=None, help="ours: GRPOConfig.logprob_chunk_size (default: its own)"
+    )
     opts = parser.parse_args()
     if opts.worker:
         worker(opts.worker, opts)
@@ -232,12 +236,11 @@ def main() -> None:
         opts.model,
         "--reward",
         opts.reward,
-        "--logprob_chunk_size",
-        str(opts.logprob_chunk_size),
+        *(["--logprob_chunk_size", str(opts.logprob_chunk_size)] if opts.logprob_chunk_size else []),
         *(["--cuda"] if opts.cuda else []),
         # Rows run at once share the cores (two rows, each on both cores, generated more than 2.5x slower).
         "--threads",
-        str(max(1, (os.cpu_count() or 1) // len(names)) if opts.parallel else 0),
+        str(opts.threads or (max(1, (os.cpu_count() or 1) // len(names)) if opts.parallel else 0)),
         "--worker",
     ]
     # Each row is its own process either way, so running them at once changes no row's peak, only the wall time.

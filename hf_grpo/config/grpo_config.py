@@ -278,11 +278,13 @@ class GRPOConfig(GenerationFields):
             "own logits at start and falls back to model (with a warning) if they differ."
         },
     )
-    logprob_chunk_size: int = field(
-        default=1024,
+    logprob_chunk_size: int | None = field(
+        default=None,
         metadata={
-            "help": "Tokens per chunk when projecting to the vocabulary for log-probs and entropy, so full-vocabulary "
-            "logits of a batch never sit in memory at once."
+            "help": "Positions per chunk when projecting to the vocabulary for log-probs and entropy, so "
+            "full-vocabulary logits of a batch never sit in memory at once. None: as many as keep one chunk's "
+            "float32 logits within 64 MiB (320 positions at a 49k vocabulary, 64 at 152k), so the memory it takes "
+            "does not grow with the vocabulary."
         },
     )
 

@@ -302,7 +302,10 @@ def _check_batch(config) -> None:
         f"of num_generations ({config.num_generations}); groups never straddle processes here (TRL only needs the "
         f"global batch over all processes to hold whole groups)",
     )
-    _check(config.logprob_chunk_size >= 1, "logprob_chunk_size must be >= 1")
+    _check(
+        config.logprob_chunk_size is None or config.logprob_chunk_size >= 1,
+        "logprob_chunk_size must be >= 1, or None to size chunks by a 64 MiB budget of logits",
+    )
     _check(
         config.generation_chunk_size is None or config.generation_chunk_size >= 1,
         "generation_chunk_size must be None (one call) or >= 1",

@@ -3,9 +3,11 @@
 Two paths (``logprob_path``):
 
 * ``chunked``: the model runs once with ``logits_to_keep=1`` (its own head projects a single position) and returns
-  its final hidden states; we project those to the vocabulary ourselves, ``chunk_size`` tokens at a time. Under
+  its final hidden states; we project those to the vocabulary ourselves, one chunk of positions at a time. Under
   autograd each chunk is wrapped in activation checkpointing, so the backward pass recomputes that chunk's logits
-  instead of keeping them: peak extra memory is one ``[chunk_size, V]`` block, whatever the batch size. It calls the
+  instead of keeping them: peak extra memory is one ``[chunk, V]`` block, whatever the batch size and length. The
+  chunk is sized by a budget of logits, not a count of positions (`Readout.rows`): ``LOGITS_BUDGET_BYTES`` of
+  float32 logits, so a 152k vocabulary gets fewer positions per chunk than a 49k one and the block is the same size. It calls the
   head *outside* the model's forward, which needs the head's weights whole on every rank (plain, DDP, ZeRO-1/2).
 * ``model``: the model's own forward computes the logits of the completion positions (``logits_to_keep = C + 1``:
   one ``[B, C, V]`` tensor in the compute dtype, as TRL does), and the float32 log-softmax runs ``chunk_size`` tokens
@@ -162,6 +164,13 @@ def _chunked(
     return torch.cat(logps), torch.cat(entropies)
 
 
+# One chunk's float32 logits: 64 MiB (320 positions of SmolLM2's 49k vocabulary, 64 of Qwen2.5's 152k). The loss pass
+# holds a few blocks of this size at once (the logits, their log-softmax, their gradient); at 2048 completion tokens
+# 1024-position blocks of a 49k vocabulary cost 0.5 GiB more peak than 256-position ones (docs/benchmarks.md).
+LOGITS_BUDGET_BYTES = 64 * 2**20
+ROW_MULTIPLE = 64  # positions per chunk come in multiples of this: matmul-friendly shapes on accelerators
+
+
 @dataclass(frozen=True)
 class Readout:
     """How a forward's outputs become the sampled tokens' log-probs: the sampling temperature, the sampler's
@@ -171,7 +180,15 @@ class Readout:
     temperature: float = 1.0
     filters: SamplingFilters | None = None
     transform: LogitTransform = LogitTransform()
-    chunk_size: int = 1024
+    chunk_size: int | None = None  # positions per head call; None: sized by LOGITS_BUDGET_BYTES
+
+    def rows(self, vocab_size: int) -> int:
+        """Positions per chunk: ``chunk_size``, or as many as keep one chunk's float32 ``[rows, V]`` logits within
+        ``LOGITS_BUDGET_BYTES``, in multiples of ``ROW_MULTIPLE`` (at least one multiple)."""
+        if self.chunk_size is not None:
+            return self.chunk_size
+        rows = LOGITS_BUDGET_BYTES // (4 * vocab_size)
+        return max(ROW_MULTIPLE, rows - rows % ROW_MULTIPLE)
 
 
 def completion_logprobs(
@@ -214,7 +231,7 @@ def completion_logprobs(
             readout.filters,
             inputs=flat,
             targets=targets.reshape(-1),
-            chunk_size=readout.chunk_size,
+            chunk_size=readout.rows(flat.shape[-1]),
             temperature=readout.temperature,
             with_entropy=with_entropy,
         )
@@ -236,7 +253,7 @@ def completion_logprobs(
             readout.filters,
             inputs=flat,
             targets=targets.reshape(-1),
-            chunk_size=readout.chunk_size,
+            chunk_size=readout.rows(head.out_features),
             temperature=readout.temperature,
             with_entropy=with_entropy,
         )
@@ -279,7 +296,7 @@ def packed_completion_logprobs(
             readout.filters,
             inputs=rows,
             targets=targets,
-            chunk_size=readout.chunk_size,
+            chunk_size=readout.rows(rows.shape[-1]),
             temperature=readout.temperature,
             with_entropy=with_entropy,
         )
@@ -294,7 +311,7 @@ def packed_completion_logprobs(
             readout.filters,
             inputs=rows,
             targets=targets,
-            chunk_size=readout.chunk_size,
+            chunk_size=readout.rows(head.out_features),
             temperature=readout.temperature,
             with_entropy=with_entropy,
         )

@@ -13,7 +13,7 @@ def reference(model, input_ids, attention_mask, C, temperature):
     return target, entropy
 
 
-@pytest.mark.parametrize("chunk_size", [1, 5, 4096])
+@pytest.mark.parametrize("chunk_size", [1, 5, 4096, None])
 def test_chunked_logprobs_match_full_logits_and_gradients(chunk_size):
     model = make_tiny_llama(97)
     input_ids = torch.randint(3, 97, (3, 11))
@@ -58,6 +58,16 @@ def test_no_full_vocab_logits_are_kept_for_backward():
         )
     full = 8 * 48 * V
     assert max(saved) < full / 4, f"largest saved tensor {max(saved)} vs full logits {full}"
+
+
+def test_default_chunks_hold_a_fixed_budget_of_logits_whatever_the_vocabulary():
+    """None sizes chunks by 64 MiB of float32 logits, in multiples of 64 positions; an explicit count is kept."""
+    assert Readout().rows(49152) == 320  # SmolLM2: 64 MiB / (4 B * 49152) = 341.3 -> 320
+    assert Readout().rows(151936) == 64  # Qwen2.5: 110.4 -> 64
+    assert Readout().rows(262144) == 64  # Gemma-3: 64 -> 64
+    assert Readout().rows(2_000_000) == 64  # never fewer than one multiple
+    assert Readout().rows(1000) == 16768  # 16777.2 -> 16768
+    assert Readout(chunk_size=1024).rows(151936) == 1024
 
 
 def tiny_family_model(family: str):
