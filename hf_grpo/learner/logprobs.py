@@ -7,8 +7,9 @@ Two paths (``logprob_path``):
   autograd each chunk is wrapped in activation checkpointing, so the backward pass recomputes that chunk's logits
   instead of keeping them: peak extra memory is one ``[chunk, V]`` block, whatever the batch size and length. The
   chunk is sized by a budget of logits, not a count of positions (`Readout.rows`): ``LOGITS_BUDGET_BYTES`` of
-  float32 logits, so a 152k vocabulary gets fewer positions per chunk than a 49k one and the block is the same size. It calls the
-  head *outside* the model's forward, which needs the head's weights whole on every rank (plain, DDP, ZeRO-1/2).
+  float32 logits, so a 152k vocabulary gets fewer positions per chunk than a 49k one and the block is the same size.
+  It calls the head *outside* the model's forward, which needs the head's weights whole on every rank (plain, DDP,
+  ZeRO-1/2), and the caller to run it in the forward's mixed-precision autocast region (`PolicyScorer.logprobs`).
 * ``model``: the model's own forward computes the logits of the completion positions (``logits_to_keep = C + 1``:
   one ``[B, C, V]`` tensor in the compute dtype, as TRL does), and the float32 log-softmax runs ``chunk_size`` tokens
   at a time. Needed under ZeRO-3 and FSDP2, where the head's weights exist whole only inside the forward (a head

@@ -113,13 +113,18 @@ class PolicyScorer:
         head = self.accelerator.unwrap_model(model).get_output_embeddings() if self.chunked else None
         filters = self.filters if sampled else None
         readout = Readout(temperature, filters, self.transform, self.args.logprob_chunk_size)
-        if "completion_index" in inputs:  # packed rows (hf_grpo.learner.packing)
-            return packed_completion_logprobs(
-                model, head, inputs, readout, with_entropy=with_entropy, aux_losses=aux_losses
+        # The chunked head runs outside the model's forward, so outside the autocast region accelerate puts around
+        # it: under mixed precision it runs in the same region here, or float32 weights would give float32 logits
+        # where the model's own head gives bf16 ones (0.06 apart in log-prob on SmolLM2, over the start-up check's
+        # tolerance, which then fell back to full [B, C, V] logits: 1.5 GiB more at 2k tokens).
+        with self.accelerator.autocast():
+            if "completion_index" in inputs:  # packed rows (hf_grpo.learner.packing)
+                return packed_completion_logprobs(
+                    model, head, inputs, readout, with_entropy=with_entropy, aux_losses=aux_losses
+                )
+            return completion_logprobs(
+                model, head, inputs, completion_length, readout, with_entropy=with_entropy, aux_losses=aux_losses
             )
-        return completion_logprobs(
-            model, head, inputs, completion_length, readout, with_entropy=with_entropy, aux_losses=aux_losses
-        )
 
     def reference_logprobs(self, inputs: dict, completion_length: int, temperature: float) -> torch.Tensor:
         """``[B, C]`` log-probs under the reference: the frozen copy, or the policy with its adapter disabled."""
@@ -182,7 +187,7 @@ class PolicyScorer:
             return self.args.logprob_path == "chunked"
         if "completion_index" in inputs:  # packed: check on one of its sequences, unpacked
             inputs, completion_length = first_sequence(inputs)
-        with self.without_dropout() as policy:
+        with self.without_dropout() as policy, self.accelerator.autocast():  # as `logprobs` runs either path
             ok, diff = chunked_path_matches(
                 self.wrapped(),
                 policy.get_output_embeddings(),

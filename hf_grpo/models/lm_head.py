@@ -16,7 +16,10 @@ class FP32Head(nn.Linear):
     """``Linear`` in float32: hidden states of any dtype in, float32 logits out."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return nn.functional.linear(hidden.float(), self.weight, self.bias)
+        # Also inside a mixed-precision autocast region (accelerate's, around the forward), which would run the
+        # matmul in bf16/fp16 and undo the setting.
+        with torch.autocast(hidden.device.type, enabled=False):
+            return nn.functional.linear(hidden.float(), self.weight, self.bias)
 
 
 def cast_lm_head_to_fp32(model: nn.Module) -> None:

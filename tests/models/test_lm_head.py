@@ -24,6 +24,8 @@ def test_head_computes_in_float32_and_the_body_keeps_its_dtype():
     after = model(input_ids=ids).logits
     assert before.dtype == torch.bfloat16 and after.dtype == torch.float32
     torch.testing.assert_close(after, before.float(), atol=0.1, rtol=0.05)  # the same model, finer logits
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # accelerate's mixed precision puts one around the forward
+        assert model(input_ids=ids).logits.dtype == torch.float32  # the head's matmul stays out of it
 
 
 def test_trainer_casts_the_head_and_trains(tiny_llama_path, tmp_path):
