@@ -1,5 +1,6 @@
 """The `hf-grpo` command: `hf-grpo train [--recipe FILE] [--field value ...]`, `hf-grpo serve [--model M]`,
-`hf-grpo eval --model M --dataset D`, `hf-grpo plan --trainer-hosts h1,h2 ...`."""
+`hf-grpo eval --model M --dataset D`, `hf-grpo plan --trainer-hosts h1,h2 ...`,
+`hf-grpo check-code-dataset FILE`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ commands:
   serve   start a vLLM server for vllm_mode: server (hf-grpo serve --help)
   eval    accuracy of a model or checkpoint on a dataset, strict and lenient (hf-grpo eval --help)
   plan    print the command each node of a multi-node run executes, servers and trainers (hf-grpo plan --help)
+  check-code-dataset
+          count the rows of a code dataset whose tests a program that does not read the task passes
+          (hf-grpo check-code-dataset --help)
 """
 
 
@@ -37,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         from .generation.serve import main as serve_main
 
         return run_command(serve_main, rest, prog="hf-grpo serve")
+    if command == "check-code-dataset":
+        from .rewards.code.check_command import main as check_main
+
+        return run_command(check_main, rest, prog="hf-grpo check-code-dataset")
     if command == "plan":  # exits 2 with one line naming the flag itself
         from .runtime.launching import main as plan_main
 

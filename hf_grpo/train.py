@@ -19,11 +19,13 @@ from transformers import set_seed
 
 from .config.recipes import parse_config
 from .data import load_prompt_dataset
+from .data.locations import row_locations
 from .errors import run_command
 from .evaluation.heldout import HeldoutAccuracy, evaluate_heldout, heldout_dataset, scoring
 from .generation.vllm_colocate import vllm_logging_level
 from .models.loading import load_processing_class
 from .reporting.callbacks import plot_training_curves
+from .rewards.code.weak_tests import weak_test_summary
 from .runtime.checkpoints import checkpoint_step, resolve_resume
 from .runtime.peer_watch import watch_peers
 from .trainer import DistributedGRPOTrainer
@@ -94,6 +96,13 @@ def _train(args) -> DistributedGRPOTrainer:
             )
             for name, source in args.eval_datasets.items()
         }
+
+    # 4b. The code reward's tests: how many rows a program that does not read the task passes (hf_grpo.rewards.code.
+    #     weak_tests), so a user sees before training which rows pay for reward hacking.
+    if "code" in (args.reward_funcs or ()) and args.process_index == 0:
+        rows, source = train_dataset.to_list(), str(args.dataset_name)
+        summary = weak_test_summary(rows, source, seed=args.seed, locations=row_locations(train_dataset))
+        logger.info("code tests: %s", summary)
 
     # 5. Trainer: policy, rewards, generation backend. It drops (and counts) the prompts too long to generate from.
     trainer = DistributedGRPOTrainer(

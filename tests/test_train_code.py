@@ -2,6 +2,7 @@
 the sandbox. Needs the trainer wiring of the code reward (config-built `code`, `reward_error`, and the runner's
 error counts and function stats logged as `rewards/<name>/<key>`)."""
 
+import logging
 import math
 from pathlib import Path
 
@@ -14,8 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-def test_code_recipe_scores_programs_in_the_sandbox(tmp_path, monkeypatch):
+def test_code_recipe_scores_programs_in_the_sandbox(tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(ROOT)
+    caplog.set_level(logging.INFO, logger="hf_grpo")
     trainer = main(
         [
             "--recipe",
@@ -38,6 +40,11 @@ def test_code_recipe_scores_programs_in_the_sandbox(tmp_path, monkeypatch):
             "--code_timeout_s",
             "1.5",
         ]
+    )
+    # The tests were checked at load (hf_grpo/rewards/code/weak_tests.py): no probe passes an embedded task.
+    assert (
+        "code tests: recipes/data/code_tasks.jsonl: 0 of 12 rows with tests pass a program that does not read the task"
+        in caplog.text
     )
     (reward,) = trainer.reward_runner.funcs
     assert isinstance(reward, CodeReward) and reward.limits.timeout_s == 1.5  # built from the config's code_* fields
