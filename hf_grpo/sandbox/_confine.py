@@ -119,6 +119,11 @@ def _build_root(new_root: str, python_dirs: list[str], packages: dict[str, str])
     for path in SYSTEM_FILES + DEVICES:
         if os.path.exists(path):
             _bind(path, new_root + path, False)
+    # What a Linux /dev also has: the standard streams by name (through the run's own /proc) and a mount point for
+    # the run's /dev/shm (POSIX semaphores and shared memory: multiprocessing's locks, pools and queues need it).
+    for name, target in (("fd", "fd"), ("stdin", "fd/0"), ("stdout", "fd/1"), ("stderr", "fd/2")):
+        os.symlink(f"/proc/self/{target}", f"{new_root}/dev/{name}")
+    os.makedirs(new_root + "/dev/shm")
     for name, source in packages.items():  # allowed third-party packages (numpy), each alone, read-only
         _bind(source, f"{new_root}{PACKAGES_DIR}/{name}", True)
     for path in ("/sandbox", "/tmp"):  # mount points for the per-program tmpfs

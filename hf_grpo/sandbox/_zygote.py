@@ -8,7 +8,7 @@ imports the common standard library, enters its namespaces (``_confine``) and th
 
     zygote (user/mount/net/ipc/uts namespaces, read-only private root)
       └─ runner   setsid; new pid, mount and IPC namespaces; reports the program's exit status
-           └─ program  pid 1 of its namespace: fresh tmpfs /sandbox and /tmp, own /proc, rlimits, no
+           └─ program  pid 1 of its namespace: fresh tmpfs /sandbox, /tmp and /dev/shm, own /proc, rlimits, no
                        capabilities, seccomp, clean environment; then exec()s the source in a fresh ``__main__``
 
 When the program (pid 1) exits or is killed, the kernel kills everything else in its pid namespace. The host kills
@@ -141,7 +141,7 @@ def _std_stream(fd: int, mode: str, name: str, errors: str, buffering: int = -1)
     return stream
 
 
-def _run_source(source: str, nonce: str | None) -> int:
+def _run_source(source: str, nonce: str | None, plain_depth: bool = True) -> int:
     module = types.ModuleType("__main__")
     module.__file__ = os.path.join(os.getcwd(), "main.py")
     sys.modules["__main__"] = module
@@ -151,6 +151,15 @@ def _run_source(source: str, nonce: str | None) -> int:
     sys.stdin = _std_stream(0, "r", "<stdin>", errors="replace")
     sys.stdout = _std_stream(1, "w", "<stdout>", errors="backslashreplace")
     sys.stderr = _std_stream(2, "w", "<stderr>", errors="backslashreplace", buffering=1)  # line-buffered
+    # The program's module gets the recursion depth it has in a plain `python main.py`: the limit is raised by the
+    # frames under it here and the exec() (a C-level call counts as a level); sys.getrecursionlimit() reads that many
+    # more than a plain run's. The code reward's harness (a report job) does the same for the candidate's module and
+    # the calls it answers, from the plain limit (_serve.py).
+    if plain_depth:
+        frames, frame = 0, sys._getframe()
+        while frame is not None:
+            frames, frame = frames + 1, frame.f_back
+        sys.setrecursionlimit(sys.getrecursionlimit() + frames + 1)
     try:
         exec(compile(source, "main.py", "exec"), module.__dict__)
         if nonce:  # assert-style tests pass only if the whole program ran to its end, not on an early exit(0)
@@ -181,7 +190,7 @@ def program(request: dict, isolation: str, workdir: str | None, seccomp: bool, s
             os._exit(125)
         os.setsid()  # own session: kill(0, ...) from the program cannot reach the runner
         if isolation == "namespaces":
-            for path in ("/sandbox", "/tmp"):
+            for path in ("/sandbox", "/tmp", "/dev/shm"):
                 _confine.mount_private_tmp(path, request["disk_mb"])
             _confine.mount_private_proc()
             workdir = "/sandbox"
@@ -202,14 +211,14 @@ def program(request: dict, isolation: str, workdir: str | None, seccomp: bool, s
         # import); without namespaces or Landlock that is anything our uid can write, and the variable is absent.
         if isolation == "namespaces" or LANDLOCK_READ:
             os.environ["HF_GRPO_SANDBOX_WRITABLE"] = os.pathsep.join(
-                ["/sandbox", "/tmp"] if isolation == "namespaces" else [workdir]
+                ["/sandbox", "/tmp", "/dev/shm"] if isolation == "namespaces" else [workdir]
             )
         os.write(status_fd, b"C")
         os.closerange(4 if request.get("report") else 3, 1 << 16)  # fd 3: the report channel, when asked for
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
         os._exit(125)  # confinement failed: never run the source unconfined
-    os._exit(_run_source(request["source"], request.get("nonce")))
+    os._exit(_run_source(request["source"], request.get("nonce"), plain_depth=not request.get("report")))
 
 
 def runner(

@@ -117,6 +117,23 @@ def test_program_sees_a_clean_private_world(reward):
     assert again.stdout.strip() == "['main.py']"  # a fresh working directory per run
 
 
+def test_a_run_has_the_standard_streams_by_name_and_a_dev_shm_of_its_own(reward):
+    """/dev/stdin (programs that open it), and /dev/shm for multiprocessing's semaphores, as a Linux host has them;
+    /dev/shm is a fresh tmpfs per run, like /tmp. Under rlimits /dev stays the host's, read-only (docs/sandbox.md)."""
+    if reward.executor.isolation != "namespaces":
+        pytest.skip("no namespaces sandbox on this kernel")
+    source = (
+        "import os\nfrom multiprocessing import Pool\n"
+        "print(open('/dev/stdin').read().split())\nprint(sorted(os.listdir('/dev/fd'))[:3])\n"
+        "open('/dev/shm/left-behind', 'w').write('x')\n"
+        "if __name__ == '__main__':\n    with Pool(2) as pool:\n        print(pool.map(abs, [-1, -2, -3]))\n"
+    )
+    (result,) = reward.executor.run([Job(source, stdin="3 4\n")])
+    assert result.stdout.splitlines() == ["['3', '4']", "['0', '1', '2']", "[1, 2, 3]"], result.stderr
+    (again,) = reward.executor.run([Job("import os\nprint(os.listdir('/dev/shm'))\n")])
+    assert again.stdout.strip() == "[]"
+
+
 def test_fallback_without_namespaces_still_runs_and_limits(caplog, secret):
     executor = LocalExecutor(Limits(timeout_s=TIMEOUT_S, memory_mb=256), workers=1, namespaces=False)
     with caplog.at_level(logging.WARNING):

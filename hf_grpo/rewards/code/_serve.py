@@ -12,7 +12,10 @@ and the verdict never depends on it telling the truth. It tries to be faithful s
 * arguments the call mutated go back too, so the tests see the mutation (or its absence) on their own objects;
 * an exception goes back with its type names and its arguments, unchanged (the message a test checks);
 * a callable or iterator of the tests (``key=lambda``) is called back across the pipes when the candidate uses it;
-* a coroutine is run to its end here when the tests await it.
+* a coroutine is run to its end here when the tests await it;
+* the code, and each call the tests make, get the recursion depth a plain run gives a module and a call from module
+  level: the limit is raised by the frames under them here (the candidate's own ``sys.setrecursionlimit``, at load or
+  in a call, stays the base), so ``sys.getrecursionlimit()`` reads that many more than in a plain run.
 
 Patching builtins cannot change the verdict (the tests use their own process's); patches are undone after each
 request so this file keeps working, and reported as a hint for the logs.
@@ -56,6 +59,22 @@ class Server:
         self.objects, self.ids = [], {}
         self.table = vars(builtins)
         self.saved = dict(self.table)
+        self.nested = 0  # callbacks into the tests in progress
+        self.limit_base = self.limit_set = None  # the recursion limit the code set, and the one we set
+
+    def plain_depth(self, frame, execs):
+        """Raise the recursion limit by the depth of ``frame`` plus ``execs``, so that what it calls has the headroom
+        of a plain run's call from module level (``execs`` 0: the exec() that started this run counts as a level and a
+        plain call's caller, the module, as one) or of a plain run's module (``execs`` 2: the exec() of the module and
+        the run's)."""
+        current = sys.getrecursionlimit()
+        if current != self.limit_set:  # the candidate set its own: that is the base from now on
+            self.limit_base = current
+        frames = 0
+        while frame is not None:
+            frames, frame = frames + 1, frame.f_back
+        self.limit_set = self.limit_base + frames + execs
+        sys.setrecursionlimit(self.limit_set)
 
     # -- references (wire.decode / wire.encode) --
     def H(self, index):
@@ -116,7 +135,11 @@ class Server:
 
     def callback(self, op, remote, payload):
         wire.send(self.wfd, f"('cb',{op!r},{remote._index},{self.encode(payload)})")
-        return self.serve(nested=True)
+        self.nested += 1
+        try:
+            return self.serve(nested=True)
+        finally:
+            self.nested -= 1
 
     def answer(self, op, ref, payload, sent):
         out, err = io.StringIO(), io.StringIO()
@@ -128,6 +151,8 @@ class Server:
             if op == "call":
                 before = sent
                 args, kwargs = payload
+                if not self.nested:  # a call back into the candidate runs at the depth its caller reached
+                    self.plain_depth(sys._getframe(), 0)
                 result = target(*args, **kwargs)
             elif op == "get":
                 result = target
@@ -207,6 +232,7 @@ def serve(code, prelude, setup, rfd, wfd):
     namespace["__builtins__"] = builtins
     server = Server(rfd, wfd, namespace)
     setup_names = []
+    server.plain_depth(sys._getframe(), 2)
     try:
         if prelude:  # the prompt's helpers, as in "prompt + completion"; the candidate may use or redefine them
             exec(compile(prelude, "prompt.py", "exec"), namespace)

@@ -4,6 +4,8 @@ HumanEval, MBPP and stdin/stdout rows, with the namespaces sandbox and the rlimi
 be judged safely are refused with their reason."""
 
 import os
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -121,3 +123,40 @@ def test_prompt_helpers_come_from_the_datasets_messages_only():
     assert "def close" in pinned_prelude([{"role": "user", "content": helper}], "add")
     assert pinned_prelude([{"role": "assistant", "content": helper}], "add") == ""
     assert pinned_prelude('def add(a, b):\n    """stub"""\n', "add") == ""  # the stub is the candidate's
+
+
+DEPTH = "def depth(n):\n    return 0 if n == 0 else 1 + depth(n - 1)\n"
+# The deepest call from module level, found where it runs (a plain process, or the run under test).
+DEEPEST = """
+for k in range(1200, 800, -1):
+    try:
+        depth(k)
+        break
+    except RecursionError:
+        pass
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_recursion_depth_is_a_plain_runs(reward, mode):
+    """The tested call, the candidate's module and a stdin/stdout program recurse exactly as deep as in a plain
+    `python main.py` (the harness and the zygote stand on frames of their own: a call 16 levels short failed)."""
+    plain = subprocess.run([sys.executable, "-c", DEPTH + DEEPEST + "print(k)"], capture_output=True, text=True)
+    deepest = int(plain.stdout)
+    code = reward
+    if mode == "rlimits":
+        code = CodeReward(timeout_s=10.0)
+        code.executor = LocalExecutor(code.limits, namespaces=False, preload=HARNESS_PRELOAD, packages=PACKAGES)
+    programs = [DEPTH, DEPTH, f"{DEPTH}X = depth({deepest})\n", f"{DEPTH}X = depth({deepest + 1})\n"]
+    asserts = [[f"assert depth({deepest}) == {deepest}"], [f"assert depth({deepest + 1}) == {deepest + 1}"]]
+    asserts += [["assert depth(1) == 1"]] * 2
+    try:
+        scores = code(
+            [fenced(p) for p in [*programs, DEPTH + DEEPEST + "print(k)"]],
+            test_list=[*asserts, None],
+            test_cases=[None] * 4 + [{"inputs": [""], "outputs": [str(deepest)]}],
+        )
+    finally:
+        if code is not reward:
+            code.close()
+    assert scores == [1.0, 0.0, 1.0, 0.0, 1.0], (deepest, code.last_details)
