@@ -66,6 +66,28 @@ MBPP: list[tuple[str, str, list[str]]] = [
         "    def __neg__(self):\n        return Frac(-self.n, self.d)\n\ndef half():\n    return Frac(1, 2)\n",
         ["s = half() + Frac(1, 3)\nassert (s.n, s.d) == (5, 6)", "assert (-half()).n == -1"],
     ),
+    # round 5 (issue 58): values the wire carried as a copy, or too slowly
+    (
+        "250,000 returned pairs",
+        "def pairs(n):\n    return [(i, i + 1) for i in range(n)]\n",
+        ["p = pairs(250000)\nassert len(p) == 250000 and p[-1] == (249999, 250000) and type(p[0]) is tuple"],
+    ),
+    (
+        "a matrix of 300 rows",
+        "def grid(n):\n    return [[i * j for j in range(3)] for i in range(n)]\n",
+        ["g = grid(300)\nassert g[299] == [0, 299, 598] and type(g[0]) is list"],
+    ),
+    (
+        "datetime values as results and arguments",
+        "import datetime\n\ndef next_day(d):\n    return d + datetime.timedelta(days=1)\n\n"
+        "def noon(d):\n    return datetime.datetime.combine(d, datetime.time(12))\n",
+        [
+            "import datetime\nassert next_day(datetime.date(2020, 2, 28)) == datetime.date(2020, 2, 29)",
+            "import datetime\nassert noon(datetime.date(2020, 1, 1)) == datetime.datetime(2020, 1, 1, 12, 0)",
+            "import datetime\nassert next_day(datetime.datetime(2020, 1, 1, 5)).day == 2",
+            "import datetime\nassert next_day(datetime.timedelta(hours=1)) == datetime.timedelta(days=1, seconds=3600)",
+        ],
+    ),
     (
         "a million-element result",
         "def squares(n):\n    return [i * i for i in range(n)]\n",

@@ -8,7 +8,10 @@ whitelist over ``ast`` (never ``eval``):
 
 * value types: ``FS`` frozenset, ``BA`` bytearray, ``C`` Counter, ``OD`` OrderedDict, ``DD`` defaultdict (its
   factory a builtin, or a reference to the sender's callable), ``DQ`` deque, ``FR`` Fraction, ``DEC`` Decimal, ``RG``
-  range, ``SL`` slice, ``DK``/``DV``/``DI`` dict views, ``NP``/``NS`` numpy arrays and scalars of plain dtypes;
+  range, ``SL`` slice, ``DK``/``DV``/``DI`` dict views, ``NP``/``NS`` numpy arrays and scalars of plain dtypes,
+  ``DT`` naive ``datetime.date``/``datetime``/``time`` and ``timedelta``; ``J``/``JT``/``JL`` a list of 256 or more
+  flat values, or of tuples or lists of flat values, as JSON (``ast`` needs ~100x the memory of the text: 250,000
+  pairs ran out of it);
 * ``BI(name)``: a builtin type or function (``int`` passed as an argument), the receiver's own;
 * objects of the other side, by reference: ``H(n)`` a handle on an object of the candidate (or the prompt's
   process), ``N(name)`` one of its top-level names, ``CB(n)``/``IT(n)`` a callable or iterator of the tests (a
@@ -30,6 +33,7 @@ import ast
 import builtins
 import collections
 import dataclasses
+import datetime
 import decimal
 import fractions
 import importlib
@@ -69,6 +73,13 @@ _VALUE_DUNDERS = frozenset(
 )
 # ``J``: a list of these crosses as JSON (``ast`` needs ~100x the memory of the text for a list of a million ints).
 _JSON_TYPES = (type(None), bool, int, float, str)
+# Naive date and time values (``DT``): exact types, rebuilt from their fields; an aware one stays a handle.
+_DATETIME = {
+    datetime.date: "date",
+    datetime.datetime: "datetime",
+    datetime.time: "time",
+    datetime.timedelta: "timedelta",
+}
 _VIEWS = {type({}.keys()): "DK", type({}.values()): "DV", type({}.items()): "DI"}
 # Operators a handle forwards to the candidate's object (computed by its class, in its process).
 BINARY_OPERATORS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul")
@@ -186,11 +197,13 @@ def encode(value, ref_of, mirror_of=None, depth=0):
         except ValueError:  # an int past sys.int_max_str_digits: hex has no such cap
             return hex(value)
     if kind is list:
-        if len(value) >= 256 and all(type(v) in _JSON_TYPES for v in value):  # a big flat list: JSON parses fast
-            try:
-                return "J(" + repr(json.dumps(value, allow_nan=False)) + ")"
-            except ValueError:  # a NaN or an infinity: the literal form keeps them
-                pass
+        if len(value) >= 256:  # a big list of flat values, or of flat tuples or lists: JSON parses fast
+            form = _json_form(value)
+            if form is not None:
+                try:
+                    return form + "(" + repr(json.dumps(value, allow_nan=False)) + ")"
+                except ValueError:  # a NaN or an infinity: the literal form keeps them
+                    pass
         return "[" + items(value) + "]"
     if kind is tuple:
         return tup(value)
@@ -216,6 +229,8 @@ def encode(value, ref_of, mirror_of=None, depth=0):
         return f"DD({factory}," + inner(dict(value)) + ")"
     if kind is collections.deque:
         return "DQ([" + items(value) + f"],{value.maxlen!r})"
+    if kind in _DATETIME and getattr(value, "tzinfo", None) is None:
+        return f"DT({_DATETIME[kind]!r},{_datetime_fields(value)!r})"
     if kind is fractions.Fraction:
         return f"FR({encode(value.numerator, None)},{encode(value.denominator, None)})"
     if kind is decimal.Decimal:
@@ -464,11 +479,20 @@ def _call(name, args, refs, importer):
         return refs.CO(args[0])
     if name == "BI" and kinds == (str,) and args[0] in BUILTINS:
         return BUILTINS[args[0]]
-    if name == "J" and kinds == (str,):
+    if name in ("J", "JT", "JL") and kinds == (str,):
         value = json.loads(args[0], parse_constant=_no_constant)
         if type(value) is not list:
             raise ValueError("J holds a list")
-        return [_json_value(v) for v in value]
+        if name == "J":
+            return [_json_value(v) for v in value]
+        inner = tuple if name == "JT" else list
+        return [inner(_json_value(v) for v in _json_list(row)) for row in value]
+    if name == "DT" and kinds == (str, tuple) and args[0] in _DATETIME.values():
+        if not all(type(n) is int for n in args[1]) or len(args[1]) > 7:
+            raise ValueError("bad DT fields")
+        if args[0] == "timedelta":
+            return datetime.timedelta(*args[1])
+        return getattr(datetime, args[0])(*args[1])
     if name == "FS" and kinds == (list,):
         return frozenset(args[0])
     if name == "BA" and kinds == (bytes,):
@@ -521,6 +545,30 @@ def _call(name, args, refs, importer):
 
 def _no_constant(name):
     raise ValueError(f"{name} in JSON")
+
+
+def _json_form(value):
+    """``J`` for a list of flat values, ``JT``/``JL`` for a list of tuples/lists of flat values, else None."""
+    first = type(value[0])
+    if first in (tuple, list):
+        if all(type(row) is first and all(type(v) in _JSON_TYPES for v in row) for row in value):
+            return "JT" if first is tuple else "JL"
+        return None
+    return "J" if all(type(v) in _JSON_TYPES for v in value) else None
+
+
+def _json_list(value):
+    if type(value) is not list:
+        raise ValueError("JT/JL hold lists of rows")
+    return value
+
+
+def _datetime_fields(value):
+    if type(value) is datetime.timedelta:
+        return (value.days, value.seconds, value.microseconds)
+    date = (value.year, value.month, value.day) if type(value) is not datetime.time else ()
+    clock = (value.hour, value.minute, value.second, value.microsecond) if type(value) is not datetime.date else ()
+    return date + clock
 
 
 def _json_value(value):
