@@ -19,9 +19,11 @@ TRL's ``tests/test_grpo_trainer.py`` is read from a TRL git checkout (``--trl-re
   TRL's test ids, whatever the local paths) and registering the helper's image-only processors.
 
 Both variants run with pytest in a subprocess (``HF_HUB_OFFLINE=1``, ``OMP_NUM_THREADS=--threads``, default 1); their
-junit reports are compared test by test. ``--ours-generation hf`` gives ours TRL's default generation (transformers'
-generate) where a test leaves ``use_vllm`` unset, instead of hf_grpo's ``auto`` (vLLM when installed): on a machine
-where vLLM cannot load the tests' VLMs (its VLM model modules import torchvision) the trainer's own paths still run.
+junit reports are compared test by test. Each variant's pytest output (``-v``: one line per test as it ends) goes to
+``<work>/<variant>/pytest.log``, so a run stopped early still shows how far it got. ``--ours-generation hf`` gives
+ours TRL's default generation (transformers' generate) where a test leaves ``use_vllm`` unset, instead of hf_grpo's
+``auto`` (vLLM when installed): on a machine where vLLM cannot load the tests' VLMs (its VLM model modules import
+torchvision) the trainer's own paths still run.
 Prints a table (variant: passed / failed / skipped, and ours' failures by theme) and ends with
 ``RESULT trl_tests passed=<n> failed=<m> skipped=<k> trl_passed=<n2>``.
 
@@ -401,7 +403,7 @@ def run(variant: str, package: Path, work: Path, keyword: str | None, threads: i
         "-m",
         "pytest",
         str(package / "test_grpo_trainer.py"),
-        "-q",
+        "-v",
         "-p",
         "no:cacheprovider",
         f"--junitxml={report}",
@@ -410,7 +412,10 @@ def run(variant: str, package: Path, work: Path, keyword: str | None, threads: i
     ]
     if keyword:
         command += ["-k", keyword]
-    subprocess.run(command, cwd=work / variant, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Each test's outcome is written as it ends (the junit report only at the end): a run stopped early still says
+    # how far it got and what passed.
+    with open(work / variant / "pytest.log", "w") as log:
+        subprocess.run(command, cwd=work / variant, env=env, stdout=log, stderr=subprocess.STDOUT)
     outcomes = {}
     for case in ET.parse(report).iter("testcase"):
         name = f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}"
