@@ -45,6 +45,8 @@ import struct
 import sys
 import types
 
+import _hf_grpo_forms as forms
+
 MAX_MESSAGE = 16 << 20
 DATA_TYPES = (type(None), bool, int, float, complex, str, bytes)
 FACTORIES = {t.__name__: t for t in (int, float, complex, str, bytes, list, tuple, dict, set, frozenset, bool)}
@@ -71,15 +73,6 @@ _BASES = {
 _VALUE_DUNDERS = frozenset(
     "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __len__ __iter__ __contains__ __getitem__".split()
 )
-# ``J``: a list of these crosses as JSON (``ast`` needs ~100x the memory of the text for a list of a million ints).
-_JSON_TYPES = (type(None), bool, int, float, str)
-# Naive date and time values (``DT``): exact types, rebuilt from their fields; an aware one stays a handle.
-_DATETIME = {
-    datetime.date: "date",
-    datetime.datetime: "datetime",
-    datetime.time: "time",
-    datetime.timedelta: "timedelta",
-}
 _VIEWS = {type({}.keys()): "DK", type({}.values()): "DV", type({}.items()): "DI"}
 # Operators a handle forwards to the candidate's object (computed by its class, in its process).
 BINARY_OPERATORS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul")
@@ -198,7 +191,7 @@ def encode(value, ref_of, mirror_of=None, depth=0):
             return hex(value)
     if kind is list:
         if len(value) >= 256:  # a big list of flat values, or of flat tuples or lists: JSON parses fast
-            form = _json_form(value)
+            form = forms.json_form(value)
             if form is not None:
                 try:
                     return form + "(" + repr(json.dumps(value, allow_nan=False)) + ")"
@@ -229,8 +222,8 @@ def encode(value, ref_of, mirror_of=None, depth=0):
         return f"DD({factory}," + inner(dict(value)) + ")"
     if kind is collections.deque:
         return "DQ([" + items(value) + f"],{value.maxlen!r})"
-    if kind in _DATETIME and getattr(value, "tzinfo", None) is None:
-        return f"DT({_DATETIME[kind]!r},{_datetime_fields(value)!r})"
+    if kind in forms.DATETIME and getattr(value, "tzinfo", None) is None:
+        return f"DT({forms.DATETIME[kind]!r},{forms.datetime_fields(value)!r})"
     if kind is fractions.Fraction:
         return f"FR({encode(value.numerator, None)},{encode(value.denominator, None)})"
     if kind is decimal.Decimal:
@@ -480,14 +473,14 @@ def _call(name, args, refs, importer):
     if name == "BI" and kinds == (str,) and args[0] in BUILTINS:
         return BUILTINS[args[0]]
     if name in ("J", "JT", "JL") and kinds == (str,):
-        value = json.loads(args[0], parse_constant=_no_constant)
+        value = json.loads(args[0], parse_constant=forms.no_constant)
         if type(value) is not list:
             raise ValueError("J holds a list")
         if name == "J":
-            return [_json_value(v) for v in value]
+            return [forms.json_value(v) for v in value]
         inner = tuple if name == "JT" else list
-        return [inner(_json_value(v) for v in _json_list(row)) for row in value]
-    if name == "DT" and kinds == (str, tuple) and args[0] in _DATETIME.values():
+        return [inner(forms.json_value(v) for v in forms.json_list(row)) for row in value]
+    if name == "DT" and kinds == (str, tuple) and args[0] in forms.DATETIME.values():
         if not all(type(n) is int for n in args[1]) or len(args[1]) > 7:
             raise ValueError("bad DT fields")
         if args[0] == "timedelta":
@@ -541,41 +534,6 @@ def _call(name, args, refs, importer):
         numpy = _numpy(importer)
         return numpy.dtype(args[0]).type(args[1])
     raise ValueError(f"not a data constructor: {name}{kinds}")
-
-
-def _no_constant(name):
-    raise ValueError(f"{name} in JSON")
-
-
-def _json_form(value):
-    """``J`` for a list of flat values, ``JT``/``JL`` for a list of tuples/lists of flat values, else None."""
-    first = type(value[0])
-    if first in (tuple, list):
-        if all(type(row) is first and all(type(v) in _JSON_TYPES for v in row) for row in value):
-            return "JT" if first is tuple else "JL"
-        return None
-    return "J" if all(type(v) in _JSON_TYPES for v in value) else None
-
-
-def _json_list(value):
-    if type(value) is not list:
-        raise ValueError("JT/JL hold lists of rows")
-    return value
-
-
-def _datetime_fields(value):
-    if type(value) is datetime.timedelta:
-        return (value.days, value.seconds, value.microseconds)
-    date = (value.year, value.month, value.day) if type(value) is not datetime.time else ()
-    clock = (value.hour, value.minute, value.second, value.microsecond) if type(value) is not datetime.date else ()
-    return date + clock
-
-
-def _json_value(value):
-    """An element of a ``J`` list: only the flat types it was made from (a nested list or dict is refused)."""
-    if type(value) not in _JSON_TYPES:
-        raise ValueError("J holds only flat values")
-    return value
 
 
 def decode(text, refs, importer=None):

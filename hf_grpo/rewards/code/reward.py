@@ -63,7 +63,8 @@ _ENTRY_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # confines itself; an assert-style run's source is then two lines (see ``__call__``).
 # Order matters: each imports the ones before it.
 HARNESS_PRELOAD = {
-    f"_hf_grpo_{name}": str(Path(__file__).with_name(f"_{name}.py")) for name in ("wire", "trusted", "serve", "harness")
+    f"_hf_grpo_{name}": str(Path(__file__).with_name(f"_{name}.py"))
+    for name in ("forms", "wire", "trusted", "serve", "harness")
 }
 # Third-party packages programs may import (bound read-only into the sandbox when installed; see docs/sandbox.md).
 PACKAGES = ("numpy",)
