@@ -23,9 +23,9 @@ NO_JUDGES = HARNESS + "_b = _h.build_scope\n_h.build_scope = lambda c, p, s, u, 
 PROMPT_IN_TESTS = (
     HARNESS
     + """_r, _b = _h.run, _h.build_scope
-def _run(code, prelude="", setup=""):
+def _run(code, prelude=""):
     _h._quoted = prelude
-    return _r(code, "", setup)
+    return _r(code, "")
 def _scope(*args):
     scope = _b(*args)
     exec(_h._quoted, scope)

@@ -1,8 +1,8 @@
 """The test harness of assert-style code rows: the tests' process. Standard library only.
 
-The zygote imports this file once (as ``_hf_grpo_harness``, after ``_wire.py``, ``_trusted.py`` and ``_serve.py``;
-compiled once, inherited by every program it forks); an assert-style run's program is ``_hf_grpo_harness.run(<the
-candidate's source>, <the prompt's pinned code>, <the row's setup code>)``, started with a report channel (fd 3, see
+The zygote imports this file once (as ``_hf_grpo_harness``, after ``_wire.py``, ``_trusted.py``, ``_serve.py`` and
+``_handles.py``; compiled once, inherited by every program it forks); an assert-style run's program is
+``_hf_grpo_harness.run(<the candidate's source>, <the prompt's pinned code>)``, started with a report channel (fd 3, see
 ``hf_grpo.sandbox.Job.report``). docs/sandbox.md ("Verdicts a program cannot forge") is the design; in short:
 
 1. This process makes itself non-dumpable (``/proc/<pid>/mem``, ``/proc/<pid>/fd`` and ``process_vm_readv`` then
@@ -10,22 +10,28 @@ candidate's source>, <the prompt's pinned code>, <the row's setup code>)``, star
    report channel and points its stdin at ``/dev/null`` before any of its code runs (``_serve.py``). When the
    prompt gives code of its own (a helper the tests call), a second process runs that code alone: the prompt's
    code is never executed here either, since a prompt may quote a model's earlier attempt.
-2. Only then does it lock its imports (``_trusted.py``) and read its stdin: the tests, the call that runs them, the
-   names they may see and the nonce, none of which ever existed in the other processes.
-3. The tests run here, in a scope of: the builtins; a proxy per exposed top-level callable of the candidate (the
-   entry point alone for HumanEval rows; an entry point keeps its name even when a builtin has it, any other name
-   of a builtin stays the builtin's); stdlib modules (and numpy) the tests use as ``module.attr``, imported here,
-   never the candidate's objects of that name; the prompt's names (proxies into the prompt's process); the names
-   the row's setup code defined (in the candidate's process, after its code, as MBPP runs it).
+2. Only then does it lock its imports (``_trusted.py``) and read its stdin: the tests, the row's setup code, the call
+   that runs them, the names they may see and the nonce, none of which ever existed in the other processes.
+3. The tests run here, in a scope this process decides from the tests' text, the row's spec and the candidate's source
+   text (never from what the candidate's process says): the builtins; a proxy per name the tests use that the
+   candidate's module has (the entry point alone for HumanEval rows; an entry point keeps its name even when a
+   builtin has it, any other name of a builtin stays the builtin's), its constants as values; stdlib modules (and
+   numpy) the tests use as ``module.attr``, imported here, never the candidate's objects of that name; the prompt's
+   names (proxies into the prompt's process); then the row's setup code runs here (after the candidate's code, as
+   MBPP runs it), building its objects with the candidate's classes through requests. A judge of the tested result
+   (``isclose(f(x), y)``) is never the candidate's code: the function of a trusted module when the candidate's text
+   binds it only by ``from <module> import <that name>``, else refused.
 4. Values cross as text (``_wire.py``) and are rebuilt here by a whitelist; comparisons run this process's code on
-   them. What is not a value stays a handle in its process; comparing a handle with a value of the tests, or taking
-   its truth value, is False and counted as a suspected hack; two different handles compared is a style the harness
-   refuses (only the candidate's code could judge). Exceptions come back with their type and arguments; a
-   ``StopIteration`` out of a call becomes ``RuntimeError`` (PEP 479's rule: it would end the tests' loop early);
-   prints come back with each answer; mutated arguments are written back onto the tests' objects.
+   them. What is not a value stays a handle in its process (``_handles.py``): comparing, hashing, truth and
+   arithmetic with a value of the tests give Python's answer where it does not depend on the candidate's code, and
+   are refused otherwise (a refusal is final: the verdict is FAIL with the reason, whatever the tests catch).
+   Exceptions come back with their type and arguments; a ``StopIteration`` out of a call becomes ``RuntimeError``
+   (PEP 479's rule: it would end the tests' loop early); prints come back with each answer; mutated arguments are
+   written back onto the tests' objects, after a raise too.
 5. It writes ``<nonce> PASS|FAIL suspected=<n>`` (and why, when it refused a style) to the report channel.
 """
 
+import ast
 import builtins
 import collections
 import ctypes
@@ -36,9 +42,11 @@ import sys
 import traceback
 import types
 
+import _hf_grpo_handles as handles
 import _hf_grpo_serve as serving
 import _hf_grpo_trusted as trusted
 import _hf_grpo_wire as wire
+from _hf_grpo_handles import Handle, Proxy
 
 REPORT_FD = 3
 # `import numpy as np`: an alias the tests may use for a module, besides the module's name.
@@ -65,7 +73,7 @@ class Endpoint:
         self.handles = {}
         self.callbacks, self.callback_ids = [], {}
         self.exceptions = {}
-        self.ready = ("", [], {}, False, [], [], {}, {})
+        self.defined, self.top_level = {}, set()  # what the code's text binds (see source_bindings); the prompt's: none
 
     # -- references in what the other side sends --
     def H(self, index):
@@ -124,10 +132,10 @@ class Endpoint:
     def request(self, op, ref, payload):
         wire.send(self.wfd, f"({op!r},{self.encode(ref)})\n{self.encode(payload)}")
         reply = self.answer()
+        if reply[5] is not None and op == "call":  # Python keeps a mutation made before a raise, too
+            _sync(payload, reply[5])
         if reply[0] == "raise":
             raise self._exception(op, reply[1], reply[2])
-        if reply[5] is not None and op == "call":
-            _sync(payload, reply[5])
         return reply[1]
 
     def answer(self):
@@ -241,151 +249,6 @@ def _merged(before, after):
     return after
 
 
-class Proxy:
-    """A top-level name of the candidate (or the prompt) in the tests' scope: calling it, reading an attribute (a
-    class's static method, ``Color.RED``) or ``isinstance(x, Stack)`` is a request to its process."""
-
-    def __init__(self, owner, name):
-        self._owner, self.__name__ = owner, name
-
-    def __call__(self, *args, **kwargs):
-        return self._owner.request("call", self.__name__, (args, kwargs))
-
-    def __getattr__(self, attribute):
-        if attribute.startswith("__"):
-            raise AttributeError(attribute)
-        return self._owner.request("getattr", self.__name__, attribute)
-
-    def __instancecheck__(self, value):
-        if isinstance(value, Handle) and value._owner is not self._owner:
-            return False
-        try:
-            return self._owner.request("isinstance", self.__name__, value) is True
-        except TypeError:  # a value of the tests' own that cannot cross: not an instance of the candidate's class
-            return False
-
-    def __repr__(self):
-        return f"<candidate's {self.__name__}>"
-
-
-class Handle:
-    """An object of the candidate that is not a value. It can be called, iterated, indexed, measured, printed, passed
-    back and have attributes read (each a request to its process); comparing it with a value of the tests or using
-    it as a truth value is counted as a suspected hack and is False; the same object is equal to itself."""
-
-    def __init__(self, owner, ident):
-        self._owner, self._id = owner, ident
-
-    def __call__(self, *args, **kwargs):
-        return self._owner.request("call", self, (args, kwargs))
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self._owner.request("getattr", self, name)
-
-    def __iter__(self):
-        return self._owner.request("iter", self, None)
-
-    def __next__(self):
-        return self._owner.request("next", self, None)
-
-    def __len__(self):
-        return self._owner.request("len", self, None)
-
-    def __getitem__(self, key):
-        return self._owner.request("getitem", self, key)
-
-    def __contains__(self, item):
-        return self._owner.request("contains", self, item)
-
-    def _hf_str(self):
-        return self._owner.request("str", self, None)
-
-    def _hf_repr(self):
-        return self._owner.request("repr", self, None)
-
-    __str__ = _hf_str
-
-    def __repr__(self):
-        try:
-            return self._hf_repr()
-        except Exception:  # noqa: BLE001 - a repr for a traceback must not raise
-            return f"<candidate object #{self._id}>"
-
-    def _compared(self, other):
-        # Two of the candidate's own objects: only its __eq__ could say, and it cannot judge itself; a refusal, not a
-        # hack. One of its objects against a value of the tests: how an always-equal object shows.
-        if other is self:
-            return
-        if isinstance(other, Handle):
-            self._owner.refusals.append(
-                "the tests compare two objects of the candidate's own classes (their __eq__ "
-                "is the candidate's code, which cannot judge itself)"
-            )
-        else:
-            self._owner.suspected += 1
-
-    def __eq__(self, other):
-        self._compared(other)
-        return self is other
-
-    def __ne__(self, other):
-        self._compared(other)
-        return self is not other
-
-    # Two of the candidate's objects ordered by its own __lt__ is the same as comparing them: refused.
-    __lt__ = __le__ = __gt__ = __ge__ = lambda self, other: self._compared(other) or False
-
-    def __bool__(self):
-        self._owner.suspected += 1
-        return False
-
-    __hash__ = object.__hash__
-
-    def __enter__(self):
-        return self._owner.request("enter", self, None)
-
-    def __exit__(self, *exc_info):  # the exception (if any) stays here: the candidate's __exit__ sees a clean exit
-        return self._owner.request("exit", self, None) is True
-
-
-def _forwarded(name):
-    """Arithmetic on the candidate's objects (``-frac``, ``Frac(1, 2) + Frac(1, 3)``) is computed by their class, in
-    their process; the result comes back like any value. Never with a value of the tests as the other operand: that
-    would show the candidate what it is compared against (``abs(f(x) - 0.75)`` with a ``__sub__`` that returns 0)."""
-
-    def operation(self, *other):
-        if other and not (type(other[0]) is Handle and other[0]._owner is self._owner):
-            self._owner.suspected += 1
-            return NotImplemented
-        return self._owner.request("operator", self, (name, *other))
-
-    operation.__name__ = name
-    return operation
-
-
-for _name in (
-    "add",
-    "sub",
-    "mul",
-    "truediv",
-    "floordiv",
-    "mod",
-    "pow",
-    "matmul",
-    "and",
-    "or",
-    "xor",
-    "lshift",
-    "rshift",
-):
-    setattr(Handle, f"__{_name}__", _forwarded(f"__{_name}__"))
-    setattr(Handle, f"__r{_name}__", _forwarded(f"__r{_name}__"))
-for _name in ("neg", "pos", "abs", "invert", "int", "float", "index"):
-    setattr(Handle, f"__{_name}__", _forwarded(f"__{_name}__"))
-
-
 _libc = ctypes.CDLL(None, use_errno=True)  # loaded once, in the zygote
 
 
@@ -415,51 +278,119 @@ def _trusted_module(name):
         return None
 
 
+def source_bindings(code):
+    """What the code's text binds (read here, from the source the tests' process was given; never from what the
+    candidate's process says): ``{name: ("from", module, attribute)}`` for a name bound only by a top-level ``from
+    module import attribute``, ``("module", module)`` only by a top-level ``import``, ``("other",)`` for any other
+    binding or more than one anywhere in the text (a function's locals included: an over-approximation)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    found = {}
+
+    def bind(name, how):
+        found[name] = how if name not in found else ("other",)
+
+    top = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bind(node.name, ("other",))
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bind(node.id, ("other",))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                bind(name, ("other",))
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            bind(node.name, ("other",))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                module = alias.name if alias.asname else alias.name.partition(".")[0]
+                bind(alias.asname or module, ("module", module) if id(node) in top else ("other",))
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                plain = id(node) in top and node.level == 0 and node.module and alias.name != "*"
+                bind(alias.asname or alias.name, ("from", node.module, alias.name) if plain else ("other",))
+    return found
+
+
+def top_level_names(code):
+    """The names the code's top-level statements bind (definitions, assignments, imports): for the hints and the
+    refusal messages, never for a binding."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).partition(".")[0] for a in node.names)
+    return names
+
+
+def _bound(endpoint, names):
+    """The tests' bindings of ``names`` in ``endpoint``'s process, which says only what each is there (its own
+    values): a ``Proxy`` for a callable (an exception class also mirrored here), the value for anything else. A name
+    it lacks stays unbound: the tests get Python's ``NameError``."""
+    if not names:
+        return {}
+    found = endpoint.request("bind", None, list(names))
+    found = found if type(found) is dict else {}
+    bindings, exceptions = {}, {}
+    for name in names:
+        how = found.get(name)
+        if type(how) is not tuple or len(how) != 2:
+            continue
+        if how[0] == "C":
+            bindings[name] = endpoint.proxy(name)
+            if type(how[1]) is list:
+                exceptions[name] = how[1]
+        elif how[0] == "V":
+            bindings[name] = how[1]
+    endpoint.mirror_exceptions(exceptions)
+    bindings.update({name: kind for name, kind in endpoint.exceptions.items() if name in exceptions})
+    return bindings
+
+
 def build_scope(candidate, prompt, spec, used, as_modules):
-    """The tests' globals (see the module docstring, step 3)."""
-    ready = candidate.ready
+    """The tests' globals (see the module docstring, step 3). Every choice is made here, from the tests' text, the
+    row's spec and the candidate's source text: which of its names the tests see, which modules they mean, which
+    function judges. The candidate's process only answers for what its names are."""
     entry = {name for name in spec.get("entry") or () if type(name) is str}
-    names = [name for name in ready[1] if type(name) is str and name.isidentifier()]
+    expose = spec.get("expose")
+    defined = candidate.defined
     # Never a proxy under a builtin's name unless it is the entry point: a candidate defining `abs` must not answer
     # the tests' own abs(), and a task whose function is named `pow` must still call the candidate's.
-    shadowing = [name for name in names if hasattr(builtins, name) and name not in entry]
-    candidate.suspected += bool(shadowing)
-    expose = spec.get("expose")
-    if expose is not None:
-        names = [name for name in names if name in expose or name in entry]
+    wanted = sorted(n for n in used if n in entry or (not hasattr(builtins, n) and (expose is None or n in expose)))
+    top = candidate.top_level
+    candidate.suspected += any(hasattr(builtins, n) and n not in entry for n in top)
     scope = {"__name__": "__test__", "__builtins__": builtins}
-    scope.update({name: candidate.proxy(name) for name in names if name not in shadowing})
-    candidate.mirror_exceptions(ready[6] if type(ready[6]) is dict else {})
-    scope.update({name: kind for name, kind in candidate.exceptions.items() if name in scope})
+    scope.update(_bound(candidate, wanted))
     # A name the tests use as a module is the module, imported here: never the candidate's object of that name (a
     # class named `math` with an `isclose` that always agrees).
-    modules = ready[2] if type(ready[2]) is dict else {}
     for name in sorted(as_modules & used - entry):
         module = _trusted_module(name)
         if module is not None:
-            if name in ready[1] and modules.get(name) != module.__name__:
+            if name in top and defined.get(name) != ("module", module.__name__):
                 candidate.suspected += 1
             scope[name] = module
     if prompt is not None:  # the prompt's helpers: its process's, never the candidate's versions
-        for name in prompt.ready[1]:
-            if type(name) is str and name not in entry and name not in as_modules:
-                scope[name] = prompt.proxy(name)
-        for name in prompt.ready[4]:
-            if type(name) is str and name in used and name not in entry:
-                scope[name] = prompt.request("get", name, None)
-    for name in ready[5]:  # the row's setup code ran last in the candidate's process: its names win
-        if type(name) is str and name.isidentifier():
-            scope[name] = candidate.request("get", name, None)
-    imports = ready[7] if type(ready[7]) is dict else {}
+        scope.update(_bound(prompt, sorted(n for n in used if n not in entry and n not in as_modules)))
     for name in spec.get("judges") or ():  # what judges the tested result is never the candidate's own code
         binding = scope.get(name)
         if type(binding) is not Proxy or binding._owner is not candidate:
             continue
-        source = imports.get(name)
-        valid = type(source) is list and len(source) == 2 and all(type(part) is str for part in source)
-        found = _trusted_module(source[0]) if valid else None
-        if found is not None and hasattr(found, source[1]):
-            scope[name] = getattr(found, source[1])  # `from math import isclose`: the tests' own math.isclose
+        how = defined.get(name, ("other",))
+        # `from math import isclose` alone binds it: the tests' own math.isclose. Not `from operator import ne as
+        # isclose`, nor a name the text also binds another way.
+        found = _trusted_module(how[1]) if how[0] == "from" and how[2] == name else None
+        if found is not None and hasattr(found, name):
+            scope[name] = getattr(found, name)
         else:
             scope.pop(name)
             candidate.refusals.append(
@@ -476,13 +407,25 @@ def build_scope(candidate, prompt, spec, used, as_modules):
     return scope
 
 
-def _refusal(error, spec, endpoints):
-    """Why a failure is the harness refusing a style rather than the candidate failing, or None."""
-    for reasons in (trusted.refusals, wire.refusals, *(e.refusals for e in endpoints)):
+def _final():
+    """The refusals no test may survive (an exception it caught does not undo them): a comparison the harness could
+    not answer as Python would, a NaN compared, a planted module."""
+    for reasons in (handles.refused, wire.refusals, trusted.refusals):
         if reasons:
             return reasons[0]
-    ready = endpoints[0].ready
-    if isinstance(error, NameError) and spec.get("expose") is not None and getattr(error, "name", None) in ready[1]:
+    return None
+
+
+def _refusal(error, spec, endpoints):
+    """Why a failure is the harness refusing a style rather than the candidate failing, or None."""
+    final = _final()
+    if final is not None:
+        return final
+    for endpoint in endpoints:
+        if endpoint.refusals:
+            return endpoint.refusals[0]
+    top = endpoints[0].top_level
+    if isinstance(error, NameError) and spec.get("expose") is not None and getattr(error, "name", None) in top:
         return (
             f"the tests use {error.name!r}, which the candidate defines but the prompt does not pin (a HumanEval "
             f"row's tests see only the entry point and the prompt's own helpers: pass the row's prompt)"
@@ -490,7 +433,7 @@ def _refusal(error, spec, endpoints):
     return None
 
 
-def _start(code, prelude, setup):
+def _start(code, prelude):
     """Fork a process serving ``code`` (``_serve.serve``); its Endpoint here."""
     to_child_r, to_child_w = os.pipe()
     to_parent_r, to_parent_w = os.pipe()
@@ -506,7 +449,7 @@ def _start(code, prelude, setup):
             os.dup2(null, 0)
             os.close(null)
             sys.stdin = open(os.devnull)
-            serving.serve(code, prelude, setup, to_child_r, to_parent_w)
+            serving.serve(code, prelude, to_child_r, to_parent_w)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
@@ -517,35 +460,41 @@ def _start(code, prelude, setup):
 
 
 def _load(endpoint, what):
-    endpoint.ready = endpoint.answer()
-    if endpoint.ready[-1] is True or (len(endpoint.ready) == 8 and endpoint.ready[3] is True):
-        endpoint.tamper_seen = True  # the code patched builtins while loading: counted once
+    ready = endpoint.answer()
+    if type(ready) is not tuple or len(ready) < 2 or ready[0] != "ready":
+        raise RuntimeError(f"the {what} did not load: {ready[1] if type(ready) is tuple and len(ready) > 1 else ''}")
+    if ready[1] is True:  # the code patched builtins while loading: counted once
+        endpoint.tamper_seen = True
         endpoint.suspected += 1
-    if endpoint.ready[0] != "ready" or len(endpoint.ready) != 8 or type(endpoint.ready[1]) is not list:
-        raise RuntimeError(f"the {what} did not load: {endpoint.ready[1]}")
 
 
-def run(code, prelude="", setup=""):
+def run(code, prelude=""):
     _non_dumpable()
-    candidate = _start(code, prelude, setup)
+    candidate = _start(code, prelude)
     # The prompt's own code, alone in its process: its helpers answer the tests, the candidate cannot redefine them.
-    prompt = _start("", prelude, "") if prelude else None
+    prompt = _start("", prelude) if prelude else None
     endpoints = [candidate] + ([prompt] if prompt else [])
     trusted.lock_imports()
     spec = json.loads(sys.stdin.read())  # read only now: the other processes were forked without it
+    candidate.defined, candidate.top_level = source_bindings(code), top_level_names(code)
     verdict, refused = "FAIL", None
     try:
         _load(candidate, "candidate")
         if prompt is not None:
             _load(prompt, "prompt's code")
+        setup = compile(spec.get("setup") or "", "test_setup.py", "exec")
         test = compile(spec["test"], "test.py", "exec")
         call = compile(spec["call"], "test_call.py", "exec")
-        used = _global_names(test) | _global_names(call)
+        used = _global_names(setup) | _global_names(test) | _global_names(call)
         as_modules = {name for name in spec.get("modules") or () if type(name) is str}
         scope = build_scope(candidate, prompt, spec, used, as_modules)
+        # MBPP's test_setup_code, here (after the candidate's code, as MBPP runs it): built with the candidate's
+        # classes through requests, out of the candidate's reach.
+        exec(setup, scope)
         exec(test, scope)
         exec(call, scope)
-        verdict = "PASS"
+        refused = _final()
+        verdict = "PASS" if refused is None else "FAIL"
     except BaseException as error:  # noqa: BLE001 - a failed assert or any other error fails the test
         refused = _refusal(error, spec, endpoints)
         traceback.print_exc()

@@ -6,8 +6,12 @@ Nothing here is trusted by the tests' process: whatever this process sends is pa
 and the verdict never depends on it telling the truth. It tries to be faithful so that honest programs pass:
 
 * the code runs as a real module ``solution`` (in ``sys.modules``: ``dataclasses`` with ``from __future__ import
-  annotations`` and ``sys.modules[__name__]`` need that), the prompt's pinned code first, the row's
-  ``test_setup_code`` last (MBPP: the setup builds its objects with the candidate's classes);
+  annotations`` and ``sys.modules[__name__]`` need that), the prompt's pinned code first. The row's
+  ``test_setup_code`` does not run here: the tests' process runs it, building its objects with the candidate's classes
+  through requests (``setattr`` included), so the candidate can neither patch what the setup imports nor rewrite
+  what it defines;
+* this process never says which names exist: the tests' process asks for the names its tests use (``bind``), and
+  a name this module lacks raises ``NameError`` as in a plain run;
 * a request's prints go back with its answer, so the tests' ``redirect_stdout`` sees them;
 * arguments the call mutated go back too, so the tests see the mutation (or its absence) on their own objects;
 * an exception goes back with its type names and its arguments, unchanged (the message a test checks);
@@ -147,6 +151,8 @@ class Server:
         sys.stdout, sys.stderr = out, err
         before = after = None
         try:
+            if type(ref) is str and ref not in self.namespace:
+                raise NameError(f"name {ref!r} is not defined")
             target = self.namespace[ref] if type(ref) is str else ref
             if op == "call":
                 before = sent
@@ -154,10 +160,18 @@ class Server:
                 if not self.nested:  # a call back into the candidate runs at the depth its caller reached
                     self.plain_depth(sys._getframe(), 0)
                 result = target(*args, **kwargs)
-            elif op == "get":
-                result = target
+            elif op == "bind":  # the names the tests' process chose to look up here (see _binding)
+                result = {n: _binding(self.namespace[n]) for n in payload if type(n) is str and n in self.namespace}
             elif op == "getattr":
                 result = getattr(target, payload)
+            elif op == "setattr":  # `root.left = Node(2)` in the tests or the row's setup code
+                name, value = payload
+                setattr(target, name, value)
+                result = None
+            elif op == "traits":  # what its class overrides of object's comparisons, truth and arithmetic
+                kind = type(target)
+                names = wire.TRAITS + tuple(sorted(wire.OPERATORS))
+                result = [n for n in names if getattr(kind, n, None) is not getattr(object, n, None)]
             elif op == "iter":
                 result = iter(target)
             elif op == "next":
@@ -214,58 +228,35 @@ class Server:
         return f"({kind!r},{body},{patched!r},{out.getvalue()!r},{err.getvalue()!r},{after or 'None'})"
 
 
-def _exception_classes(namespace):
-    return {
-        name: [c.__name__ for c in value.__mro__]
-        for name, value in namespace.items()
-        if isinstance(value, type) and issubclass(value, BaseException) and name.isidentifier()
-    }
+def _binding(value):
+    """What a name the tests use is here: ``("C", mro)`` a callable (the names of an exception class's bases, else
+    ``None``), ``("V", value)`` anything else (a constant the tests read)."""
+    if callable(value):
+        if isinstance(value, type) and issubclass(value, BaseException):
+            return ("C", [c.__name__ for c in value.__mro__ if type(c.__name__) is str])
+        return ("C", None)
+    return ("V", value)
 
 
-def serve(code, prelude, setup, rfd, wfd):
-    """Load ``prelude`` (the prompt's pinned code), ``code`` (the candidate's) and ``setup`` (the row's setup code)
-    as module ``solution``, say what it defines, then answer requests."""
+def serve(code, prelude, rfd, wfd):
+    """Load ``prelude`` (the prompt's pinned code) and ``code`` (the candidate's) as module ``solution``, say it
+    loaded, then answer requests. Which of its names the tests see is the tests' process's choice (``bind``)."""
     module = types.ModuleType("solution")
     module.__file__ = "solution.py"
     sys.modules["solution"] = module
     namespace = module.__dict__
     namespace["__builtins__"] = builtins
     server = Server(rfd, wfd, namespace)
-    setup_names = []
     server.plain_depth(sys._getframe(), 2)
     try:
         if prelude:  # the prompt's helpers, as in "prompt + completion"; the candidate may use or redefine them
             exec(compile(prelude, "prompt.py", "exec"), namespace)
         if code:
             exec(compile(code, "solution.py", "exec"), namespace)
-        if setup:
-            before = dict(namespace)
-            exec(compile(setup, "test_setup.py", "exec"), namespace)
-            setup_names = [k for k, v in namespace.items() if k not in before or before[k] is not v]
     except BaseException as error:  # noqa: BLE001 - the code failed to load: say so, the tests will fail
         patched = server.tampered()
         traceback.print_exc()
         wire.send(wfd, repr(("error", f"{type(error).__name__}: {error}"[:2000], patched)))
         return
-    patched = server.tampered()  # first: the code below uses builtins
-    names, others = [], []
-    for key, value in namespace.items():
-        if type(key) is str and key.isidentifier() and not key.startswith("__"):
-            if callable(value):
-                names.append(key)
-            elif not isinstance(value, types.ModuleType):
-                others.append(key)
-    modules = {
-        k: v.__name__
-        for k, v in namespace.items()
-        if isinstance(v, types.ModuleType) and type(v.__name__) is str and type(k) is str and k.isidentifier()
-    }
-    exceptions = _exception_classes(namespace)
-    imports = {}  # `from math import isclose`: where a top-level callable came from, if a module has it by that name
-    for key in names:
-        value = namespace[key]
-        module = getattr(value, "__module__", None)
-        if type(module) is str and getattr(sys.modules.get(module), getattr(value, "__name__", ""), None) is value:
-            imports[key] = [module, value.__name__]
-    wire.send(wfd, repr(("ready", names, modules, patched, others, setup_names, exceptions, imports)))
+    wire.send(wfd, repr(("ready", server.tampered())))
     server.serve()

@@ -81,6 +81,8 @@ UNARY_OPERATORS = ("neg", "pos", "abs", "invert", "int", "float", "index")
 OPERATORS = frozenset(
     [f"__{r}{name}__" for name in BINARY_OPERATORS for r in ("", "r")] + [f"__{name}__" for name in UNARY_OPERATORS]
 )
+# The dunders whose override on a class of the candidate decides what the tests would see (``_handles.py``).
+TRAITS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__len__")
 refusals = []  # why a received value refused an operation (the empty broadcast), read by the tests' process
 
 

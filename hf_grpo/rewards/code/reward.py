@@ -9,8 +9,9 @@ Tests come from dataset columns, first match wins per row:
   LeetCode ``Solution().twoSum`` entry: the class) and the helpers the row's prompt defines (``prompts``, pinned by
   :mod:`.prompt`), never the candidate's versions of those.
 * ``test_list`` = ``[assert statement, ...]`` (MBPP), with ``test_setup_code`` when the row has one: one run per
-  statement; the asserts see every top-level callable of the candidate, stdlib modules they use as ``module.attr``,
-  the prompt's helpers and the names the setup code defines (run after the candidate's code, as MBPP does). The
+  statement; the asserts see the candidate's top-level names they use, stdlib modules they use as ``module.attr``,
+  the prompt's helpers and the names the setup code defines (run after the candidate's code, as MBPP does, but in
+  the tests' process, with the candidate's classes reached through requests). The
   entry points (the functions the asserts test: an ``entry_point`` column, else the names every assert calls) keep
   their names even when a builtin has them and are never taken from the prompt.
 
@@ -64,7 +65,7 @@ _ENTRY_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Order matters: each imports the ones before it.
 HARNESS_PRELOAD = {
     f"_hf_grpo_{name}": str(Path(__file__).with_name(f"_{name}.py"))
-    for name in ("forms", "wire", "trusted", "serve", "harness")
+    for name in ("forms", "wire", "trusted", "serve", "handles", "harness")
 }
 # Third-party packages programs may import (bound read-only into the sandbox when installed; see docs/sandbox.md).
 PACKAGES = ("numpy",)
@@ -83,11 +84,11 @@ STAT_KEYS = (
 
 
 @functools.lru_cache(maxsize=4096)  # one parse per row, not per completion
-def _module_names(test: str, call: str) -> list[str]:
+def _module_names(*sources: str) -> list[str]:
     """Names the tests use as ``name.attribute`` (``math.isclose``): where a module is meant. The harness binds the
     ones that are stdlib modules (or numpy, ``np``) to its own imports, whatever the candidate bound to them."""
     found = set()
-    for source in (test, call):
+    for source in sources:
         try:
             tree = ast.parse(source)
         except (SyntaxError, ValueError):
@@ -239,15 +240,16 @@ class CodeReward:
                 nonces[len(jobs)] = make_nonce()
                 jobs.append(
                     Job(
-                        f"import _hf_grpo_harness\n_hf_grpo_harness.run({code!r}, {prelude!r}, {setup!r})\n",
+                        f"import _hf_grpo_harness\n_hf_grpo_harness.run({code!r}, {prelude!r})\n",
                         json.dumps(
                             {
                                 "nonce": nonces[len(jobs)],
+                                "setup": setup,
                                 "test": test_source,
                                 "call": call,
                                 "expose": expose,
                                 "entry": list(entry),
-                                "modules": _module_names(test_source, call),
+                                "modules": _module_names(setup, test_source, call),
                                 "judges": judged,
                                 "unpinned": list(unpinned),
                             }
@@ -331,7 +333,7 @@ class CodeReward:
         return None
 
     def _setup(self, row: int, test_setup_code) -> str:
-        """MBPP's ``test_setup_code`` of the row (run after the candidate's code, in its process), or ``""``."""
+        """MBPP's ``test_setup_code`` of the row (run after the candidate's code, in the tests' process), or ``""``."""
         if test_setup_code is None or test_setup_code[row] is None:
             return ""
         if not isinstance(test_setup_code[row], str):
