@@ -73,6 +73,9 @@ class Endpoint:
         self.handles = {}
         self.callbacks, self.callback_ids = [], {}
         self.exceptions = {}
+        self.calls = 0  # "call" requests sent: their sequence numbers, the same on both sides
+        self.kept = {}  # seq -> (arguments of that call the other process holds, their text at the last sync)
+        self.mirrors = {}  # handle index -> the mirrors (NT, DC, SUB) made here of that object
         self.defined, self.top_level = {}, set()  # what the code's text binds (see source_bindings); the prompt's: none
 
     # -- references in what the other side sends --
@@ -91,6 +94,11 @@ class Endpoint:
 
     def odd(self):
         self.suspected += 1
+
+    def mirrored(self, handle, value):
+        if type(handle) is Handle and value is not handle:
+            self.mirrors.setdefault(handle._id, []).append(value)
+        return value
 
     def CO(self, handle):
         async def awaited():
@@ -130,13 +138,44 @@ class Endpoint:
 
     # -- requests --
     def request(self, op, ref, payload):
+        for kept, text in self.kept.values():
+            if self.encode(kept) != text:  # the other process's copy cannot follow a change made here
+                handles.refuse(
+                    self,
+                    "the tests changed an argument the candidate kept from an earlier call (its copy in the other "
+                    "process cannot follow)",
+                )
+        seq = None
+        if op == "call":
+            seq, self.calls = self.calls, self.calls + 1
         wire.send(self.wfd, f"({op!r},{self.encode(ref)})\n{self.encode(payload)}")
         reply = self.answer()
         if reply[5] is not None and op == "call":  # Python keeps a mutation made before a raise, too
             _sync(payload, reply[5])
+        self._later_changes(reply, seq, payload)
         if reply[0] == "raise":
-            raise self._exception(op, reply[1], reply[2])
+            names, arguments = reply[1] if type(reply[1]) is tuple and len(reply[1]) == 2 else ([], ())
+            raise self._exception(op, names, arguments)
         return reply[1]
+
+    def _later_changes(self, reply, seq, payload):
+        """What the other process changed after the call that received it: arguments it kept (written onto the tests'
+        objects, as Python's shared objects would show it), mirrors of its objects (refreshed in place)."""
+        if len(reply) != 10 or type(reply[7]) is not list or type(reply[8]) is not list or type(reply[9]) is not list:
+            return
+        if reply[6] is True and seq is not None:
+            self.kept[seq] = (payload, self.encode(payload))
+        for item in reply[7]:
+            if type(item) is tuple and len(item) == 2 and item[0] in self.kept:
+                kept = self.kept[item[0]][0]
+                _sync(kept, item[1])
+                self.kept[item[0]] = (kept, self.encode(kept))
+        for released in reply[8]:
+            self.kept.pop(released, None)
+        for item in reply[9]:
+            if type(item) is tuple and len(item) == 2:
+                for mirror in self.mirrors.get(item[0], ()):
+                    _refresh(mirror, item[1])
 
     def answer(self):
         while True:
@@ -240,6 +279,29 @@ def _sync(before, after):
             _sync(a, b)
     elif hasattr(before, "__array_ufunc__") and getattr(before, "shape", None) == getattr(after, "shape", 0):
         before[...] = after
+
+
+def _refresh(mirror, fresh):
+    """Bring a mirror made earlier up to its object's present value (``fresh``, a new mirror of it)."""
+    if type(mirror) is not type(fresh):
+        return
+    if isinstance(mirror, wire.Record):
+        values = tuple(_merged(a, b) for a, b in zip(mirror._hf_values, fresh._hf_values))
+        object.__setattr__(mirror, "_hf_values", values)
+    elif isinstance(mirror, tuple):
+        _sync(wire.tuple_items(mirror), wire.tuple_items(fresh))
+    elif isinstance(mirror, list):
+        list.__setitem__(mirror, slice(None), [_merged(a, b) for a, b in zip(mirror, fresh)] + fresh[len(mirror) :])
+    elif isinstance(mirror, dict):
+        merged = {
+            k: _merged(dict.__getitem__(mirror, k), v) if dict.__contains__(mirror, k) else v
+            for k, v in dict.items(fresh)
+        }
+        dict.clear(mirror)
+        dict.update(mirror, merged)
+    elif isinstance(mirror, set):
+        set.clear(mirror)
+        set.update(mirror, fresh)
 
 
 def _merged(before, after):

@@ -26,6 +26,7 @@ request so this file keeps working, and reported as a hint for the logs.
 """
 
 import builtins
+import collections
 import io
 import sys
 import traceback
@@ -65,6 +66,9 @@ class Server:
         self.saved = dict(self.table)
         self.nested = 0  # callbacks into the tests in progress
         self.limit_base = self.limit_set = None  # the recursion limit the code set, and the one we set
+        self.calls = 0  # "call" requests received: their sequence numbers, the same on both sides
+        self.kept = {}  # seq -> [arguments of that call the code still holds, their text as last sent]
+        self.mirrors = {}  # object index -> its mirror's text as last sent (NT, DC, SUB: see wire.mirrored_kind)
 
     def plain_depth(self, frame, execs):
         """Raise the recursion limit by the depth of ``frame`` plus ``execs``, so that what it calls has the headroom
@@ -99,6 +103,10 @@ class Server:
     def odd(self):
         pass
 
+    @staticmethod
+    def mirrored(handle, value):
+        return value
+
     def ref_of(self, value):
         if type(value) is Remote:
             return f"{value._tag}({value._index})"
@@ -106,6 +114,8 @@ class Server:
         if index is None:  # one handle per object (the list keeps it alive, so its id stays its own)
             index = self.ids[id(value)] = len(self.objects)
             self.objects.append(value)
+            if wire.mirrored_kind(type(value)):
+                self.mirrors[index] = None
         return f"H({index})"
 
     def encode(self, value):
@@ -149,7 +159,9 @@ class Server:
         out, err = io.StringIO(), io.StringIO()
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = out, err
-        before = after = None
+        before = after = seq = None
+        if op == "call":
+            seq, self.calls = self.calls, self.calls + 1
         try:
             if type(ref) is str and ref not in self.namespace:
                 raise NameError(f"name {ref!r} is not defined")
@@ -169,9 +181,9 @@ class Server:
                 setattr(target, name, value)
                 result = None
             elif op == "traits":  # what its class overrides of object's comparisons, truth and arithmetic
-                kind = type(target)
+                classes = [vars(k) for k in type(target).__mro__ if k is not object]  # not the metaclass's
                 names = wire.TRAITS + tuple(sorted(wire.OPERATORS))
-                result = [n for n in names if getattr(kind, n, None) is not getattr(object, n, None)]
+                result = [n for n in names if any(n in c for c in classes)]
             elif op == "iter":
                 result = iter(target)
             elif op == "next":
@@ -215,17 +227,82 @@ class Server:
                 arguments = self.encode(error.args)
             except (TypeError, ValueError):
                 arguments = repr((str(error)[:2000],))
-            kind, body = "raise", repr(_kinds(error)) + "," + arguments
+            kind, body = "raise", "(" + repr(_kinds(error)) + "," + arguments + ")"
         finally:
             sys.stdout, sys.stderr = saved
+        kept = False
         if before is not None:
+            result = target = None  # encoded already: what still holds the arguments is the code
             try:
                 now = self.encode(payload)
                 after = now if now != before else None
+                kept = _held(payload)
+                if kept:
+                    self.kept[seq] = [payload, now]
             except (TypeError, ValueError):
                 after = None
+        updates, released = self._kept_updates(seq)
+        mirrors = self._mirror_updates()
         patched = self.tampered()
-        return f"({kind!r},{body},{patched!r},{out.getvalue()!r},{err.getvalue()!r},{after or 'None'})"
+        return (
+            f"({kind!r},{body},{patched!r},{out.getvalue()!r},{err.getvalue()!r},{after or 'None'},{kept!r},"
+            f"[{','.join(updates)}],{released!r},[{','.join(mirrors)}])"
+        )
+
+    def _kept_updates(self, current):
+        """Arguments of earlier calls the code kept and has changed since (``(seq, value)``, as Python's shared
+        objects would show them), and those it no longer holds (never sent again)."""
+        updates, released = [], []
+        for seq in [s for s in self.kept if s != current]:
+            arguments, last = self.kept[seq]
+            if not _held(arguments):
+                released.append(seq)
+                del self.kept[seq]
+                continue
+            try:
+                text = self.encode(arguments)
+            except (TypeError, ValueError):
+                continue
+            if text != last:
+                self.kept[seq][1] = text
+                updates.append(f"({seq},{text})")
+        return updates, released
+
+    def _mirror_updates(self):
+        """Mirrors sent earlier whose object has changed since (``(index, value)``): the tests' copy is refreshed."""
+        updates = []
+        for index, last in list(self.mirrors.items()):
+            try:
+                text = self.encode(self.objects[index])
+            except (TypeError, ValueError):
+                continue
+            if last is not None and text != last:
+                updates.append(f"({index},{text})")
+            self.mirrors[index] = text
+        return updates
+
+
+_CONTAINERS = (list, dict, set, tuple, bytearray, collections.deque)
+
+
+def _held(payload):
+    """Whether anything but the call's own argument tuple and dict holds a container among a call's arguments (the
+    code kept one: a later mutation must reach the tests, as on Python's shared objects). A container reached only
+    through its parent has three references while examined here: the parent, ``item`` and ``getrefcount``'s own."""
+    args, kwargs = payload
+    stack = [*args, *kwargs.values()]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind not in _CONTAINERS or (kind is tuple and not item):  # `()` is a shared singleton
+            continue
+        if sys.getrefcount(item) > 3:
+            return True
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is not bytearray:
+            stack.extend(item)
+    return False
 
 
 def _binding(value):

@@ -162,6 +162,18 @@ def tuple_items(value):
     return tuple(tuple.__iter__(value))
 
 
+def mirrored_kind(kind):
+    """Whether an object of ``kind`` crosses as a mirror (``NT``, ``DC``, ``SUB``): a copy the sender must refresh when
+    the object changes later."""
+    if kind in _BASES or kind in DATA_TYPES:
+        return False
+    return (
+        _namedtuple_fields(kind) is not None
+        or hasattr(kind, "__dataclass_params__")
+        or any(base in _BASES for base in kind.__mro__)
+    )
+
+
 def _namedtuple_fields(kind):
     fields = getattr(kind, "_fields", None)
     if issubclass(kind, tuple) and type(fields) is tuple and all(type(f) is str for f in fields):
@@ -518,11 +530,11 @@ def _call(name, args, refs, importer):
     if name in ("NT", "SUB") and args and args[-1] is True:
         refs.odd()  # overrides how it compares or iterates: a hint for the logs
     if name == "NT" and len(args) == 5 and kinds[1:] == (str, tuple, tuple, bool):
-        return args[0] if refs.originals and args[0] is not None else namedtuple_value(*args)
+        return args[0] if refs.originals and args[0] is not None else refs.mirrored(args[0], namedtuple_value(*args))
     if name == "DC" and len(args) == 6 and kinds[1:] == (str, tuple, tuple, bool, tuple):
-        return args[0] if refs.originals and args[0] is not None else record_value(*args)
+        return args[0] if refs.originals and args[0] is not None else refs.mirrored(args[0], record_value(*args))
     if name == "SUB" and len(args) == 4:
-        return args[0] if refs.originals and args[0] is not None else subclass_value(*args)
+        return args[0] if refs.originals and args[0] is not None else refs.mirrored(args[0], subclass_value(*args))
     if name == "NP" and kinds == (str, tuple, list) and _DTYPE.fullmatch(args[0]):
         if not all(type(n) is int and n >= 0 for n in args[1]):
             raise ValueError("bad shape")

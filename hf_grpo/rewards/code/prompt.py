@@ -307,32 +307,55 @@ def entry_points(asserts: list[str], defined: set[str] | None = None) -> tuple[s
     else:
         names = {name for name in common if name not in _BUILTINS} or common
     # `assert isclose(area(1), 3.14)`: both are called in every assert, but `isclose` judges `area`'s result; a name
-    # whose call takes another candidate's call as a whole argument is a judge, not what is tested (unless nothing
-    # else is left). A call nested deeper (`chain([Pair(1, 2)])`) or a class's (`swap(P(1, 2))`) builds an input.
-    wrappers = {outer for outer, inner in _direct_calls(asserts) if outer in names and inner in names - {outer}}
+    # whose call takes another candidate's call inside an argument is a judge, not what is tested (unless nothing
+    # else is left). A class's call (`swap(P(1, 2))`, `chain([Pair(1, 2)])`) builds an input.
+    # `isclose(round(area(1), 4), 3.14)`: the same, deeper. A call nested in a CapWords call builds an input.
+    wrappers = {
+        outer
+        for outer, inner in _enclosing_calls(asserts)
+        if outer in names and inner in names - {outer} and not inner[:1].isupper()
+    }
     names = (names - wrappers) or names
     return tuple(sorted(names, key=order.index))
 
 
-def _direct_calls(asserts: list[str]) -> set[tuple[str, str]]:
-    """``(outer, inner)`` for every ``outer(..., inner(...), ...)`` in the asserts: a call passed whole as an
-    argument."""
+def _reached(node: ast.AST):
+    """Names of the calls whose result ``node`` computes on: the call itself, or one under builtins' calls,
+    arithmetic, attributes and subscripts (``round(area(1), 4)``, ``abs(f(x) - y)``, ``f(x).real``); never one inside
+    a list or other display, or under a call of a non-builtin (an input built for the call)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        yield node.func.id
+        if node.func.id in _BUILTINS:
+            for argument in [*node.args, *(k.value for k in node.keywords)]:
+                yield from _reached(argument)
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        yield from _reached(node.func.value)
+    elif isinstance(node, ast.BinOp):
+        yield from _reached(node.left)
+        yield from _reached(node.right)
+    elif isinstance(node, ast.UnaryOp):
+        yield from _reached(node.operand)
+    elif isinstance(node, (ast.Attribute, ast.Subscript)):
+        yield from _reached(node.value)
+
+
+def _enclosing_calls(asserts: list[str]) -> set[tuple[str, str]]:
+    """``(outer, inner)`` for every ``outer(...)`` with an argument computed on ``inner(...)``'s result (see
+    ``_reached``): ``isclose(round(area(1), 4), y)`` gives ``(isclose, area)`` and ``(round, area)``."""
     pairs = set()
     for source in asserts:
         tree = _parse(source.strip()) if isinstance(source, str) else None
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 for argument in [*node.args, *(k.value for k in node.keywords)]:
-                    # A CapWords call constructs an input (`swap(P(1, 2))`), it is not a result to judge.
-                    if isinstance(argument, ast.Call) and isinstance(argument.func, ast.Name):
-                        if not argument.func.id[:1].isupper():
-                            pairs.add((node.func.id, argument.func.id))
+                    pairs.update((node.func.id, inner) for inner in _reached(argument))
     return pairs
 
 
 def judges(asserts: list[str], entries: tuple[str, ...]) -> tuple[str, ...]:
-    """Names the asserts call with an entry point's result as a whole argument (``isclose(area(1), 3.14)``) that are
-    not entry points themselves: the function that judges the tested result. The harness never lets the candidate
-    supply one (it binds a stdlib function the candidate imported to its own import, and refuses the rest)."""
-    found = {outer for outer, inner in _direct_calls(asserts) if inner in entries and outer not in entries}
+    """Names the asserts call with an entry point's result inside an argument (``isclose(area(1), 3.14)``,
+    ``isclose(round(area(1), 4), 3.14)``) that are not entry points themselves: the functions that judge the tested
+    result. The harness never lets the candidate supply one (it binds a stdlib function the candidate's text imports
+    by that name to its own import, and refuses the rest)."""
+    found = {outer for outer, inner in _enclosing_calls(asserts) if inner in entries and outer not in entries}
     return tuple(sorted(found - _BUILTINS))
