@@ -83,7 +83,7 @@ OPERATORS = frozenset(
 )
 # The dunders whose override on a class of the candidate decides what the tests would see (``_handles.py``).
 TRAITS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__len__")
-refusals = []  # why a received value refused an operation (the empty broadcast), read by the tests' process
+refusals = forms.refusals  # why a received value refused an operation (NaN, the empty broadcast): the tests' process
 
 
 # ---- framing ------------------------------------------------------------------------------------------------------
@@ -346,28 +346,7 @@ class Record:
         return f"{type(self).__name__}({pairs})"
 
 
-def _refuse_nan(self, *args):
-    refusals.append(
-        "a NaN from the candidate was compared (every comparison with NaN is False, so `not abs(x - 2) > eps` "
-        "would pass); test it with math.isnan"
-    )
-    raise ValueError("a NaN from the candidate was compared")
-
-
-def _still_nan(self, *args):
-    return CandidateNaN("nan")
-
-
-class CandidateNaN(float):
-    """A NaN the candidate sent. Python makes every ordering and equality with it False, which turns a negated check
-    (``assert not abs(f(x) - 2) > 1e-9``) into a pass for a program that returns NaN. Here such a comparison raises
-    (and is refused with the reason); arithmetic keeps the mark; ``math.isnan``/``isclose`` see a plain NaN."""
-
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse_nan
-    __hash__ = float.__hash__
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _still_nan
-    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = _still_nan
-    __neg__ = __pos__ = __abs__ = _still_nan
+CandidateNaN = forms.CandidateNaN  # a name here, so a test can switch the mark off (tests/helpers/semantic_hacks.py)
 
 
 _classes = {}
@@ -544,9 +523,12 @@ def _call(name, args, refs, importer):
             raise ValueError("bad array data")
         array = array.reshape(args[1])
         return array if refs.originals else array.view(candidate_array_class(numpy))
-    if name == "NS" and len(args) == 2 and _DTYPE.fullmatch(args[0]) and kinds[1] in DATA_TYPES:
+    if name == "NS" and len(args) == 2 and _DTYPE.fullmatch(args[0]) and isinstance(args[1], DATA_TYPES):
         numpy = _numpy(importer)
-        return numpy.dtype(args[0]).type(args[1])
+        value = args[1]
+        if kinds[1] not in DATA_TYPES:  # a marked NaN: numpy's own scalar, unmarked, as in a plain run
+            value = complex(value) if isinstance(value, complex) else float(value)
+        return numpy.dtype(args[0]).type(value)
     raise ValueError(f"not a data constructor: {name}{kinds}")
 
 
@@ -570,10 +552,14 @@ def decode(text, refs, importer=None):
                 return -operand if isinstance(node.op, ast.USub) else operand
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
             left, right = build(node.left), build(node.right)
-            left = float(left) if type(left) is CandidateNaN else left  # (nan+1j): a complex, not a marked float
-            if type(left) in (int, float) and type(right) is complex:
-                return left + right if isinstance(node.op, ast.Add) else left - right
-        if isinstance(node, ast.Name) and node.id in ("nan", "inf"):
+            left = float(left) if isinstance(left, float) else left  # (nan+1j): built plain, then marked whole
+            if type(left) in (int, float) and isinstance(right, complex):
+                value = left + complex(right) if isinstance(node.op, ast.Add) else left - complex(right)
+                return value if refs.originals else forms.marked(value)
+        if isinstance(node, ast.Name) and node.id in ("nan", "inf", "nanj", "infj"):  # repr(complex(0, nan)): nanj
+            if node.id.endswith("j"):
+                value = complex(0, float(node.id[:-1]))
+                return value if refs.originals else forms.marked(value)
             return CandidateNaN("nan") if node.id == "nan" and not refs.originals else float(node.id)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
             try:
