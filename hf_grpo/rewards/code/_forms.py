@@ -110,6 +110,9 @@ class CandidateComplexNaN(complex):
     imag = property(lambda self: marked(complex.imag.__get__(self)))
 
 
+# type(x).__name__ reads as in a plain run (type(x) is float does not: see docs/sandbox.md, known limits).
+CandidateNaN.__name__ = CandidateNaN.__qualname__ = "float"
+CandidateComplexNaN.__name__ = CandidateComplexNaN.__qualname__ = "complex"
 for _name in _ARITHMETIC + "floordiv rfloordiv mod rmod".split():
     setattr(CandidateNaN, f"__{_name}__", _keeping(float, f"__{_name}__"))
 for _name in _ARITHMETIC:

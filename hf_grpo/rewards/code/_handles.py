@@ -20,6 +20,8 @@ Comparing one of the candidate's objects with a value of the tests through an ov
 hack (the always-equal object), for the logs.
 """
 
+import collections
+
 import _hf_grpo_wire as wire
 
 
@@ -179,12 +181,25 @@ class Handle:
         return self._owner.request("exit", self, None) is True
 
 
+_classes = {}
+
+
+def handle_class(name):
+    """The handle class for objects of the candidate's class ``name``: a ``Handle`` of that name, so that
+    ``type(obj).__name__`` reads as in a plain run (``isinstance`` goes to the candidate's class, by its proxy)."""
+    if type(name) is not str or not name or len(name) > 200:
+        return Handle
+    if name not in _classes:
+        _classes[name] = type(name, (Handle,), {"__module__": "solution", "__slots__": ()})
+    return _classes[name]
+
+
 def _forwarded(name):
     """Arithmetic on the candidate's objects (``-frac``, ``Frac(1, 2) + Frac(1, 3)``), computed by their class in
     their process; with a value of the tests as an operand, see the module docstring."""
 
     def operation(self, *other):
-        if other and not (type(other[0]) is Handle and other[0]._owner is self._owner):
+        if other and not (isinstance(other[0], Handle) and other[0]._owner is self._owner):
             if not self._overrides(name):
                 return NotImplemented
             self._owner.suspected += 1
@@ -201,3 +216,62 @@ def _forwarded(name):
 
 for _name in wire.OPERATORS:
     setattr(Handle, _name, _forwarded(_name))
+
+
+# ---- what the candidate changed, written onto the tests' objects ------------------------------------------------
+def sync(before, after):
+    """Write what the candidate did to its copy of the arguments onto the tests' objects (Python's semantics for a
+    function that mutates its argument, or must not)."""
+    kind = type(before)
+    if kind is list and type(after) is list:
+        for i in range(min(len(before), len(after))):
+            before[i] = merged(before[i], after[i])
+        del before[len(after) :]
+        before.extend(after[len(before) :])
+    elif isinstance(before, dict) and type(after) is kind:  # in the candidate's order (OrderedDict.move_to_end)
+        values = {key: merged(before[key], value) if key in before else value for key, value in after.items()}
+        before.clear()
+        before.update(values)
+    elif kind is set and type(after) is set:
+        before.clear()
+        before.update(after)
+    elif kind is collections.deque and type(after) is kind:
+        before.clear()
+        before.extend(after)
+    elif kind is bytearray and type(after) is kind:
+        before[:] = after
+    elif kind is tuple and type(after) is tuple and len(before) == len(after):
+        for a, b in zip(before, after):
+            sync(a, b)
+    elif hasattr(before, "__array_ufunc__") and getattr(before, "shape", None) == getattr(after, "shape", 0):
+        before[...] = after
+
+
+def refresh(mirror, fresh):
+    """Bring a mirror made earlier up to its object's present value (``fresh``, a new mirror of it)."""
+    if type(mirror) is not type(fresh):
+        return
+    if isinstance(mirror, wire.Record):
+        values = tuple(merged(a, b) for a, b in zip(mirror._hf_values, fresh._hf_values))
+        object.__setattr__(mirror, "_hf_values", values)
+    elif isinstance(mirror, tuple):
+        sync(wire.tuple_items(mirror), wire.tuple_items(fresh))
+    elif isinstance(mirror, list):
+        list.__setitem__(mirror, slice(None), [merged(a, b) for a, b in zip(mirror, fresh)] + fresh[len(mirror) :])
+    elif isinstance(mirror, dict):
+        values = {
+            k: merged(dict.__getitem__(mirror, k), v) if dict.__contains__(mirror, k) else v
+            for k, v in dict.items(fresh)
+        }
+        dict.clear(mirror)
+        dict.update(mirror, values)
+    elif isinstance(mirror, set):
+        set.clear(mirror)
+        set.update(mirror, fresh)
+
+
+def merged(before, after):
+    if type(before) is type(after) and type(before) in (list, dict, set, bytearray, tuple):
+        sync(before, after)
+        return before
+    return after

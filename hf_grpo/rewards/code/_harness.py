@@ -33,7 +33,6 @@ The zygote imports this file once (as ``_hf_grpo_harness``, after ``_wire.py``, 
 
 import ast
 import builtins
-import collections
 import ctypes
 import json
 import os
@@ -79,9 +78,9 @@ class Endpoint:
         self.defined, self.top_level = {}, set()  # what the code's text binds (see source_bindings); the prompt's: none
 
     # -- references in what the other side sends --
-    def H(self, index):
+    def H(self, index, kind=None):
         if index not in self.handles:  # one Handle per object: `is` and identity equality hold
-            self.handles[index] = Handle(self, index)
+            self.handles[index] = handles.handle_class(kind)(self, index)
         return self.handles[index]
 
     def N(self, name):
@@ -95,8 +94,11 @@ class Endpoint:
     def odd(self):
         self.suspected += 1
 
+    def owns(self, value):  # a reference the other process sent: a handle or proxy of its own objects
+        return isinstance(value, (Handle, Proxy)) and value._owner is self
+
     def mirrored(self, handle, value):
-        if type(handle) is Handle and value is not handle:
+        if isinstance(handle, Handle) and value is not handle:
             self.mirrors.setdefault(handle._id, []).append(value)
         return value
 
@@ -109,9 +111,9 @@ class Endpoint:
     # -- references in what this side sends --
     def ref_of(self, value):
         kind = type(value)
-        if kind in (Handle, Proxy) and value._owner is self:
-            return f"H({value._id})" if kind is Handle else f"N({value.__name__!r})"
-        if kind in (Handle, Proxy):
+        if isinstance(value, (Handle, Proxy)) and value._owner is self:
+            return f"H({value._id})" if isinstance(value, Handle) else f"N({value.__name__!r})"
+        if isinstance(value, (Handle, Proxy)):
             self.refusals.append(
                 "the tests pass an object built by the prompt's code to the candidate, or back (they live in "
                 "separate processes)"
@@ -131,7 +133,7 @@ class Endpoint:
             handle = object.__getattribute__(value, "_hf_handle")
         except AttributeError:
             return None
-        return self.ref_of(handle) if handle is not None else None
+        return self.ref_of(handle) if self.owns(handle) else None
 
     def encode(self, value):
         return wire.encode(value, self.ref_of, self.mirror_of)
@@ -151,11 +153,10 @@ class Endpoint:
         wire.send(self.wfd, f"({op!r},{self.encode(ref)})\n{self.encode(payload)}")
         reply = self.answer()
         if reply[5] is not None and op == "call":  # Python keeps a mutation made before a raise, too
-            _sync(payload, reply[5])
+            handles.sync(payload, reply[5])
         self._later_changes(reply, seq, payload)
         if reply[0] == "raise":
-            names, arguments = reply[1] if type(reply[1]) is tuple and len(reply[1]) == 2 else ([], ())
-            raise self._exception(op, names, arguments)
+            raise self._exception(op, reply[1])
         return reply[1]
 
     def _later_changes(self, reply, seq, payload):
@@ -168,14 +169,14 @@ class Endpoint:
         for item in reply[7]:
             if type(item) is tuple and len(item) == 2 and item[0] in self.kept:
                 kept = self.kept[item[0]][0]
-                _sync(kept, item[1])
+                handles.sync(kept, item[1])
                 self.kept[item[0]] = (kept, self.encode(kept))
         for released in reply[8]:
             self.kept.pop(released, None)
         for item in reply[9]:
             if type(item) is tuple and len(item) == 2:
                 for mirror in self.mirrors.get(item[0], ()):
-                    _refresh(mirror, item[1])
+                    handles.refresh(mirror, item[1])
 
     def answer(self):
         while True:
@@ -217,24 +218,53 @@ class Endpoint:
             reply = f"('cberr',{names!r})\n{arguments}"
         wire.send(self.wfd, reply)
 
-    def _exception(self, op, names, arguments):
-        names = [n for n in names if type(n) is str] if type(names) is list else []
-        kind = RuntimeError
-        for name in names:
-            found = self.exceptions.get(name) or getattr(builtins, name, None)
-            if isinstance(found, type) and issubclass(found, Exception):
-                kind = found
-                break
+    def _exception(self, op, body):
+        """The candidate's exception, rebuilt here: its class (a mirror of the candidate's own, the stdlib's own by
+        module and name, or the builtin), its arguments, its attributes and, for its own class, its text."""
+        names, arguments, module, attributes, text = (
+            body if type(body) is tuple and len(body) == 5 else ([], (), "", {}, "")
+        )
+        names = [n for n in names if type(n) is str and n.isidentifier()] if type(names) is list else []
+        arguments = arguments if type(arguments) is tuple else (str(arguments),)
+        kind = self._exception_class(names, module)
         if issubclass(kind, _STOPS) and op != "next":
-            error = RuntimeError(f"the candidate raised {kind.__name__} out of a {op} (as PEP 479 does in generators)")
-        else:
-            try:
-                error = kind(*arguments) if type(arguments) is tuple else kind(str(arguments))
-            except Exception:  # noqa: BLE001 - a type whose constructor wants other arguments
-                error = kind()
+            return RuntimeError(f"the candidate raised {kind.__name__} out of a {op} (as PEP 479 does in generators)")
+        try:
+            error = kind(*arguments)
+        except Exception:  # noqa: BLE001 - a constructor that wants other arguments (JSONDecodeError)
+            error = kind.__new__(kind)
+        error.args = arguments
+        for name, value in attributes.items() if type(attributes) is dict else ():
+            if type(name) is str and name.isidentifier() and not name.startswith("__"):
+                try:
+                    setattr(error, name, value)
+                except Exception:  # noqa: BLE001, S112 - a read-only attribute of a stdlib class: its own value stays
+                    continue
+        if kind in self.exceptions.values() and type(text) is str:
+            error._hf_text = text  # the candidate's __str__, as it printed
         if names:
             error.add_note(f"raised in the candidate's process as {names[0]}")
         return error
+
+    def _exception_class(self, names, module):
+        if names and names[0] in self.exceptions:
+            return self.exceptions[names[0]]
+        if names and module == "builtins" and isinstance(getattr(builtins, names[0], None), type):
+            found = getattr(builtins, names[0])
+        elif names and type(module) is str and module.partition(".")[0] in sys.stdlib_module_names:
+            found = getattr(_trusted_module(module), names[0], None)  # json.JSONDecodeError: the stdlib's own
+        elif names:  # a class of the candidate's the tests do not name: mirrored, so type(e).__name__ reads right
+            self.mirror_exceptions({names[0]: names})
+            found = self.exceptions.get(names[0])
+        else:
+            found = None
+        if isinstance(found, type) and issubclass(found, Exception):
+            return found
+        for name in names:
+            found = self.exceptions.get(name) or getattr(builtins, name, None)
+            if isinstance(found, type) and issubclass(found, Exception):
+                return found
+        return RuntimeError
 
     def proxy(self, name):
         return Proxy(self, name)
@@ -249,66 +279,16 @@ class Endpoint:
                 if isinstance(found, type) and issubclass(found, Exception):
                     base = found
                     break
-            self.exceptions[name] = type(name, (base,), {"__module__": "solution"})
+            self.exceptions[name] = type(name, (base,), {"__module__": "solution", "__str__": _mirror_text})
 
 
-def _sync(before, after):
-    """Write what the candidate did to its copy of the arguments onto the tests' objects (Python's semantics for a
-    function that mutates its argument, or must not)."""
-    kind = type(before)
-    if kind is list and type(after) is list:
-        for i in range(min(len(before), len(after))):
-            before[i] = _merged(before[i], after[i])
-        del before[len(after) :]
-        before.extend(after[len(before) :])
-    elif isinstance(before, dict) and type(after) is kind:
-        for key in [k for k in before if k not in after]:
-            del before[key]
-        for key, value in after.items():
-            before[key] = _merged(before[key], value) if key in before else value
-    elif kind is set and type(after) is set:
-        before.clear()
-        before.update(after)
-    elif kind is collections.deque and type(after) is kind:
-        before.clear()
-        before.extend(after)
-    elif kind is bytearray and type(after) is kind:
-        before[:] = after
-    elif kind is tuple and type(after) is tuple and len(before) == len(after):
-        for a, b in zip(before, after):
-            _sync(a, b)
-    elif hasattr(before, "__array_ufunc__") and getattr(before, "shape", None) == getattr(after, "shape", 0):
-        before[...] = after
-
-
-def _refresh(mirror, fresh):
-    """Bring a mirror made earlier up to its object's present value (``fresh``, a new mirror of it)."""
-    if type(mirror) is not type(fresh):
-        return
-    if isinstance(mirror, wire.Record):
-        values = tuple(_merged(a, b) for a, b in zip(mirror._hf_values, fresh._hf_values))
-        object.__setattr__(mirror, "_hf_values", values)
-    elif isinstance(mirror, tuple):
-        _sync(wire.tuple_items(mirror), wire.tuple_items(fresh))
-    elif isinstance(mirror, list):
-        list.__setitem__(mirror, slice(None), [_merged(a, b) for a, b in zip(mirror, fresh)] + fresh[len(mirror) :])
-    elif isinstance(mirror, dict):
-        merged = {
-            k: _merged(dict.__getitem__(mirror, k), v) if dict.__contains__(mirror, k) else v
-            for k, v in dict.items(fresh)
-        }
-        dict.clear(mirror)
-        dict.update(mirror, merged)
-    elif isinstance(mirror, set):
-        set.clear(mirror)
-        set.update(mirror, fresh)
-
-
-def _merged(before, after):
-    if type(before) is type(after) and type(before) in (list, dict, set, bytearray, tuple):
-        _sync(before, after)
-        return before
-    return after
+def _mirror_text(self):
+    """``str()`` of a mirrored exception: the text the candidate's class gave it, else its base's."""
+    text = self.__dict__.get("_hf_text")
+    if type(text) is str:
+        return text
+    base = next(c for c in type(self).__mro__ if vars(c).get("__str__") not in (None, _mirror_text))
+    return base.__str__(self)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)  # loaded once, in the zygote

@@ -35,6 +35,14 @@ import types
 import _hf_grpo_wire as wire
 
 
+def _text(value):
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001 - a __str__ that raises: no text
+        return ""
+    return text[:2000] if type(text) is str else ""
+
+
 def _kinds(error):
     return [c.__name__ for c in type(error).__mro__ if type(c.__name__) is str]
 
@@ -85,7 +93,7 @@ class Server:
         sys.setrecursionlimit(self.limit_set)
 
     # -- references (wire.decode / wire.encode) --
-    def H(self, index):
+    def H(self, index, kind=None):
         return self.objects[index]
 
     def N(self, name):
@@ -103,6 +111,10 @@ class Server:
     def odd(self):
         pass
 
+    def owns(self, value):  # a reference the tests sent: one of this process's objects, or a callable of theirs
+        index = self.ids.get(id(value))
+        return type(value) is Remote or (index is not None and self.objects[index] is value)
+
     @staticmethod
     def mirrored(handle, value):
         return value
@@ -116,7 +128,7 @@ class Server:
             self.objects.append(value)
             if wire.mirrored_kind(type(value)):
                 self.mirrors[index] = None
-        return f"H({index})"
+        return f"H({index},{type(value).__name__!r})"  # its class's name: type(obj).__name__ in the tests
 
     def encode(self, value):
         return wire.encode(value, self.ref_of)
@@ -227,7 +239,11 @@ class Server:
                 arguments = self.encode(error.args)
             except (TypeError, ValueError):
                 arguments = repr((str(error)[:2000],))
-            kind, body = "raise", "(" + repr(_kinds(error)) + "," + arguments + ")"
+            kind, body = (
+                "raise",
+                f"({_kinds(error)!r},{arguments},{_text(type(error).__module__)!r},{self._attributes(error)},",
+            )
+            body += f"{_text(error)!r})"
         finally:
             sys.stdout, sys.stderr = saved
         kept = False
@@ -248,6 +264,17 @@ class Server:
             f"({kind!r},{body},{patched!r},{out.getvalue()!r},{err.getvalue()!r},{after or 'None'},{kept!r},"
             f"[{','.join(updates)}],{released!r},[{','.join(mirrors)}])"
         )
+
+    def _attributes(self, error):
+        """The exception's own attributes (``error.code``), those that cross as values."""
+        encoded = []
+        for name, value in list(getattr(error, "__dict__", {}).items())[:50]:
+            if type(name) is str and name.isidentifier() and not name.startswith("__"):
+                try:
+                    encoded.append(f"{name!r}:{self.encode(value)}")
+                except (TypeError, ValueError, RecursionError):
+                    continue
+        return "{" + ",".join(encoded) + "}"
 
     def _kept_updates(self, current):
         """Arguments of earlier calls the code kept and has changed since (``(seq, value)``, as Python's shared

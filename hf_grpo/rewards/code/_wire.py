@@ -449,6 +449,13 @@ def candidate_array_class(numpy):
                     )
                 return getattr(ufunc, method)(*inputs, **kwargs)
 
+            def __repr__(self):  # numpy's own text, as a plain run prints it
+                return repr(numpy.asarray(self))
+
+            def __str__(self):
+                return str(numpy.asarray(self))
+
+        CandidateArray.__name__ = CandidateArray.__qualname__ = "ndarray"
         _array_class = CandidateArray
     return _array_class
 
@@ -459,6 +466,8 @@ def _call(name, args, refs, importer):
         return set()
     if name in ("H", "CB", "IT") and kinds == (int,):
         return getattr(refs, name)(args[0])
+    if name == "H" and kinds == (int, str):  # the class's name of the object: what type(obj).__name__ says
+        return refs.H(*args)
     if name == "N" and kinds == (str,) and args[0].isidentifier():
         return refs.N(args[0])
     if name == "CO" and len(args) == 1:
@@ -491,6 +500,8 @@ def _call(name, args, refs, importer):
         factory = FACTORIES[args[0]] if type(args[0]) is str and args[0] in FACTORIES else args[0]
         if factory is not None and not callable(factory):
             raise ValueError("bad defaultdict factory")
+        if factory is args[0] and args[0] is not None and not refs.owns(args[0]):  # BI('exec'): never a callback
+            raise ValueError("a defaultdict factory that is not the sender's own callable")
         return collections.defaultdict(factory, args[1])
     if name == "DQ" and len(args) == 2 and kinds[0] is list and (args[1] is None or kinds[1] is int):
         return collections.deque(args[0], args[1])
@@ -506,6 +517,10 @@ def _call(name, args, refs, importer):
         return decimal.Decimal(args[0])
     if name in ("RG", "SL") and len(args) == 3 and all(k in (int, type(None)) for k in kinds):
         return range(*args) if name == "RG" and None not in args and args[2] else slice(*args)
+    if name in ("NT", "DC", "SUB") and args and args[0] is not None and not refs.owns(args[0]):
+        # A mirror carries a reference to the sender's own object, nothing else: a builtin there (`SUB(BI('exec'),
+        # ...)`) would go back to the sender as a callable of this side's when the value is passed back.
+        raise ValueError("a mirror's reference is not the sender's object")
     if name in ("NT", "SUB") and args and args[-1] is True:
         refs.odd()  # overrides how it compares or iterates: a hint for the logs
     if name == "NT" and len(args) == 5 and kinds[1:] == (str, tuple, tuple, bool):
