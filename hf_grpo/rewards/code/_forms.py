@@ -59,6 +59,12 @@ def json_value(value):
 refusals = []  # why a received value refused an operation, read by the tests' process (``_wire.refusals``)
 
 
+class Refused(BaseException):
+    """The harness cannot give Python's answer to what the tests asked: the run scores 0 with the reason. A
+    ``BaseException``, so that the tests' ``except Exception`` does not swallow it; the verdict is FAIL even if one
+    does (see ``_harness.run``)."""
+
+
 def _refuse_nan(self, *args):
     refusals.append(
         "a NaN from the candidate was compared (every comparison with NaN is False, so `not abs(x - 2) > eps` "

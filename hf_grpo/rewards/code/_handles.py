@@ -22,13 +22,10 @@ hack (the always-equal object), for the logs.
 
 import collections
 
+import _hf_grpo_forms as forms
 import _hf_grpo_wire as wire
 
-
-class Refused(BaseException):
-    """The harness cannot give Python's answer to what the tests asked: the run scores 0 with the reason. A
-    ``BaseException``, so that the tests' ``except Exception`` does not swallow it; the verdict is FAIL even if one
-    does (see ``_harness.run``)."""
+Refused = forms.Refused
 
 
 refused = []  # every refusal of this run, in order: final (see ``_harness._final``)
@@ -257,7 +254,8 @@ def refresh(mirror, fresh):
     elif isinstance(mirror, tuple):
         sync(wire.tuple_items(mirror), wire.tuple_items(fresh))
     elif isinstance(mirror, list):
-        list.__setitem__(mirror, slice(None), [merged(a, b) for a, b in zip(mirror, fresh)] + fresh[len(mirror) :])
+        items, new = list(list.__iter__(mirror)), list(list.__iter__(fresh))
+        list.__setitem__(mirror, slice(None), [merged(a, b) for a, b in zip(items, new)] + new[len(items) :])
     elif isinstance(mirror, dict):
         values = {
             k: merged(dict.__getitem__(mirror, k), v) if dict.__contains__(mirror, k) else v

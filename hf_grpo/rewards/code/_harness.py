@@ -72,8 +72,8 @@ class Endpoint:
         self.handles = {}
         self.callbacks, self.callback_ids = [], {}
         self.exceptions = {}
-        self.calls = 0  # "call" requests sent: their sequence numbers, the same on both sides
-        self.kept = {}  # seq -> (arguments of that call the other process holds, their text at the last sync)
+        self.requests = 0  # requests sent: their sequence numbers, the same on both sides
+        self.kept = {}  # key (see _serve.Server.kept) -> (what the other process holds too, its text at the last sync)
         self.mirrors = {}  # handle index -> the mirrors (NT, DC, SUB) made here of that object
         self.defined, self.top_level = {}, set()  # what the code's text binds (see source_bindings); the prompt's: none
 
@@ -144,17 +144,15 @@ class Endpoint:
             if self.encode(kept) != text:  # the other process's copy cannot follow a change made here
                 handles.refuse(
                     self,
-                    "the tests changed an argument the candidate kept from an earlier call (its copy in the other "
-                    "process cannot follow)",
+                    "the tests changed an object the candidate still holds from an earlier request (an argument, a "
+                    "result: its copy in the other process cannot follow)",
                 )
-        seq = None
-        if op == "call":
-            seq, self.calls = self.calls, self.calls + 1
+        seq, self.requests = self.requests, self.requests + 1
         wire.send(self.wfd, f"({op!r},{self.encode(ref)})\n{self.encode(payload)}")
         reply = self.answer()
         if reply[5] is not None and op == "call":  # Python keeps a mutation made before a raise, too
             handles.sync(payload, reply[5])
-        self._later_changes(reply, seq, payload)
+        self._later_changes(reply, seq, payload if op == "call" else None)
         if reply[0] == "raise":
             raise self._exception(op, reply[1])
         return reply[1]
@@ -164,8 +162,17 @@ class Endpoint:
         objects, as Python's shared objects would show it), mirrors of its objects (refreshed in place)."""
         if len(reply) != 10 or type(reply[7]) is not list or type(reply[8]) is not list or type(reply[9]) is not list:
             return
-        if reply[6] is True and seq is not None:
-            self.kept[seq] = (payload, self.encode(payload))
+        for key in reply[6] if type(reply[6]) is list else ():
+            if key == 2 * seq and payload is not None:
+                self.kept[key] = (payload, self.encode(payload))
+            elif key == 2 * seq + 1 and reply[0] == "ok":
+                holder = ((reply[1],), {})
+                self.kept[key] = (holder, self.encode(holder))
+        if len(self.kept) > 256:
+            handles.refuse(
+                self,
+                "the candidate keeps more than 256 objects it shares with the tests (the harness follows at most 256)",
+            )
         for item in reply[7]:
             if type(item) is tuple and len(item) == 2 and item[0] in self.kept:
                 kept = self.kept[item[0]][0]

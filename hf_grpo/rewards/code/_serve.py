@@ -74,8 +74,10 @@ class Server:
         self.saved = dict(self.table)
         self.nested = 0  # callbacks into the tests in progress
         self.limit_base = self.limit_set = None  # the recursion limit the code set, and the one we set
-        self.calls = 0  # "call" requests received: their sequence numbers, the same on both sides
-        self.kept = {}  # seq -> [arguments of that call the code still holds, their text as last sent]
+        self.requests = 0  # requests received: their sequence numbers, the same on both sides
+        # 2 * seq -> [the arguments of call seq], 2 * seq + 1 -> [its result], where the code still holds them, with
+        # their text as last sent (see _held)
+        self.kept = {}
         self.mirrors = {}  # object index -> its mirror's text as last sent (NT, DC, SUB: see wire.mirrored_kind)
 
     def plain_depth(self, frame, execs):
@@ -171,9 +173,8 @@ class Server:
         out, err = io.StringIO(), io.StringIO()
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = out, err
-        before = after = seq = None
-        if op == "call":
-            seq, self.calls = self.calls, self.calls + 1
+        before = after = result = None
+        seq, self.requests = self.requests, self.requests + 1
         try:
             if type(ref) is str and ref not in self.namespace:
                 raise NameError(f"name {ref!r} is not defined")
@@ -246,18 +247,25 @@ class Server:
             body += f"{_text(error)!r})"
         finally:
             sys.stdout, sys.stderr = saved
-        kept = False
+        # What the code still holds after answering (encoded already, so only the code holds them now): the
+        # arguments of a call, a container it returned (a cache, an attribute): later changes must reach the tests.
+        holder = ((result,), {}) if kind == "ok" and type(result) in _CONTAINERS else None
+        result = target = None
+        kept = []
+        shared = _held(*[p for p in (payload if before is not None else None, holder) if p is not None])
         if before is not None:
-            result = target = None  # encoded already: what still holds the arguments is the code
             try:
                 now = self.encode(payload)
                 after = now if now != before else None
-                kept = _held(payload)
-                if kept:
-                    self.kept[seq] = [payload, now]
+                if shared:
+                    self.kept[2 * seq] = [payload, now]
+                    kept.append(2 * seq)
             except (TypeError, ValueError):
                 after = None
-        updates, released = self._kept_updates(seq)
+        if holder is not None and shared:
+            self.kept[2 * seq + 1] = [holder, self.encode(holder)]
+            kept.append(2 * seq + 1)
+        updates, released = self._kept_updates(kept)
         mirrors = self._mirror_updates()
         patched = self.tampered()
         return (
@@ -277,22 +285,23 @@ class Server:
         return "{" + ",".join(encoded) + "}"
 
     def _kept_updates(self, current):
-        """Arguments of earlier calls the code kept and has changed since (``(seq, value)``, as Python's shared
-        objects would show them), and those it no longer holds (never sent again)."""
+        """What the code kept from earlier requests and has changed since (``(key, value)``, as Python's shared
+        objects would show it), and what it no longer holds (never sent again)."""
         updates, released = [], []
-        for seq in [s for s in self.kept if s != current]:
-            arguments, last = self.kept[seq]
-            if not _held(arguments):
-                released.append(seq)
-                del self.kept[seq]
+        outside = _outside(*(entry[0] for entry in self.kept.values()))  # one walk: entries may share objects
+        for key in [k for k in self.kept if k not in current]:
+            held, last = self.kept[key]
+            if not outside.intersection(_containers(held)[0]):
+                released.append(key)
+                del self.kept[key]
                 continue
             try:
-                text = self.encode(arguments)
+                text = self.encode(held)
             except (TypeError, ValueError):
                 continue
             if text != last:
-                self.kept[seq][1] = text
-                updates.append(f"({seq},{text})")
+                self.kept[key][1] = text
+                updates.append(f"({key},{text})")
         return updates, released
 
     def _mirror_updates(self):
@@ -312,24 +321,40 @@ class Server:
 _CONTAINERS = (list, dict, set, tuple, bytearray, collections.deque)
 
 
-def _held(payload):
-    """Whether anything but the call's own argument tuple and dict holds a container among a call's arguments (the
-    code kept one: a later mutation must reach the tests, as on Python's shared objects). A container reached only
-    through its parent has three references while examined here: the parent, ``item`` and ``getrefcount``'s own."""
-    args, kwargs = payload
-    stack = [*args, *kwargs.values()]
+def _containers(*payloads):
+    """{id: container} reachable from the payloads' arguments (``(args, kwargs)`` each), and how many references
+    among them point at each."""
+    found, refs = {}, collections.Counter()
+    stack = [v for args, kwargs in payloads for v in (*args, *kwargs.values())]
     while stack:
         item = stack.pop()
         kind = type(item)
         if kind not in _CONTAINERS or (kind is tuple and not item):  # `()` is a shared singleton
             continue
-        if sys.getrefcount(item) > 3:
-            return True
-        if kind is dict:
-            stack.extend(item.values())
-        elif kind is not bytearray:
-            stack.extend(item)
-    return False
+        refs[id(item)] += 1
+        if id(item) not in found:
+            found[id(item)] = item
+            stack.extend(item.values() if kind is dict else () if kind is bytearray else item)
+    return found, refs
+
+
+def _outside(*payloads):
+    """The ids of the containers in the payloads that something else holds too (the code kept them: a later change
+    must reach the tests, as on Python's shared objects). Each is examined with three references of our own: the
+    list holding it, the loop's name and ``getrefcount``'s argument (not a dict's items: their iterator keeps the last
+    pair alive)."""
+    found, refs = _containers(*payloads)
+    values = list(found.values())
+    del found
+    outside = set()
+    for value in values:
+        if sys.getrefcount(value) - 3 > refs[id(value)]:
+            outside.add(id(value))
+    return outside
+
+
+def _held(*payloads):
+    return bool(_outside(*payloads))
 
 
 def _binding(value):

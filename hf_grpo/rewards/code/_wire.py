@@ -118,13 +118,13 @@ def recv(fd):
 
 # ---- encoding -----------------------------------------------------------------------------------------------------
 def _odd(kind, base):
-    """Whether a class between ``kind`` and its built-in ``base`` overrides how a value compares or iterates."""
+    """What a class between ``kind`` and its built-in ``base`` overrides of how a value compares or iterates."""
+    found = set()
     for klass in kind.__mro__:
         if klass is base or klass is object:
-            return False
-        if _VALUE_DUNDERS.intersection(vars(klass)):
-            return True
-    return False
+            break
+        found.update(_VALUE_DUNDERS.intersection(vars(klass)))
+    return tuple(sorted(found))
 
 
 def _ref(value, ref_of):
@@ -268,7 +268,8 @@ def encode(value, ref_of, mirror_of=None, depth=0):
             names = tuple(f.name for f in declared)
             values = tuple(object.__getattribute__(value, n) for n in names)
             ref = _ref(value, ref_of)
-            return f"DC({ref},{kind.__name__!r},{names!r},{tup(values)},{params.frozen!r},{compared!r})"
+            hashable = params.frozen or params.unsafe_hash  # when a dataclass has a __hash__ of its fields
+            return f"DC({ref},{kind.__name__!r},{names!r},{tup(values)},{hashable!r},{compared!r})"
     literal = _numpy_literal(value, kind)
     if literal is not None:
         return literal
@@ -370,13 +371,33 @@ def _names(name, fields, private=False):
         raise ValueError("duplicate field names")
 
 
+def _refusing(name):
+    """A mirror's ``name`` where the candidate's class overrides it: Python would run the candidate's code (its
+    ``__bool__`` deciding ``assert f(x)``), which cannot judge itself, so the run is refused."""
+
+    def method(self, *args):
+        reason = f"the tests use {name} of a value of the candidate's class {type(self).__name__}, which overrides it"
+        refusals.append(reason + " (its own code cannot judge itself)")
+        raise forms.Refused(reason)
+
+    method.__name__ = name
+    return method
+
+
+def _overrides(odd):
+    if type(odd) is not tuple or not all(type(n) is str and n in _VALUE_DUNDERS for n in odd):
+        raise ValueError("bad overrides")
+    return {name: _refusing(name) for name in odd}
+
+
 def namedtuple_value(handle, name, fields, values, odd):
     _names(name, fields)
-    if len(values) != len(fields) or type(odd) is not bool:
+    if len(values) != len(fields):
         raise ValueError("namedtuple arity")
-    key = ("NT", name, fields)
+    key = ("NT", name, fields, odd)
     if key not in _classes:  # a subclass with a __dict__, to carry the handle back
-        _classes[key] = type(name, (collections.namedtuple(name, fields),), {"__getattr__": _forward})
+        namespace = {"__getattr__": _forward, **_overrides(odd)}
+        _classes[key] = type(name, (collections.namedtuple(name, fields),), namespace)
     value = _classes[key](*values)
     value._hf_handle = handle
     return value
@@ -394,21 +415,36 @@ def record_value(handle, name, fields, values, frozen, compared):
         return handle
     key = ("DC", name, fields, frozen, compared)
     if key not in _classes:
-        hash_ = (lambda self: hash((type(self).__name__, self._key()))) if frozen else None
+        hash_ = (lambda self: hash(self._key())) if frozen else None  # a dataclass's own hash: its compared fields
+        # The fields' descriptions of a dataclass of that shape, so dataclasses.asdict/fields/is_dataclass work.
+        shape = dataclasses.make_dataclass(name, [(f, object) for f in fields], init=False, repr=False, eq=False)
         namespace = {"__slots__": (), "_hf_fields": fields, "_hf_compared": compared, "__hash__": hash_}
+        namespace["__dataclass_fields__"] = shape.__dataclass_fields__
+        namespace["__dataclass_params__"] = shape.__dataclass_params__
         _classes[key] = type(name, (Record,), namespace)
     return _classes[key](values, handle)
 
 
+def _missing(self, key):
+    """A dict subclass's missing key: its own ``__getitem__`` answers (``__missing__``), in its process."""
+    handle = vars(self).get("_hf_handle")
+    if handle is None:
+        raise KeyError(key)
+    return handle[key]
+
+
 def subclass_value(handle, name, plain, odd):
     base = type(plain)
-    if base not in _BASES or type(name) is not str or not name.isidentifier() or type(odd) is not bool:
+    if base not in _BASES or type(name) is not str or not name.isidentifier():
         raise ValueError("bad subclass value")
     if handle is None:
         return plain
-    key = ("SUB", name, base)
+    key = ("SUB", name, base, odd)
     if key not in _classes:
         namespace = {"__getattr__": _forward, "__str__": _mirror_text("str"), "__repr__": _mirror_text("repr")}
+        namespace.update(_overrides(odd))
+        if base is dict:
+            namespace["__missing__"] = _missing
         _classes[key] = type(name, (base,), namespace)
     value = _classes[key](plain)
     value._hf_handle = handle
@@ -521,9 +557,9 @@ def _call(name, args, refs, importer):
         # A mirror carries a reference to the sender's own object, nothing else: a builtin there (`SUB(BI('exec'),
         # ...)`) would go back to the sender as a callable of this side's when the value is passed back.
         raise ValueError("a mirror's reference is not the sender's object")
-    if name in ("NT", "SUB") and args and args[-1] is True:
+    if name in ("NT", "SUB") and args and type(args[-1]) is tuple and args[-1]:
         refs.odd()  # overrides how it compares or iterates: a hint for the logs
-    if name == "NT" and len(args) == 5 and kinds[1:] == (str, tuple, tuple, bool):
+    if name == "NT" and len(args) == 5 and kinds[1:] == (str, tuple, tuple, tuple):
         return args[0] if refs.originals and args[0] is not None else refs.mirrored(args[0], namedtuple_value(*args))
     if name == "DC" and len(args) == 6 and kinds[1:] == (str, tuple, tuple, bool, tuple):
         return args[0] if refs.originals and args[0] is not None else refs.mirrored(args[0], record_value(*args))
@@ -539,11 +575,10 @@ def _call(name, args, refs, importer):
         array = array.reshape(args[1])
         return array if refs.originals else array.view(candidate_array_class(numpy))
     if name == "NS" and len(args) == 2 and _DTYPE.fullmatch(args[0]) and isinstance(args[1], DATA_TYPES):
-        numpy = _numpy(importer)
         value = args[1]
-        if kinds[1] not in DATA_TYPES:  # a marked NaN: numpy's own scalar, unmarked, as in a plain run
+        if kinds[1] not in DATA_TYPES:  # a NaN the tests' side marked: numpy's own scalar, unmarked, as in a plain run
             value = complex(value) if isinstance(value, complex) else float(value)
-        return numpy.dtype(args[0]).type(value)
+        return _numpy(importer).dtype(args[0]).type(value)
     raise ValueError(f"not a data constructor: {name}{kinds}")
 
 
