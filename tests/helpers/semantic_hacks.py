@@ -119,7 +119,7 @@ CASES = {
         "def make_pair(a, b):\n    return Pair()\n",
         "from dataclasses import dataclass\n\n@dataclass\nclass Pair:\n    a: int\n    b: int\n\n"
         "def make_pair(a, b):\n    return Pair(a, b)\n",
-        WIRE + "_w.comparable = lambda compared: True\n",
+        WIRE + "import _hf_grpo_mirrors as _m\n_w.comparable = _m.comparable = lambda compared: True\n",
     ),
     # 6: a namedtuple whose __iter__ yields the expected answer while its items are wrong
     "a namedtuple whose __iter__ lies": Case(
@@ -127,7 +127,7 @@ CASES = {
         "from collections import namedtuple\n\nclass QR(namedtuple('QR', 'q r')):\n    def __iter__(self):\n"
         "        return iter((3, 1))\n\ndef divide(a, b):\n    return QR(0, 0)\n",
         "def divide(a, b):\n    return divmod(a, b)\n",
-        WIRE + "_w.tuple_items = tuple\n",
+        WIRE + "import _hf_grpo_mirrors as _m\n_w.tuple_items = _m.tuple_items = tuple\n",
     ),
     # 7: an empty numpy array: the element-wise comparison is empty, and allclose/all() accept it
     "an empty numpy array": Case(

@@ -23,6 +23,7 @@ hack (the always-equal object), for the logs.
 import collections
 
 import _hf_grpo_forms as forms
+import _hf_grpo_mirrors as mirrors
 import _hf_grpo_wire as wire
 
 Refused = forms.Refused
@@ -248,11 +249,11 @@ def refresh(mirror, fresh):
     """Bring a mirror made earlier up to its object's present value (``fresh``, a new mirror of it)."""
     if type(mirror) is not type(fresh):
         return
-    if isinstance(mirror, wire.Record):
+    if isinstance(mirror, mirrors.Record):
         values = tuple(merged(a, b) for a, b in zip(mirror._hf_values, fresh._hf_values))
         object.__setattr__(mirror, "_hf_values", values)
     elif isinstance(mirror, tuple):
-        sync(wire.tuple_items(mirror), wire.tuple_items(fresh))
+        sync(mirrors.tuple_items(mirror), mirrors.tuple_items(fresh))
     elif isinstance(mirror, list):
         items, new = list(list.__iter__(mirror)), list(list.__iter__(fresh))
         list.__setitem__(mirror, slice(None), [merged(a, b) for a, b in zip(items, new)] + new[len(items) :])

@@ -65,7 +65,7 @@ _ENTRY_HEAD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Order matters: each imports the ones before it.
 HARNESS_PRELOAD = {
     f"_hf_grpo_{name}": str(Path(__file__).with_name(f"_{name}.py"))
-    for name in ("forms", "wire", "trusted", "serve", "handles", "harness")
+    for name in ("forms", "mirrors", "wire", "trusted", "serve", "handles", "harness")
 }
 # Third-party packages programs may import (bound read-only into the sandbox when installed; see docs/sandbox.md).
 PACKAGES = ("numpy",)
