@@ -77,6 +77,7 @@ HEAVY_FIRST = (
     "tests/generation/test_vllm_server.py",
     "tests/distributed/test_invariance.py",
     "tests/distributed/test_resume.py",
+    "tests/rewards/code/test_task_blind.py",
     "tests/test_trainer_vlm.py",
     "tests/agents/test_rollouts.py",
     "tests/test_trainer.py",
