@@ -184,6 +184,26 @@ STATEFUL: dict[str, tuple[str, str]] = {
         "    return P(1, [2])\n",
         "import dataclasses\nr = dataclasses.asdict(f())",
     ),
+    "dataclasses ordered by their fields": (
+        "from dataclasses import dataclass\n@dataclass(order=True)\nclass V:\n    major: int\n    minor: int\n"
+        "def f(a, b):\n    return V(a, b)\n",
+        "r = (f(1, 2) < f(1, 3), f(2, 0) >= f(1, 9), sorted([f(2, 0), f(1, 5)]) == [f(1, 5), f(2, 0)])",
+    ),
+    "a handle formatted, indexed with a tuple, and named": (
+        "class Grid:\n    def __init__(self):\n        self.cells = {}\n    def __setitem__(self, key, value):\n"
+        "        self.cells[key] = value\n    def __getitem__(self, key):\n        return self.cells.get(key, 0)\n"
+        "    def __format__(self, spec):\n        return format(len(self.cells), spec)\n"
+        "def f():\n    return Grid()\n",
+        "g = f()\ng[1, 2] = 5\nr = (g[1, 2], f'{g:>3}', f.__name__)",
+    ),
+    "a UserList argument mutated": (
+        "def f(xs):\n    xs.append(3)\n",
+        "from collections import UserList\nxs = UserList([1])\nf(xs)\nr = (type(xs).__name__, list(xs))",
+    ),
+    "a numpy result's exact type": (
+        "import numpy as np\ndef f():\n    return np.arange(3)\n",
+        "import numpy as np\nr = (type(f()) is np.ndarray, f().dtype.kind)",
+    ),
     "callback mutates the tests' state": (
         "def f(cb):\n    cb(3)\n    return 1\n",
         "seen = []\nf(seen.append)\nr = seen",

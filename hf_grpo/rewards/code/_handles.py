@@ -69,6 +69,10 @@ class Proxy:
         return f"<candidate's {self.__name__}>"
 
 
+# Dunder attributes a handle reads from its object (a function's ``__name__``); any other dunder is this class's.
+_NAMES = frozenset(("__name__", "__qualname__", "__wrapped__", "__self__", "__func__", "__code__", "__defaults__"))
+
+
 class Handle:
     """An object of the candidate that is not a value. It can be called, iterated, indexed, measured, printed, passed
     back and have attributes read and set (each a request to its process). Comparisons, hashing, truth and arithmetic
@@ -88,12 +92,21 @@ class Handle:
         return self._owner.request("call", self, (args, kwargs))
 
     def __getattr__(self, name):
-        if name.startswith("__"):
+        if name.startswith("__") and name not in _NAMES:
             raise AttributeError(name)
         return self._owner.request("getattr", self, name)
 
     def __setattr__(self, name, value):
         self._owner.request("setattr", self, (name, value))
+
+    def __setitem__(self, key, value):
+        self._owner.request("setitem", self, (key, value))
+
+    def __delitem__(self, key):
+        self._owner.request("delitem", self, key)
+
+    def __format__(self, spec):  # f"{obj:>8}": its class's own __format__
+        return self._owner.request("format", self, spec)
 
     def __iter__(self):
         return self._owner.request("iter", self, None)
@@ -238,6 +251,8 @@ def sync(before, after):
         before.extend(after)
     elif kind is bytearray and type(after) is kind:
         before[:] = after
+    elif kind in (collections.UserDict, collections.UserList) and type(after) is kind:
+        sync(before.data, after.data)
     elif kind is tuple and type(after) is tuple and len(before) == len(after):
         for a, b in zip(before, after):
             sync(a, b)

@@ -160,24 +160,38 @@ def namedtuple_value(handle, name, fields, values, odd):
     return value
 
 
-def record_value(handle, name, fields, values, frozen, compared):
+def _ordering(name):
+    def method(self, other):  # a dataclass's order=True: its compared fields as a tuple, same class only
+        if type(other) is not type(self):
+            return NotImplemented
+        return getattr(self._key(), name)(other._key())
+
+    method.__name__ = name
+    return method
+
+
+def record_value(handle, name, fields, values, traits, compared):
+    """A dataclass instance's mirror. ``traits``: ``"hash"`` where the dataclass hashes its fields (frozen, or
+    ``unsafe_hash``), ``"order"`` where it orders them (``order=True``), as the dataclass's own methods do."""
     _names(name, fields, private=True)
-    if len(values) != len(fields) or type(frozen) is not bool or type(compared) is not tuple:
+    if len(values) != len(fields) or type(traits) is not tuple or not set(traits) <= {"hash", "order"}:
         raise ValueError("record arity")
-    if len(compared) != len(fields) or not all(type(c) is bool for c in compared):
+    if type(compared) is not tuple or len(compared) != len(fields) or not all(type(c) is bool for c in compared):
         raise ValueError("record compare flags")
     if not comparable(compared):  # a sender that did not send a handle (see encode)
         if handle is None:
             raise ValueError("a record with no compared field")
         return handle
-    key = ("DC", name, fields, frozen, compared)
+    key = ("DC", name, fields, traits, compared)
     if key not in _classes:
-        hash_ = (lambda self: hash(self._key())) if frozen else None  # a dataclass's own hash: its compared fields
+        hash_ = (lambda self: hash(self._key())) if "hash" in traits else None  # the dataclass's: compared fields
         # The fields' descriptions of a dataclass of that shape, so dataclasses.asdict/fields/is_dataclass work.
         shape = dataclasses.make_dataclass(name, [(f, object) for f in fields], init=False, repr=False, eq=False)
         namespace = {"__slots__": (), "_hf_fields": fields, "_hf_compared": compared, "__hash__": hash_}
         namespace["__dataclass_fields__"] = shape.__dataclass_fields__
         namespace["__dataclass_params__"] = shape.__dataclass_params__
+        if "order" in traits:
+            namespace.update({n: _ordering(n) for n in ("__lt__", "__le__", "__gt__", "__ge__")})
         _classes[key] = type(name, (Record,), namespace)
     return _classes[key](values, handle)
 

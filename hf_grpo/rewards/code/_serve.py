@@ -189,6 +189,15 @@ class Server:
                 result = {n: _binding(self.namespace[n]) for n in payload if type(n) is str and n in self.namespace}
             elif op == "getattr":
                 result = getattr(target, payload)
+            elif op == "setitem":  # `grid[1, 2] = 0`
+                key, value = payload
+                target[key] = value
+                result = None
+            elif op == "delitem":
+                del target[payload]
+                result = None
+            elif op == "format":
+                result = format(target, payload)
             elif op == "setattr":  # `root.left = Node(2)` in the tests or the row's setup code
                 name, value = payload
                 setattr(target, name, value)
@@ -318,7 +327,7 @@ class Server:
         return updates
 
 
-_CONTAINERS = (list, dict, set, tuple, bytearray, collections.deque)
+_CONTAINERS = (list, dict, set, tuple, bytearray, collections.deque, collections.UserDict, collections.UserList)
 
 
 def _containers(*payloads):
@@ -334,7 +343,10 @@ def _containers(*payloads):
         refs[id(item)] += 1
         if id(item) not in found:
             found[id(item)] = item
-            stack.extend(item.values() if kind is dict else () if kind is bytearray else item)
+            if kind in (collections.UserDict, collections.UserList):
+                stack.append(item.data)
+            else:
+                stack.extend(item.values() if kind is dict else () if kind is bytearray else item)
     return found, refs
 
 

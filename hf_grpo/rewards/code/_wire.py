@@ -9,9 +9,9 @@ whitelist over ``ast`` (never ``eval``):
 * value types: ``FS`` frozenset, ``BA`` bytearray, ``C`` Counter, ``OD`` OrderedDict, ``DD`` defaultdict (its
   factory a builtin, or a reference to the sender's callable), ``DQ`` deque, ``FR`` Fraction, ``DEC`` Decimal, ``RG``
   range, ``SL`` slice, ``DK``/``DV``/``DI`` dict views, ``NP``/``NS`` numpy arrays and scalars of plain dtypes,
-  ``DT`` naive ``datetime.date``/``datetime``/``time`` and ``timedelta``; ``J``/``JT``/``JL`` a list of 256 or more
-  flat values, or of tuples or lists of flat values, as JSON (``ast`` needs ~100x the memory of the text: 250,000
-  pairs ran out of it);
+  ``DT`` naive ``datetime.date``/``datetime``/``time`` and ``timedelta``, ``U`` ``UserDict``/``UserList``/
+  ``UserString``; ``J``/``JT``/``JL`` a list of 256 or more flat values, or of tuples or lists of flat values, as JSON
+  (``ast`` needs ~100x the memory of the text: 250,000 pairs ran out of it);
 * ``BI(name)``: a builtin type or function (``int`` passed as an argument), the receiver's own;
 * objects of the other side, by reference: ``H(n)`` a handle on an object of the candidate (or the prompt's
   process), ``N(name)`` one of its top-level names, ``CB(n)``/``IT(n)`` a callable or iterator of the tests (a
@@ -58,6 +58,8 @@ _DTYPE = re.compile(r"[<>|=]?(b1|[iu][1248]|f[248]|c(8|16)|U\d{1,6})")
 BUILTINS = {k: v for k, v in vars(builtins).items() if isinstance(v, (type, types.BuiltinFunctionType))}
 _BUILTIN_NAMES = {id(v): k for k, v in BUILTINS.items()}
 _VIEWS = {type({}.keys()): "DK", type({}.values()): "DV", type({}.items()): "DI"}
+_USER = (collections.UserDict, collections.UserList, collections.UserString)
+_USER_DATA = {"UserDict": dict, "UserList": list, "UserString": str}
 # Operators a handle forwards to the candidate's object (computed by its class, in its process).
 BINARY_OPERATORS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul")
 BINARY_OPERATORS += ("and", "or", "xor", "lshift", "rshift")
@@ -201,6 +203,8 @@ def encode(value, ref_of, mirror_of=None, depth=0):
         return "FS([" + items(value) + "])"
     if kind is bytearray:
         return f"BA({bytes(value)!r})"
+    if kind in _USER:  # collections.UserDict/UserList/UserString: the stdlib's own class around their data
+        return f"U({kind.__name__!r},{inner(value.data)})"
     if kind is collections.Counter:
         return "C(" + inner(dict(value)) + ")"
     if kind is collections.OrderedDict:
@@ -247,8 +251,8 @@ def encode(value, ref_of, mirror_of=None, depth=0):
             names = tuple(f.name for f in declared)
             values = tuple(object.__getattribute__(value, n) for n in names)
             ref = _ref(value, ref_of)
-            hashable = params.frozen or params.unsafe_hash  # when a dataclass has a __hash__ of its fields
-            return f"DC({ref},{kind.__name__!r},{names!r},{tup(values)},{hashable!r},{compared!r})"
+            traits = ("hash",) * (params.frozen or params.unsafe_hash) + ("order",) * params.order
+            return f"DC({ref},{kind.__name__!r},{names!r},{tup(values)},{traits!r},{compared!r})"
     literal = _numpy_literal(value, kind)
     if literal is not None:
         return literal
@@ -346,6 +350,8 @@ def _call(name, args, refs, importer):
         return frozenset(args[0])
     if name == "BA" and kinds == (bytes,):
         return bytearray(args[0])
+    if name == "U" and len(args) == 2 and _USER_DATA.get(args[0]) is kinds[1]:
+        return getattr(collections, args[0])(args[1])
     if name == "C" and kinds == (dict,):
         return collections.Counter(args[0])
     if name == "OD" and kinds == (list,) and all(type(p) is tuple and len(p) == 2 for p in args[0]):
@@ -379,7 +385,7 @@ def _call(name, args, refs, importer):
         refs.odd()  # overrides how it compares or iterates: a hint for the logs
     if name == "NT" and len(args) == 5 and kinds[1:] == (str, tuple, tuple, tuple):
         return args[0] if refs.originals and args[0] is not None else refs.mirrored(args[0], namedtuple_value(*args))
-    if name == "DC" and len(args) == 6 and kinds[1:] == (str, tuple, tuple, bool, tuple):
+    if name == "DC" and len(args) == 6 and kinds[1:] == (str, tuple, tuple, tuple, tuple):
         return args[0] if refs.originals and args[0] is not None else refs.mirrored(args[0], record_value(*args))
     if name == "SUB" and len(args) == 4:
         return args[0] if refs.originals and args[0] is not None else refs.mirrored(args[0], subclass_value(*args))
@@ -391,7 +397,9 @@ def _call(name, args, refs, importer):
         if array.size != len(args[2]) or array.ndim != 1:
             raise ValueError("bad array data")
         array = array.reshape(args[1])
-        return array if refs.originals else array.view(candidate_array_class(numpy))
+        if refs.originals or array.size:  # numpy's own ndarray (type(r) is np.ndarray); an empty one refuses to
+            return array  # broadcast against a non-empty operand (candidate_array_class)
+        return array.view(candidate_array_class(numpy))
     if name == "NS" and len(args) == 2 and _DTYPE.fullmatch(args[0]) and isinstance(args[1], DATA_TYPES):
         value = args[1]
         if kinds[1] not in DATA_TYPES:  # a NaN the tests' side marked: numpy's own scalar, unmarked, as in a plain run
