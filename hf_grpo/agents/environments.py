@@ -48,6 +48,7 @@ from .protocol import with_text
 from .tools import Lane, Tool, ToolExecutor, tools_from_callables
 
 logger = logging.getLogger(__name__)
+_HERE = object()  # _rewards: run this instance's get_reward on the caller's thread
 
 _NOT_TOOLS = ("reset", "get_reward")
 
@@ -121,25 +122,36 @@ class Environments:
             if inspect.iscoroutinefunction(cls.get_reward):
 
                 async def reward(environments, _cls=cls, **kwargs):
+                    futures = self._rewards(environments, _cls)
                     return [
-                        None if f is None else await asyncio.wrap_future(f) for f in self._rewards(environments, _cls)
+                        None if f is None else await e.get_reward() if f is _HERE else await asyncio.wrap_future(f)
+                        for e, f in zip(environments, futures)
                     ]
             else:
 
                 def reward(environments, _cls=cls, **kwargs):
-                    return [None if f is None else f.result() for f in self._rewards(environments, _cls)]
+                    futures = self._rewards(environments, _cls)
+                    return [
+                        None if f is None else e.get_reward() if f is _HERE else f.result()
+                        for e, f in zip(environments, futures)
+                    ]
 
             reward.__name__ = cls.__name__
             out.append(reward)
         return out
 
     def _rewards(self, environments: list, cls: type) -> list:
-        """A future of each ``cls`` instance's ``get_reward`` on its lane, None for the others and for an instance
-        whose lane is still busy with a tool call that timed out: that rollout abstains (None) rather than hold up
+        """A future of each ``cls`` instance's ``get_reward`` on its lane (``_HERE`` for an instance no live round
+        reset: run on the caller's thread), None for the others and for an instance whose lane is still busy with a
+        tool call that timed out: that rollout abstains (None) rather than hold up
         the reward runner until its own timeout, round after round, for a tool that never returns."""
         futures = []
         for e in environments:
-            lane = self.lane_of(e) if type(e) is cls else None
+            with self._lock:
+                lane = self._lanes.get(id(e)) if type(e) is cls else None
+            if type(e) is cls and lane is None:  # an instance no live round reset (built by the caller, as TRL's tests
+                futures.append(_HERE)  # do): its get_reward runs on the caller's thread, as TRL runs every one
+                continue
             if lane is not None and lane.stuck is not None:
                 logger.warning(
                     "environment %s: get_reward not run, its lane is still busy with a call to `%s` that timed out; "

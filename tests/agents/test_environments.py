@@ -1,5 +1,6 @@
 """Environment bookkeeping: group-consistent resets, checks at start, tools by name."""
 
+import asyncio
 import os
 import random
 
@@ -67,3 +68,24 @@ def test_built_in_tools_by_name():
     assert resolve_tool("hf_grpo.agents.calculator.calculator")("2 ** 10") == "1024"
     with pytest.raises(ValueError, match="unknown tool 'calcu'; built-in tools are calculator, python"):
         resolve_tool("calcu")
+
+
+class Scored(Dice):
+    def get_reward(self) -> float:
+        return 1.0 if hasattr(self, "task") else 0.5
+
+
+class AsyncScored(Dice):
+    async def get_reward(self) -> float:
+        return 2.0
+
+
+def test_an_environment_reward_scores_instances_no_round_reset_on_the_callers_thread():
+    """TRL's test_environment_owned_reward_mixed_environments calls the reward on instances it built itself (a
+    rollout's instance runs on its lane: tests/agents/test_tool_faults.py)."""
+    envs = Environments({"scored": Scored, "plain": Dice}, seed=0)
+    (reward,) = envs.reward_functions()
+    assert reward.__name__ == "Scored"
+    assert reward(environments=[Scored(), Dice()]) == [0.5, None]
+    (areward,) = Environments({"a": AsyncScored, "plain": Dice}, seed=0).reward_functions()
+    assert asyncio.run(areward(environments=[AsyncScored(), Dice()])) == [2.0, None]

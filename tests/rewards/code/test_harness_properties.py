@@ -1,8 +1,8 @@
 """Item 3 of issue 58 as a property: over a generated grid of value kinds a candidate returns x operations the tests
-apply (tests/helpers/harness_grid.py: 42 kinds x 20 operations, plus 16 programs that mutate, keep, raise,
-format and call back), the ``code`` reward's harness gives the answer a plain Python process gives (the tests run in the candidate's
-namespace, as MBPP's harness runs them), or refuses with a reason. It never gives a different answer, except the
-listed departures, each with its reason, which must still depart (so the list cannot go stale).
+apply (tests/helpers/harness_grid.py: 42 kinds x 20 operations, plus 16 programs that mutate, keep, raise, format and
+call back), the ``code`` reward's harness gives the answer a plain Python process gives (the tests run in the
+candidate's namespace, as MBPP's harness runs them), or refuses with a reason. It never gives a different answer,
+except the listed departures, each with its reason, which must still depart (so the list cannot go stale).
 
 One reward call scores the whole grid (956 runs, ~15 s on 2 cores)."""
 
