@@ -79,6 +79,7 @@ class Server:
         # their text as last sent (see _held)
         self.kept = {}
         self.mirrors = {}  # object index -> its mirror's text as last sent (NT, DC, SUB: see wire.mirrored_kind)
+        self.touched = set()  # object indices the tests referred to since the last reply at the outermost level
 
     def plain_depth(self, frame, execs):
         """Raise the recursion limit by the depth of ``frame`` plus ``execs``, so that what it calls has the headroom
@@ -96,6 +97,7 @@ class Server:
 
     # -- references (wire.decode / wire.encode) --
     def H(self, index, kind=None):
+        self.touched.add(index)
         return self.objects[index]
 
     def N(self, name):
@@ -314,16 +316,24 @@ class Server:
         return updates, released
 
     def _mirror_updates(self):
-        """Mirrors sent earlier whose object has changed since (``(index, value)``): the tests' copy is refreshed."""
+        """Mirrors sent earlier whose object has changed since (``(index, value)``): the tests' copy is refreshed. An
+        object only this server holds changes only through a request that refers to it (``touched``); the others are
+        encoded again after every request. (Three references are ours while one is examined: the list, ``value``
+        and ``getrefcount``'s argument.)"""
         updates = []
         for index, last in list(self.mirrors.items()):
+            value = self.objects[index]
+            if last is not None and index not in self.touched and sys.getrefcount(value) <= 3:
+                continue
             try:
-                text = self.encode(self.objects[index])
+                text = self.encode(value)
             except (TypeError, ValueError):
                 continue
             if last is not None and text != last:
                 updates.append(f"({index},{text})")
             self.mirrors[index] = text
+        if not self.nested:
+            self.touched.clear()
         return updates
 
 
