@@ -5,7 +5,7 @@ same templates in test_reward_hacking.py's matrix style for the red team's repor
 
 An MBPP row's asserts run as one program here (as MBPP's own harness runs them; the reward's default runs each assert
 alone, and with ``all_or_nothing`` a row scores 1 only if every assert passes): one run per row and template,
-about 24,000 runs, 4 minutes on 2 cores.
+about 24,000 runs, about 7 minutes on one sandbox worker (4 on two).
 
 The test can fail: the red team's planted-``exec`` template forges MBPP 601 once the harness accepts any object in a
 mirror's reference slot."""
@@ -32,7 +32,8 @@ def _fenced(program: str) -> str:
 
 @pytest.fixture(scope="module")
 def reward():
-    code = CodeReward(all_or_nothing=True, timeout_s=10.0)
+    # One sandbox: the suite's other worker keeps a core (its rollout tests time decoding against training).
+    code = CodeReward(all_or_nothing=True, timeout_s=10.0, workers=1)
     yield code
     code.close()
 
