@@ -260,7 +260,8 @@ class Server:
             sys.stdout, sys.stderr = saved
         # What the code still holds after answering (encoded already, so only the code holds them now): the
         # arguments of a call, a container it returned (a cache, an attribute): later changes must reach the tests.
-        holder = ((result,), {}) if kind == "ok" and type(result) in _CONTAINERS else None
+        held_result = kind == "ok" and op not in ("bind", "traits") and type(result) in _CONTAINERS
+        holder = ((result,), {}) if held_result else None
         result = target = None
         kept = []
         shared = _held(*[p for p in (payload if before is not None else None, holder) if p is not None])
@@ -338,6 +339,7 @@ class Server:
 
 
 _CONTAINERS = (list, dict, set, tuple, bytearray, collections.deque, collections.UserDict, collections.UserList)
+_CONTAINER_SET = frozenset(_CONTAINERS)
 
 
 def _containers(*payloads):
@@ -355,8 +357,10 @@ def _containers(*payloads):
             found[id(item)] = item
             if kind in (collections.UserDict, collections.UserList):
                 stack.append(item.data)
-            else:
-                stack.extend(item.values() if kind is dict else () if kind is bytearray else item)
+            elif kind is not bytearray:
+                children = item.values() if kind is dict else item
+                if not _CONTAINER_SET.isdisjoint(map(type, children)):  # in C: a flat list costs no Python loop
+                    stack.extend(children)
     return found, refs
 
 
