@@ -1,9 +1,10 @@
 """The test harness of assert-style code rows: the tests' process. Standard library only.
 
-The zygote imports this file once (as ``_hf_grpo_harness``, after ``_wire.py``, ``_trusted.py``, ``_serve.py`` and
-``_handles.py``; compiled once, inherited by every program it forks); an assert-style run's program is
-``_hf_grpo_harness.run(<the candidate's source>, <the prompt's pinned code>)``, started with a report channel (fd 3, see
-``hf_grpo.sandbox.Job.report``). docs/sandbox.md ("Verdicts a program cannot forge") is the design; in short:
+The zygote imports this file once (as ``_hf_grpo_harness``, after ``_forms.py``, ``_mirrors.py``, ``_wire.py``,
+``_trusted.py``, ``_serve.py`` and ``_handles.py``; compiled once, inherited by every program it forks); an
+assert-style run's program is ``_hf_grpo_harness.run(<the candidate's source>, <the prompt's pinned code>)``, started
+with a report channel (fd 3, see ``hf_grpo.sandbox.Job.report``). docs/sandbox.md ("Verdicts a program cannot forge"
+and "Round 5") is the design; in short:
 
 1. This process makes itself non-dumpable (``/proc/<pid>/mem``, ``/proc/<pid>/fd`` and ``process_vm_readv`` then
    need ``CAP_SYS_PTRACE``, which the sandbox never grants) and forks the candidate's process, which closes the
