@@ -328,15 +328,11 @@ def _trusted_module(name):
         return None
 
 
-def source_bindings(code):
+def source_bindings(tree):
     """What the code's text binds (read here, from the source the tests' process was given; never from what the
     candidate's process says): ``{name: ("from", module, attribute)}`` for a name bound only by a top-level ``from
     module import attribute``, ``("module", module)`` only by a top-level ``import``, ``("other",)`` for any other
     binding or more than one anywhere in the text (a function's locals included: an over-approximation)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return {}
     found = {}
 
     def bind(name, how):
@@ -364,13 +360,9 @@ def source_bindings(code):
     return found
 
 
-def top_level_names(code):
+def top_level_names(tree):
     """The names the code's top-level statements bind (definitions, assignments, imports): for the hints and the
     refusal messages, never for a binding."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return set()
     names = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -526,7 +518,11 @@ def run(code, prelude=""):
     endpoints = [candidate] + ([prompt] if prompt else [])
     trusted.lock_imports()
     spec = json.loads(sys.stdin.read())  # read only now: the other processes were forked without it
-    candidate.defined, candidate.top_level = source_bindings(code), top_level_names(code)
+    try:  # the candidate's text, parsed once here (it fails to load in its own process if it does not parse)
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = ast.Module(body=[], type_ignores=[])
+    candidate.defined, candidate.top_level = source_bindings(tree), top_level_names(tree)
     verdict, refused = "FAIL", None
     try:
         _load(candidate, "candidate")
