@@ -241,10 +241,10 @@ def worker(opts) -> None:
                 callbacks=[timer],
             )
         else:
-            from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+            from hf_grpo import DistributedGRPOTrainer, RunConfig
 
             backend = opts.worker.removeprefix("ours_")
-            args = GRPOConfig(
+            args = RunConfig(
                 output_dir=out,
                 **common,
                 generation_backend=backend,

@@ -182,7 +182,7 @@ def worker(opts) -> None:
     import torch
     from transformers import PrinterCallback, TrainerCallback, set_seed
 
-    from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+    from hf_grpo import DistributedGRPOTrainer, RunConfig
     from hf_grpo.data import load_prompt_dataset
     from hf_grpo.models import load_tokenizer, resolve_model_path
     from hf_grpo.rewards import BUILTIN_REWARDS
@@ -268,7 +268,7 @@ def worker(opts) -> None:
     )
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(
+        args = RunConfig(
             output_dir=out,
             per_device_train_batch_size=opts.prompts * opts.generations,
             num_generations=opts.generations,

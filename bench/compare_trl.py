@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 from transformers import TrainerCallback, set_seed  # noqa: E402
 
-from hf_grpo import DistributedGRPOTrainer, GRPOConfig  # noqa: E402
+from hf_grpo import DistributedGRPOTrainer, RunConfig  # noqa: E402
 from hf_grpo.data import load_prompt_dataset  # noqa: E402
 from hf_grpo.models import load_tokenizer, resolve_model_path  # noqa: E402
 from hf_grpo.rewards import BUILTIN_REWARDS  # noqa: E402
@@ -128,7 +128,7 @@ def run_ours(opts, model_path, dataset, tokenizer, backend: str = "hf", **extra)
     set_seed(0)
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(
+        args = RunConfig(
             **common(opts, out),
             plot_metrics=False,
             generation_backend=backend,

@@ -57,7 +57,7 @@ def main() -> None:
     from vllm import SamplingParams as VLLMSamplingParams
     from vllm.inputs import TokensPrompt
 
-    from hf_grpo import GRPOConfig
+    from hf_grpo import RunConfig
     from hf_grpo.data import encode_prompts
     from hf_grpo.generation import HFGenerator, SamplingParams
     from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
@@ -95,7 +95,7 @@ def main() -> None:
     torch.set_num_threads(threads)
 
     # hf_grpo's colocated backend, as the trainer builds it.
-    config = GRPOConfig(
+    config = RunConfig(
         output_dir="/tmp/bench_generation",
         generation_backend="vllm",
         use_cpu=True,

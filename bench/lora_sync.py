@@ -35,11 +35,11 @@ RANK = 16
 
 
 def policy(kind: str, path: str):
-    from hf_grpo import GRPOConfig
+    from hf_grpo import RunConfig
     from hf_grpo.models.loading import prepare_policy
     from hf_grpo.models.quantization import build_quantization_config
 
-    config = GRPOConfig(
+    config = RunConfig(
         output_dir="/tmp/bench_lora_sync",
         use_peft=True,
         lora_r=RANK,
@@ -63,14 +63,14 @@ def policy(kind: str, path: str):
 def measure_engine(kind: str, sync: str, path: str, args) -> dict:
     from accelerate import Accelerator
 
-    from hf_grpo import GRPOConfig
+    from hf_grpo import RunConfig
     from hf_grpo.generation import SamplingParams
     from hf_grpo.generation.adapter_sync import adapter_bytes, adapter_tensors
     from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
     from hf_grpo.generation.weights import iter_policy_weights
     from hf_grpo.learner.logprobs import Readout, completion_logprobs
 
-    config = GRPOConfig(
+    config = RunConfig(
         output_dir=f"/tmp/bench_lora_sync/{kind}-{sync}",
         generation_backend="vllm",
         vllm_lora_sync=sync,

@@ -133,10 +133,10 @@ def worker(name: str, opts) -> None:
                 **adapter,
             )
         else:
-            from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+            from hf_grpo import DistributedGRPOTrainer, RunConfig
 
             backend = "vllm" if name.startswith("ours_vllm") else "hf"
-            args = GRPOConfig(
+            args = RunConfig(
                 **{**shape(opts, out, vllm=backend == "vllm"), **precision},
                 plot_metrics=False,
                 logprob_chunk_size=opts.logprob_chunk_size,

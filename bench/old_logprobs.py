@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from compare_trl import REWARDS, SYSTEM, WEIGHTS, StepTimer  # noqa: E402
 from transformers import set_seed  # noqa: E402
 
-from hf_grpo import DistributedGRPOTrainer, GRPOConfig  # noqa: E402
+from hf_grpo import DistributedGRPOTrainer, RunConfig  # noqa: E402
 from hf_grpo.data import load_prompt_dataset  # noqa: E402
 from hf_grpo.models import load_tokenizer, resolve_model_path  # noqa: E402
 
@@ -43,7 +43,7 @@ def run(opts, model_path, dataset, tokenizer, from_sampler: bool) -> tuple[float
     timer = StepTimer()
     per_round = opts.steps_per_generation
     with tempfile.TemporaryDirectory() as out:
-        args = GRPOConfig(
+        args = RunConfig(
             output_dir=out,
             per_device_train_batch_size=opts.prompts * opts.generations // per_round,
             steps_per_generation=per_round,

@@ -34,7 +34,7 @@ def main() -> None:
 
     from accelerate import Accelerator
 
-    from hf_grpo import GRPOConfig
+    from hf_grpo import RunConfig
     from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
     from hf_grpo.generation.weights import iter_policy_weights, save_policy_weights
     from hf_grpo.models import load_model, resolve_model_path
@@ -44,7 +44,7 @@ def main() -> None:
     model = load_model(path, args.dtype).to(args.device)
     params = [p.detach() for p in model.parameters()]
     nbytes = sum(p.numel() * p.element_size() for p in params)
-    config = GRPOConfig(
+    config = RunConfig(
         output_dir="/tmp/bench_weight_sync",
         generation_backend="vllm",
         use_cpu=not cuda,

@@ -11,7 +11,7 @@ from .errors import run_command
 USAGE = """usage: hf-grpo <command> [options]
 
 commands:
-  train   run GRPO training (same arguments as train.py: --recipe FILE and any GRPOConfig --field value)
+  train   run GRPO training (same arguments as train.py: --recipe FILE and any RunConfig --field value)
   serve   start a vLLM server for vllm_mode: server (hf-grpo serve --help)
   eval    accuracy of a model or checkpoint on a dataset, strict and lenient (hf-grpo eval --help)
   plan    print the command each node of a multi-node run executes, servers and trainers (hf-grpo plan --help)

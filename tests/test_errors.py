@@ -10,7 +10,7 @@ import sys
 import pytest
 from datasets import Dataset, IterableDataset
 
-from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+from hf_grpo import DistributedGRPOTrainer, GRPOConfig, RunConfig
 from hf_grpo.config.recipes import RecipeError, parse_config
 from hf_grpo.config.validation import ConfigError
 from hf_grpo.data import DataFormatError, load_prompt_dataset
@@ -60,7 +60,7 @@ def test_counts_and_types_fail_in_the_config_naming_the_field(tmp_path, field, v
 
 
 def test_a_scalar_for_a_list_field_is_one_element_not_its_characters(tmp_path):
-    assert GRPOConfig(output_dir=str(tmp_path), reward_funcs="boxed").reward_funcs == ["boxed"]
+    assert RunConfig(output_dir=str(tmp_path), reward_funcs="boxed").reward_funcs == ["boxed"]
     assert parse_config(write_recipe(tmp_path, "reward_funcs: boxed\n")).reward_funcs == ["boxed"]
 
 

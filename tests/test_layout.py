@@ -38,7 +38,6 @@ LAYERS = [
     "trl_compat.trainer",
     "trainer",
     "train",
-    "trl_compat.script",
     "envcheck",
     "cli",
 ]
@@ -381,7 +380,7 @@ def test_every_documented_import_path_resolves():
         "hf_grpo.GRPOConfig",
         "hf_grpo.data.load_prompt_dataset",
         "hf_grpo.rewards",
-        "hf_grpo.trl_compat.script.GRPOConfig",
+        "hf_grpo.RunConfig",
         "hf_grpo.envcheck",
         "hf_grpo.cli.main",
         "hf_grpo.train.main",

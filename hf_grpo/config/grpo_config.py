@@ -2,8 +2,10 @@
 
 Fields are grouped by purpose (model, data, algorithm, rewards, agents, logging; generation and vLLM in the base class
 `hf_grpo.config.generation_fields.GenerationFields`). Recipes in
-`recipes/*.yaml` map onto these fields one to one (see `hf_grpo.config.recipes`). Names follow TRL's `GRPOConfig`
-where the two overlap, so a TRL recipe mostly carries over.
+`recipes/*.yaml` map onto these fields one to one through `RunConfig` (see `hf_grpo.config.recipes`), which adds the
+model, dataset, reward, adapter and quantization fields as arguments: here they sit at their defaults, outside
+``__init__``, because TRL's scripts parse them with `ScriptArguments` and `ModelConfig` (`hf_grpo.config.run_fields`).
+Names follow TRL's `GRPOConfig` where the two overlap, so a TRL recipe mostly carries over.
 
 Batch arithmetic (checked in `__post_init__`):
 - One *generation round* produces, on each process, ``per_device_train_batch_size * steps_per_generation``
@@ -31,6 +33,7 @@ from ..trl_compat import config as trl_compat
 from . import validation
 from .generation_fields import GenerationFields
 from .quantization_fields import check_quantization_fields
+from .run_fields import run_field
 
 logger = logging.getLogger(__name__)
 
@@ -53,32 +56,15 @@ class GRPOConfig(GenerationFields):
         return super().__new__(cls)
 
     # ---- model --------------------------------------------------------------------------------------
-    model_name_or_path: str = field(
-        default="smollm2-135m",
-        metadata={
-            "help": "Hub id, local path, or `smollm2-135m` for the embedded SmolLM2-135M-Instruct shipped with the "
-            "install (`smolvlm-135m`: the same language model with a small random vision tower, docs/vlm.md). "
-            "Ignored when a model object is passed to the trainer."
-        },
-    )
-    dtype: str = field(
-        default="auto",
-        metadata={
-            "help": "Weights dtype of the trained policy: float32, bfloat16, float16, or auto: float32 master weights "
-            "when all weights train (on GPU the compute runs in bf16 through `bf16` mixed precision), bfloat16 "
-            "for the frozen base of a LoRA run on CUDA."
-        },
-    )
-    attn_implementation: str | None = field(
-        default=None, metadata={"help": "Attention kernel passed to `from_pretrained` (e.g. sdpa, flash_attention_2)."}
-    )
-    use_peft: bool = field(default=False, metadata={"help": "Train a LoRA adapter instead of all weights."})
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling alpha."})
-    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
-    lora_target_modules: list[str] | None = field(
-        default=None, metadata={"help": "Module names to adapt; None adapts all linear layers except the output head."}
-    )
+    # run_field: arguments of RunConfig, not of this class (TRL's scripts parse them next to it; run_fields.py).
+    model_name_or_path: str = run_field("smollm2-135m")
+    dtype: str = run_field("auto")
+    attn_implementation: str | None = run_field(None)
+    use_peft: bool = run_field(False)
+    lora_r: int = run_field(16)
+    lora_alpha: int = run_field(32)
+    lora_dropout: float = run_field(0.05)
+    lora_target_modules: list[str] | None = run_field(None)
     freeze_vision_tower: bool = field(
         default=False,
         metadata={
@@ -88,13 +74,7 @@ class GRPOConfig(GenerationFields):
     )
 
     # ---- data ---------------------------------------------------------------------------------------
-    dataset_name: str = field(
-        default="arithmetic",
-        metadata={
-            "help": "Training prompts: a JSONL file (ColossalChat math/code rows, raw GSM8K, or rows with a prompt "
-            "column), a `datasets` folder or file, or `arithmetic[:N]` for the generated embedded task."
-        },
-    )
+    dataset_name: str = run_field("arithmetic")
     prompt_column: str = field(default="prompt", metadata={"help": "Column holding the prompt in generic data."})
     system_prompt: str | None = field(
         default=None, metadata={"help": "System message prepended to every chat prompt that lacks one."}
@@ -289,14 +269,7 @@ class GRPOConfig(GenerationFields):
     )
 
     # ---- rewards ------------------------------------------------------------------------------------
-    reward_funcs: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "Reward functions: built-in names (boxed, think_answer_tags, format, boxed_format, gsm8k, code), "
-            "dotted import paths (my_pkg.rewards.fn), or model:<path or hub id> for a sequence-classification "
-            "reward model."
-        },
-    )
+    reward_funcs: list[str] | None = run_field(None)
     reward_weights: list[float] | None = field(
         default=None, metadata={"help": "One weight per reward function; default all 1."}
     )

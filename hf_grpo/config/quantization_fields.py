@@ -1,6 +1,7 @@
 """The fields of `GRPOConfig` that load the policy's frozen base in 4 or 8 bits (QLoRA), under the names TRL's scripts
 read from their ``ModelConfig`` (``load_in_4bit``, ``load_in_8bit``, ``bnb_4bit_quant_type``, ``use_bnb_nested_quant``,
-``bnb_4bit_quant_storage``), plus ``bnb_4bit_compute_dtype``, which TRL's scripts take from ``dtype``.
+``bnb_4bit_quant_storage``), plus ``bnb_4bit_compute_dtype``, which TRL's scripts take from ``dtype``. TRL's names are
+`GRPOConfig` fields at their defaults, arguments of `RunConfig` (`hf_grpo.config.run_fields` says why).
 
 A base class of `GRPOConfig` (below it, TRL's fields), so that each file stays one group of fields. The same request
 can come as TRL's trainer keyword ``quantization_config`` or as ``model_init_kwargs: {quantization_config: {...}}``;
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..models.quantization import check_quantized_sharding
 from ..trl_compat.fields import TRLFields
+from .run_fields import run_field
 
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
@@ -22,30 +24,10 @@ COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 @dataclass
 class QuantizationFields(TRLFields):
     # ---- quantized base (QLoRA) -----------------------------------------------------------------------------------
-    load_in_4bit: bool = field(
-        default=False,
-        metadata={
-            "help": "TRL's: load the policy's base weights in 4 bits with bitsandbytes (QLoRA; needs a LoRA adapter: "
-            "use_peft or a peft_config, and `pip install 'hf-grpo[qlora]'`). vLLM generates with the adapter merged "
-            "into the dequantized base, so it samples from the policy the trainer scores (docs/qlora.md)."
-        },
-    )
-    load_in_8bit: bool = field(
-        default=False,
-        metadata={
-            "help": "TRL's: load the base weights in 8 bits (LLM.int8). Its matmul quantizes the activations too, so "
-            "no dense weight reproduces it: HF generation only (generation_backend: hf); vLLM is refused."
-        },
-    )
-    bnb_4bit_quant_type: str = field(
-        default="nf4", metadata={"help": "TRL's: the 4-bit data type, nf4 (NormalFloat, QLoRA's) or fp4."}
-    )
-    use_bnb_nested_quant: bool = field(
-        default=False,
-        metadata={
-            "help": "TRL's: quantize the 4-bit blocks' scales too (QLoRA's double quantization, ~0.4 bit/weight)."
-        },
-    )
+    load_in_4bit: bool = run_field(False)
+    load_in_8bit: bool = run_field(False)
+    bnb_4bit_quant_type: str = run_field("nf4")
+    use_bnb_nested_quant: bool = run_field(False)
     bnb_4bit_compute_dtype: str | None = field(
         default=None,
         metadata={
@@ -54,13 +36,7 @@ class QuantizationFields(TRLFields):
             "backward is ~10x slower than float32 (docs/qlora.md)."
         },
     )
-    bnb_4bit_quant_storage: str | None = field(
-        default=None,
-        metadata={
-            "help": "TRL's: the dtype the packed 4-bit weights are stored in (e.g. bfloat16). FSDP needs it set to the "
-            "dtype of the other weights, so that it can flatten them together; None: uint8."
-        },
-    )
+    bnb_4bit_quant_storage: str | None = run_field(None)
 
 
 def quantization_requested(config) -> bool:

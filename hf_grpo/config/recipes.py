@@ -1,4 +1,5 @@
-"""Recipes: YAML files whose keys are `GRPOConfig` fields, plus command-line overrides.
+"""Recipes: YAML files whose keys are `RunConfig` fields (`GRPOConfig`'s, and the model, dataset, reward, adapter and
+quantization fields), plus command-line overrides.
 
     accelerate launch train.py --recipe recipes/dapo.yaml --learning_rate 2e-6
 
@@ -23,12 +24,12 @@ import yaml
 from transformers import HfArgumentParser
 
 from ..errors import InputError
-from .grpo_config import GRPOConfig
+from .run_config import RunConfig
 from .validation import ConfigError, describe, field_types, matches, takes_list_not_str
 
 
 class RecipeError(InputError):
-    """A recipe or command line that cannot be mapped onto `GRPOConfig`."""
+    """A recipe or command line that cannot be mapped onto `RunConfig`."""
 
 
 _BOOL_WORDS = {"yes": True, "y": True, "on": True, "no": False, "n": False, "off": False}
@@ -66,7 +67,7 @@ _RecipeLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, 
 
 
 def config_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
+    return {f.name for f in dataclasses.fields(RunConfig) if f.init}
 
 
 def _closest(name: str, candidates: set[str]) -> str:
@@ -87,12 +88,12 @@ def _typed(value, tp, where: str, key: str):
 
 
 def read_recipe(path: str | Path) -> dict:
-    """Parse a recipe into a dict of config values, validating every key and value against `GRPOConfig`."""
+    """Parse a recipe into a dict of config values, validating every key and value against `RunConfig`."""
     return _read_recipe(path)[0]
 
 
 def _read_recipe(path: str | Path) -> tuple[dict, dict[str, str]]:
-    """The recipe's values, and each key's ``file:line`` (for errors found later, in `GRPOConfig`)."""
+    """The recipe's values, and each key's ``file:line`` (for errors found later, in `GRPOConfig.__post_init__`)."""
     path = Path(path)
     if path.is_dir():
         raise RecipeError(f"recipe {path} is a folder; pass a .yaml file, e.g. recipes/quickstart.yaml")
@@ -118,15 +119,15 @@ def _read_recipe(path: str | Path) -> tuple[dict, dict[str, str]]:
     if root is None:
         return {"recipe": str(path)}, {}
     if not isinstance(root, yaml.MappingNode):
-        raise RecipeError(f"{path}:{root.start_mark.line + 1}: a recipe is a mapping of GRPOConfig fields to values")
-    known, types, lines = config_fields(), field_types(GRPOConfig), {}
+        raise RecipeError(f"{path}:{root.start_mark.line + 1}: a recipe is a mapping of RunConfig fields to values")
+    known, types, lines = config_fields(), field_types(RunConfig), {}
     for key_node, _ in root.value:
         key = key_node.value
         where = lines[key] = f"{path}:{key_node.start_mark.line + 1}"
         if key not in known:
             raise RecipeError(
                 f"{where}: unknown key `{key}`{_closest(key, known)} "
-                f"(keys are GRPOConfig fields; see `hf-grpo train --help`)"
+                f"(keys are RunConfig fields; see `hf-grpo train --help`)"
             )
         values[key] = _typed(values[key], types[key], where, key)
     values.setdefault("recipe", str(path))
@@ -144,8 +145,8 @@ def _join_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
-def parse_config(argv: list[str] | None = None) -> GRPOConfig:
-    """Build a `GRPOConfig` from ``--recipe``/``--config FILE`` and ``--field value`` overrides."""
+def parse_config(argv: list[str] | None = None) -> RunConfig:
+    """Build a `RunConfig` from ``--recipe``/``--config FILE`` and ``--field value`` overrides."""
     argv = _join_negative_values(list(sys.argv[1:] if argv is None else argv))
     recipe_values: dict = {}
     lines: dict[str, str] = {}
@@ -165,7 +166,7 @@ def parse_config(argv: list[str] | None = None) -> GRPOConfig:
             rest.append(arg)
         i += 1
     # No prefix matching: `--num_generation` must be an error with a suggestion, not silently `--num_generations`.
-    parser = HfArgumentParser(GRPOConfig, allow_abbrev=False)
+    parser = HfArgumentParser(RunConfig, allow_abbrev=False)
     # Recipe values become the parser's defaults, so explicit flags still override them.
     parser.set_defaults(**recipe_values)
     namespace, unknown = parser.parse_known_args(rest)
@@ -177,7 +178,7 @@ def parse_config(argv: list[str] | None = None) -> GRPOConfig:
     # Structured values from YAML (lists, dicts) survive set_defaults untouched; strings from the CLI are parsed
     # by HfArgumentParser according to each field's type.
     try:
-        return GRPOConfig(**values)
+        return RunConfig(**values)
     except ConfigError as e:
         # A value the recipe set (and no flag overrode) is reported at its line.
         flag_set = any(a.split("=", 1)[0] in (f"--{e.field}", f"--{(e.field or '').replace('_', '-')}") for a in rest)

@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     from accelerate import Accelerator
 
-    from ..config.grpo_config import GRPOConfig
+    from ..config.run_config import RunConfig
     from ..data import DataFormatError, load_prompt_dataset
     from ..generation import SamplingParams, build_generator
     from ..models.loading import ModelLoadError, check_model_path, load_model, load_tokenizer
@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
     from .accuracy import evaluate_rows
 
     try:  # what the user named, checked before anything heavy loads
-        config = GRPOConfig(
+        config = RunConfig(
             output_dir=tempfile.mkdtemp(prefix="hf_grpo-eval-"),
             generation_backend=args.backend,
             dtype=args.dtype,

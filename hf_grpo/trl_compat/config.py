@@ -42,8 +42,16 @@ class ConfigFieldError(InputError):
 
 def check_init_kwargs(cls, kwargs: dict) -> None:
     """Unknown keywords to ``cls(...)`` are an error naming the closest field (not the dataclass's bare TypeError)."""
-    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    known = {name for name, f in fields.items() if f.init}
     for name in kwargs:
+        if name in fields and name not in known:
+            raise ConfigFieldError(
+                f"`{name}` is not an argument of {cls.__name__}: as in TRL, a script hands the model, dataset, reward "
+                f"functions, adapter and quantization to the trainer (model=, train_dataset=, reward_funcs=, "
+                f"peft_config=, quantization_config=, model_init_kwargs) or parses them with TRL's ScriptArguments and "
+                f"ModelConfig; `hf_grpo.RunConfig` is GRPOConfig with `{name}` as an argument, as recipes set it"
+            )
         if name not in known:
             match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
             hint = f"; did you mean `{match[0]}`?" if match else ""

@@ -3,11 +3,11 @@ and fail early, naming both values, when a recipe contradicts the launcher."""
 
 import pytest
 
-from hf_grpo import GRPOConfig
+from hf_grpo import RunConfig
 
 
 def config(tmp_path, **kw):
-    return GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, **kw)
+    return RunConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, **kw)
 
 
 def test_cpu_defaults_without_a_launcher(tmp_path, monkeypatch):
@@ -84,20 +84,20 @@ def test_sampler_ratios_the_trainer_cannot_reproduce_are_refused(tmp_path):
 def test_adaptive_entropy_bounds_are_checked_by_the_config(tmp_path):
     bounds = dict(use_adaptive_entropy=True, entropy_coef=0.1, entropy_coef_min=0.5, entropy_coef_max=0.2)
     with pytest.raises(ValueError, match=r"entropy_coef_min \(0.5\) must be <= entropy_coef_max \(0.2\)"):
-        GRPOConfig(output_dir=str(tmp_path), **bounds)
-    GRPOConfig(output_dir=str(tmp_path), **{**bounds, "use_adaptive_entropy": False})  # the bounds are unused
+        RunConfig(output_dir=str(tmp_path), **bounds)
+    RunConfig(output_dir=str(tmp_path), **{**bounds, "use_adaptive_entropy": False})  # the bounds are unused
 
 
 def test_partial_rollouts_and_weight_sync_steps_state_their_rules(tmp_path):
     base = dict(output_dir=str(tmp_path), generation_backend="vllm", use_cpu=True)
     with pytest.raises(ValueError, match="partial_rollouts needs max_staleness"):
-        GRPOConfig(**base, partial_rollouts="keep")
+        RunConfig(**base, partial_rollouts="keep")
     with pytest.raises(ValueError, match="partial_rollouts='abort' is not one of \\('keep', 'recompute'\\)"):
-        GRPOConfig(**base, max_staleness=1, partial_rollouts="abort")
+        RunConfig(**base, max_staleness=1, partial_rollouts="abort")
     with pytest.raises(ValueError, match="partial_rollouts with dynamic_sampling is not supported"):
-        GRPOConfig(**base, max_staleness=1, partial_rollouts="keep", dynamic_sampling=True)
+        RunConfig(**base, max_staleness=1, partial_rollouts="keep", dynamic_sampling=True)
     with pytest.raises(ValueError, match="weight_sync_steps=3 .* needs max_staleness >= 2 \\(got 1\\)"):
-        GRPOConfig(**base, max_staleness=1, weight_sync_steps=3)
+        RunConfig(**base, max_staleness=1, weight_sync_steps=3)
     with pytest.raises(ValueError, match="weight_sync_steps must be >= 1"):
-        GRPOConfig(**base, weight_sync_steps=0)
-    assert GRPOConfig(**base, max_staleness=2, weight_sync_steps=3, partial_rollouts="recompute").weight_sync_steps == 3
+        RunConfig(**base, weight_sync_steps=0)
+    assert RunConfig(**base, max_staleness=2, weight_sync_steps=3, partial_rollouts="recompute").weight_sync_steps == 3

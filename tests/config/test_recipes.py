@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hf_grpo.config import GRPOConfig
+from hf_grpo.config import GRPOConfig, RunConfig
 from hf_grpo.config.recipes import RecipeError, parse_config, read_recipe
 
 RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
@@ -79,13 +79,14 @@ def test_invalid_values_fail_early(tmp_path, field, value, message):
         GRPOConfig(**kwargs)
 
 
-def test_every_field_has_help():
+@pytest.mark.parametrize("cls", [GRPOConfig, RunConfig])
+def test_every_field_has_help(cls):
     import dataclasses
 
-    ours = {f.name for f in dataclasses.fields(GRPOConfig)} - {
+    ours = {f.name for f in dataclasses.fields(cls)} - {
         f.name for f in dataclasses.fields(__import__("transformers").TrainingArguments)
     }
-    for f in dataclasses.fields(GRPOConfig):
+    for f in dataclasses.fields(cls):
         if f.name in ours:
             assert f.metadata.get("help"), f"{f.name} has no help"
 

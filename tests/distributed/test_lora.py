@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+from hf_grpo import DistributedGRPOTrainer, RunConfig
 from hf_grpo.data import load_prompt_dataset
 from tests.helpers.rewards import even_token_reward
 from tests.helpers.scoring import trainer_logprobs, vllm_logprobs
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("sync", ["adapter", "merged"])
 def test_lora_sync_serves_the_merged_adapter_and_leaves_the_base_untouched(sync, vllm_tiny_path, tmp_path):
-    args = GRPOConfig(
+    args = RunConfig(
         vllm_lora_sync=sync,
         output_dir=str(tmp_path),
         use_peft=True,
@@ -99,7 +99,7 @@ def test_an_adapter_update_lands_on_requests_in_flight(vllm_tiny_path, tmp_path)
     from hf_grpo.generation.vllm_colocate import VLLMColocateGenerator
     from hf_grpo.models import load_model
 
-    args = GRPOConfig(
+    args = RunConfig(
         output_dir=str(tmp_path),
         generation_backend="vllm",
         vllm_enforce_eager=True,

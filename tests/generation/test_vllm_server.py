@@ -14,7 +14,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from hf_grpo import GRPOConfig
+from hf_grpo import RunConfig
 from hf_grpo.generation import SamplingParams
 from hf_grpo.generation.adapter_sync import ADAPTER_NAME
 from hf_grpo.generation.vllm_server import VLLMServerError, VLLMServerGenerator
@@ -36,8 +36,8 @@ def servers(vllm_tiny_path, tmp_path_factory):
         yield list(pair)
 
 
-def setup_args(servers, output_dir, **overrides) -> GRPOConfig:
-    return GRPOConfig(
+def setup_args(servers, output_dir, **overrides) -> RunConfig:
+    return RunConfig(
         output_dir=str(output_dir),
         generation_backend="vllm",
         vllm_mode="server",

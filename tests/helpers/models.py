@@ -54,8 +54,8 @@ def save_tiny_classifier(path, tokenizer, num_labels=1) -> str:
 
 
 def colocated_vllm_config(output_dir, **overrides):
-    """A GRPOConfig for a test's colocated vLLM engine on this CPU: eager (no compile), a 0.25 GiB KV cache, gloo."""
-    from hf_grpo import GRPOConfig
+    """A RunConfig for a test's colocated vLLM engine on this CPU: eager (no compile), a 0.25 GiB KV cache, gloo."""
+    from hf_grpo import RunConfig
 
     settings = dict(
         output_dir=str(output_dir),
@@ -65,4 +65,4 @@ def colocated_vllm_config(output_dir, **overrides):
         use_cpu=True,
         report_to="none",
     )
-    return GRPOConfig(**{**settings, **overrides})
+    return RunConfig(**{**settings, **overrides})

@@ -17,14 +17,14 @@ early, and decoding the whole budget left (up to 288 tokens a wave) cost a decod
 import re
 from dataclasses import replace
 
-from hf_grpo.config import GRPOConfig
+from hf_grpo.config import RunConfig
 from hf_grpo.generation import GenerationResult, Generator, SamplingParams
 from hf_grpo.generation.turns import BatchedTurns
 
 INNER_TOKENS = 4  # new tokens the inner backend decodes per wave (see the module docstring)
 
 
-def agent_args(tmp_path, **kw) -> GRPOConfig:
+def agent_args(tmp_path, **kw) -> RunConfig:
     """The loop tests' config: two rollouts per prompt on the HF backend, room for a few tool rounds."""
     base = dict(
         output_dir=str(tmp_path),
@@ -34,7 +34,7 @@ def agent_args(tmp_path, **kw) -> GRPOConfig:
         generation_backend="hf",
         report_to=[],
     )
-    return GRPOConfig(**{**base, **kw})
+    return RunConfig(**{**base, **kw})
 
 
 def call(name, **arguments):

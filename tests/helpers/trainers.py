@@ -1,7 +1,7 @@
-"""The tiny-model trainer the trainer-level tests share: a GRPOConfig for mechanics (HF generation, CPU, two steps)
+"""The tiny-model trainer the trainer-level tests share: a RunConfig for mechanics (HF generation, CPU, two steps)
 and a trainer on the generated arithmetic task with the tiny random Llama."""
 
-from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+from hf_grpo import DistributedGRPOTrainer, RunConfig
 from hf_grpo.data import load_prompt_dataset
 from tests.helpers.rewards import even_token_reward
 
@@ -24,7 +24,7 @@ def make_config(tmp_path, **overrides):
         generation_backend="hf",
     )  # mechanics: the vLLM backend has its own tests (tests/generation)
     values.update(overrides)
-    return GRPOConfig(**values)
+    return RunConfig(**values)
 
 
 def make_trainer(tiny_llama_path, tmp_path, reward_funcs=(even_token_reward,), **overrides):

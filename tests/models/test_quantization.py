@@ -8,7 +8,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-from hf_grpo import GRPOConfig
+from hf_grpo import RunConfig
 from hf_grpo.models import load_model, quantization
 from hf_grpo.models.quantization import build_quantization_config, check_quantized_training, quantized_description
 
@@ -16,7 +16,7 @@ pytest.importorskip("bitsandbytes")
 
 
 def config(**overrides):
-    return GRPOConfig(output_dir="/tmp/unused", use_cpu=True, report_to="none", **overrides)
+    return RunConfig(output_dir="/tmp/unused", use_cpu=True, report_to="none", **overrides)
 
 
 def test_script_fields_build_trls_bitsandbytes_config():

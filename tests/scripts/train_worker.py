@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from hf_grpo import DistributedGRPOTrainer, GRPOConfig
+from hf_grpo import DistributedGRPOTrainer, RunConfig
 from hf_grpo.data import load_prompt_dataset
 from hf_grpo.errors import InputError
 from hf_grpo.generation.weights import iter_policy_weights
@@ -110,7 +110,7 @@ def run_spec(spec: dict, run: dict) -> dict:
 
 def train_one(model_path: str, out: str, k: int, spec: dict) -> None:
     mode = spec.get("mode", "train")
-    args = GRPOConfig(output_dir=spec.get("output_dir", f"{out}/run{k}"), **{**BASE, **spec["config"]})
+    args = RunConfig(output_dir=spec.get("output_dir", f"{out}/run{k}"), **{**BASE, **spec["config"]})
     if mode == "budget":
         args.max_train_minutes = 1.0
     if spec.get("scripted_tool_calls"):

@@ -1,6 +1,6 @@
 """TRL's vision-language script (``examples/scripts/grpo_vlm.py``, not shipped in TRL's wheel) run the way it runs,
 with the config import that docs/vlm.md gives for a `TrlParser` script: TRL's ``ScriptArguments`` and
-``ModelConfig`` parsed next to ``hf_grpo.trl_compat.script.GRPOConfig`` from the script's own command line (LoRA on
+``ModelConfig`` parsed next to ``hf_grpo.GRPOConfig`` from the script's own command line (LoRA on
 ``q_proj``/``v_proj``, ``--dtype``), the dataset prepared as the script prepares it (conversation prompts, large
 images filtered out, non-RGB images converted, a held-out split), TRL's ``think_format_reward`` and
 ``accuracy_reward``, and the model, quantization and PEFT configs handed to the trainer by TRL's helpers.
@@ -33,7 +33,7 @@ def grpo_vlm_script(argv: list[str], dataset: Dataset):
     from trl.rewards import accuracy_reward, think_format_reward
 
     from hf_grpo import DistributedGRPOTrainer as GRPOTrainer
-    from hf_grpo.trl_compat.script import GRPOConfig  # in a TrlParser script; was: from trl import GRPOConfig
+    from hf_grpo import GRPOConfig  # in a TrlParser script too; was: from trl import GRPOConfig
 
     script_args, training_args, model_args = TrlParser(
         (ScriptArguments, GRPOConfig, ModelConfig)

@@ -116,7 +116,7 @@ def conversational(folder: Path, model: str) -> str:
 
 
 def trl_grpo_script() -> str:
-    """TRL's own grpo.py with two imports swapped."""
+    """TRL's own grpo.py with two imports swapped: the lines docs/trl_compatibility.md gives."""
     source = (Path(trl.__file__).parent / "scripts" / "grpo.py").read_text()
     # The only change: GRPOTrainer and GRPOConfig come from hf_grpo.
     swaps = {
@@ -125,8 +125,7 @@ def trl_grpo_script() -> str:
             "    from hf_grpo import DistributedGRPOTrainer as GRPOTrainer\n"
         ),
         "    from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, TrlParser\n": (
-            "    from trl import DatasetMixtureConfig, ModelConfig, TrlParser\n"
-            "    from hf_grpo.trl_compat.script import GRPOConfig\n"
+            "    from trl import DatasetMixtureConfig, ModelConfig, TrlParser\n    from hf_grpo import GRPOConfig\n"
         ),
     }
     for old, new in swaps.items():
