@@ -72,6 +72,7 @@ from .models.reference import prepare_reference_model
 from .reporting.callbacks import PlotCallback, RichProgressCallback
 from .reporting.completions import CompletionsLog
 from .reporting.model_card import model_card_text
+from .reporting.run_setup import run_setup
 from .reporting.step_log import StepLog
 from .rewards import RewardFunctionError, reward_functions, reward_runners
 from .rollout.collector import RolloutCollector
@@ -212,6 +213,8 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             args, self.accelerator, self.model_wrapped, tokenizer, resolve_model_path(model_id)
         )
         check_backend(self.generator, vision)
+        self.run_setup = run_setup(self.accelerator, policy, self.generator, args.beta, self.ref_model is not None)
+        logger.info("setup: %s", self.run_setup)  # what runs: backend, precision, weights, generator
         multi_turn = multi_turn_rollouts(
             args.num_generations,
             self.agent,

@@ -165,6 +165,10 @@ class Generator(ABC):
         """Sample ``n`` completions for each prompt. Called on every process, possibly with no prompts. ``media``:
         one `PromptMedia` per prompt for a vision-language policy (its ids then hold the expanded image tokens)."""
 
+    def describe(self) -> str:
+        """What generates, in a few words, for the run's setup line (`hf_grpo.reporting.run_setup`)."""
+        return type(self).__name__
+
     def update_weights(self, model, version: int) -> None:
         """Receive the trainer's current weights. Called on every process (gathers are collectives).
 

@@ -128,6 +128,9 @@ class ContinuousBatchingGenerator(HFGenerator):
         )
 
     @torch.no_grad()
+    def describe(self) -> str:
+        return "transformers continuous batching"
+
     def generate(
         self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, media: list | None = None
     ) -> GenerationResult:

@@ -87,6 +87,9 @@ class HFGenerator(Generator):
         return BatchedTurns(self, lockstep_any_rank)
 
     @torch.no_grad()
+    def describe(self) -> str:
+        return "transformers generate"
+
     def generate(
         self, prompt_ids: list[list[int]], n: int, sampling: SamplingParams, media: list | None = None
     ) -> GenerationResult:

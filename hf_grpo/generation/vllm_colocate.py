@@ -394,6 +394,11 @@ class VLLMColocateGenerator(Generator):
     def collect_finished(self, tag: str) -> list:
         return self._finished.pop(tag, [])
 
+    def describe(self) -> str:
+        engines = "an engine per process" if self.tp == 1 else f"an engine per {self.tp} processes (tensor parallel)"
+        sync = f"the LoRA adapter (rank {self.lora_rank})" if self.lora_rank else "full weights"
+        return f"vLLM colocated, {engines}; weight sync: {sync}"
+
     def update_weights(self, model, version: int) -> None:
         self._wake()
         with _keep_torch_threads():

@@ -508,6 +508,11 @@ class VLLMServerGenerator(Generator):
             client.load_adapter(adapter_path(self.adapter_dir, self.weight_version), self.weight_version)
 
     # ---- weight sync --------------------------------------------------------------------------------------------
+    def describe(self) -> str:
+        servers = ", ".join(c.url for c in self.clients)
+        sync = f"the LoRA adapter (rank {self.lora_rank})" if self.lora_rank else "full weights"
+        return f"vLLM server{'s' if len(self.clients) > 1 else ''} {servers}; weight sync: {sync} by {self.transfer}"
+
     def update_weights(self, model, version: int) -> None:
         # Partial rollouts: the main process freezes every server's requests in flight for the update (vLLM's pause,
         # mode keep), so they go on afterwards with the new weights instead of the update waiting for them.

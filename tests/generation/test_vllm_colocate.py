@@ -36,6 +36,7 @@ def setup(smol_path, tokenizer, tmp_path_factory):
     assert torch.get_num_threads() == threads, "vLLM's serving default of 1 thread leaked into the trainer"
     # vllm_kv_cache_gib unset: one round (8 sequences x 384 tokens x 46080 float32 K/V bytes), not a fixed GiB
     assert generator.llm.llm_engine.vllm_config.cache_config.kv_cache_memory_bytes == int(8 * 384 * 46080 * 1.1)
+    assert generator.describe() == "vLLM colocated, an engine per process; weight sync: full weights"
     model = load_model(smol_path).eval()
     yield generator, model, accelerator, encode_prompts(tokenizer, PROMPTS)
     generator.close()

@@ -166,6 +166,8 @@ def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(ser
         setup_args(servers, tmp_path / "lora"), Accelerator(cpu=True), policy, None, ""
     )
     assert generator.lora_rank == LORA_SERVED  # vLLM rounds rank 4 up to its next max_lora_rank
+    urls = ", ".join(s.url for s in servers)
+    assert generator.describe() == f"vLLM servers {urls}; weight sync: the LoRA adapter (rank {LORA_SERVED}) by disk"
     generator.update_weights(policy, version=3)
     base_file = os.path.join(generator.sync_dir, "model.safetensors")
     written = os.stat(base_file).st_mtime_ns

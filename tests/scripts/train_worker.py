@@ -160,6 +160,7 @@ def train_one(model_path: str, out: str, k: int, spec: dict) -> None:
     saved.update(
         log=trainer.state.log_history,
         ref_model=type(trainer.ref_model).__name__,
+        setup=trainer.run_setup,
         peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     )
     torch.save(saved, f"{out}/rank{rank}_{k}.pt")
