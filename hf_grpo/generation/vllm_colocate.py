@@ -396,7 +396,7 @@ class VLLMColocateGenerator(Generator):
 
     def describe(self) -> str:
         engines = "an engine per process" if self.tp == 1 else f"an engine per {self.tp} processes (tensor parallel)"
-        sync = f"the LoRA adapter (rank {self.lora_rank})" if self.lora_rank else "full weights"
+        sync = f"the LoRA adapter (engine max_lora_rank {self.lora_rank})" if self.lora_rank else "full weights"
         return f"vLLM colocated, {engines}; weight sync: {sync}"
 
     def update_weights(self, model, version: int) -> None:

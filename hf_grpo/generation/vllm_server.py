@@ -510,7 +510,7 @@ class VLLMServerGenerator(Generator):
     # ---- weight sync --------------------------------------------------------------------------------------------
     def describe(self) -> str:
         servers = ", ".join(c.url for c in self.clients)
-        sync = f"the LoRA adapter (rank {self.lora_rank})" if self.lora_rank else "full weights"
+        sync = f"the LoRA adapter (engine max_lora_rank {self.lora_rank})" if self.lora_rank else "full weights"
         return f"vLLM server{'s' if len(self.clients) > 1 else ''} {servers}; weight sync: {sync} by {self.transfer}"
 
     def update_weights(self, model, version: int) -> None:

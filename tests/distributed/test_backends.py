@@ -178,7 +178,7 @@ def test_backend_trains_with_colocated_vllm_and_a_reference_model(backend, peft,
     # The run's first line says what ran: the FSDP config runs DDP on CPU, and says so here too.
     ran = {"ddp": "DDP", "zero2": "DeepSpeed ZeRO-2", "zero3": "DeepSpeed ZeRO-3", "fsdp2": "DDP"}[backend]
     precision = "no" if backend == "ddp" else "bf16"
-    sync = "the LoRA adapter (rank 4)" if peft else "full weights"
+    sync = "the LoRA adapter (engine max_lora_rank 8)" if peft else "full weights"  # r=4, served at 8
     assert r0["setup"].startswith(f"{ran} on 2 processes (cpu, gloo); mixed precision: {precision}; policy: ")
     assert r0["setup"].endswith(f"generation: vLLM colocated, an engine per process; weight sync: {sync}")
     assert ("4-bit nf4 (bitsandbytes) base" in r0["setup"]) == (peft == "qlora")

@@ -167,7 +167,8 @@ def test_killed_server_is_named_and_a_restarted_one_gets_the_current_weights(ser
     )
     assert generator.lora_rank == LORA_SERVED  # vLLM rounds rank 4 up to its next max_lora_rank
     urls = ", ".join(s.url for s in servers)
-    assert generator.describe() == f"vLLM servers {urls}; weight sync: the LoRA adapter (rank {LORA_SERVED}) by disk"
+    sync = f"the LoRA adapter (engine max_lora_rank {LORA_SERVED}) by disk"
+    assert generator.describe() == f"vLLM servers {urls}; weight sync: {sync}"
     generator.update_weights(policy, version=3)
     base_file = os.path.join(generator.sync_dir, "model.safetensors")
     written = os.stat(base_file).st_mtime_ns

@@ -3,7 +3,11 @@
 tests/distributed/test_backends.py."""
 
 import logging
+import os
+import subprocess
+import sys
 
+from tests.helpers.launch import ROOT, free_port
 from tests.helpers.trainers import make_trainer
 
 
@@ -23,3 +27,20 @@ def test_lora_with_a_kl_term_names_the_adapter_and_the_reference(tiny_llama_path
         "one process (cpu); mixed precision: bf16; policy: LoRA r=4 (float32) over a float32 base; "
         "reference: the adapter disabled; generation: transformers generate"
     )
+
+
+def test_deepspeed_offload_is_named(tmp_path):
+    """A one-process DeepSpeed run (its own process: accelerate's state is process-wide) with both offloads."""
+    script = (
+        "from accelerate import Accelerator\n"
+        "from accelerate.utils import DeepSpeedPlugin\n"
+        "from hf_grpo.reporting.run_setup import distributed_setup\n"
+        "plugin = DeepSpeedPlugin(zero_stage=3, offload_optimizer_device='cpu', offload_param_device='cpu')\n"
+        "print('SETUP', distributed_setup(Accelerator(deepspeed_plugin=plugin)))\n"
+    )
+    env = {**os.environ, "ACCELERATE_USE_DEEPSPEED": "true", "PYTHONPATH": str(ROOT)}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = next(x for x in out.stdout.splitlines() if x.startswith("SETUP "))
+    assert line == "SETUP DeepSpeed ZeRO-3 (optimizer offload: cpu, parameter offload: cpu) on 1 process (cpu, gloo)"
