@@ -66,8 +66,9 @@ class RunConfig(GRPOConfig):
         default=False,
         metadata={
             "help": "TRL's: load the policy's base weights in 4 bits with bitsandbytes (QLoRA; needs a LoRA adapter: "
-            "use_peft or a peft_config, and `pip install 'hf-grpo[qlora]'`). vLLM generates with the adapter merged "
-            "into the dequantized base, so it samples from the policy the trainer scores (docs/qlora.md)."
+            "use_peft or a peft_config, and `pip install 'hf-grpo[qlora]'`). vLLM holds the base dequantized, once, "
+            "and gets the adapter (or the merged weights: vllm_lora_sync), so it samples from the policy the "
+            "trainer scores (docs/qlora.md)."
         },
     )
     load_in_8bit: bool = field(
