@@ -3,11 +3,10 @@
 tests/distributed/test_backends.py."""
 
 import logging
-import os
 import subprocess
 import sys
 
-from tests.helpers.launch import ROOT, free_port
+from tests.helpers.launch import free_port, launched_env
 from tests.helpers.trainers import make_trainer
 
 
@@ -38,8 +37,10 @@ def test_deepspeed_offload_is_named(tmp_path):
         "plugin = DeepSpeedPlugin(zero_stage=3, offload_optimizer_device='cpu', offload_param_device='cpu')\n"
         "print('SETUP', distributed_setup(Accelerator(deepspeed_plugin=plugin)))\n"
     )
-    env = {**os.environ, "ACCELERATE_USE_DEEPSPEED": "true", "PYTHONPATH": str(ROOT)}
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    # launched_env: the venv's ninja first on PATH, as when `make deepspeed-ops` built DeepSpeed's CPU op (another
+    # ninja would rebuild it: a minute of both cores)
+    env = launched_env(ACCELERATE_USE_DEEPSPEED="true", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
     out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     line = next(x for x in out.stdout.splitlines() if x.startswith("SETUP "))
