@@ -16,12 +16,12 @@ from ..models.quantization import quantized_description
 
 def distributed_setup(accelerator) -> str:
     """``"DeepSpeed ZeRO-3 (optimizer offload: cpu) on 2 processes (cpu, gloo)"``, ``"DDP on 2 processes (...)"``,
-    ``"FSDP2 on 8 processes (cuda, nccl)"``, ``"one process (cpu)"``."""
+    ``"FSDP2 on 8 processes (cuda, nccl)"``, ``"DeepSpeed ZeRO-2 on 1 process (cuda)"``, ``"one process (cpu)"``."""
     from accelerate.utils import DistributedType
 
     n = accelerator.num_processes
     where = accelerator.device.type
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    if n > 1:  # the process group's backend (a one-process group, if any, carries no traffic)
         where += f", {torch.distributed.get_backend()}"
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
         plugin = accelerator.state.deepspeed_plugin
