@@ -69,19 +69,16 @@ from .models.loading import load_model, load_processing_class, prepare_policy, r
 from .models.quantization import policy_quantization, quantized_description
 from .models.ref_sync import SyncRefModelCallback
 from .models.reference import prepare_reference_model
-from .reporting.callbacks import PlotCallback, RichProgressCallback
+from .reporting.callbacks import run_callbacks
 from .reporting.completions import CompletionsLog
 from .reporting.model_card import model_card_text
 from .reporting.run_setup import run_setup
-from .reporting.step_log import StepLog
 from .rewards import RewardFunctionError, reward_functions, reward_runners
 from .rollout.collector import RolloutCollector
 from .rollout.pipeline import build_pipeline, oldest_version, pipelined_round
 from .rollout.sampler import RepeatPromptSampler, keep_rows
 from .runtime import checkpoints, nodes
 from .runtime.distributed import any_rank, warn_if_fsdp_falls_back, zero3_init_disabled
-from .runtime.host_memory import ReleaseHostMemory
-from .runtime.time_budget import TimeBudgetCallback
 from .trl_compat.config import check_trainer_arguments
 from .trl_compat.trainer import TRLAttributes
 from .vision.policy import check_backend, check_vision_policy, vision_encoder
@@ -199,16 +196,10 @@ class DistributedGRPOTrainer(TRLAttributes, Trainer):
             self.ref_model,
         )
         if args.disable_tqdm is False:
-            self.remove_callback(ProgressCallback)
-            self.add_callback(RichProgressCallback())
-        if args.plot_metrics:
-            self.add_callback(PlotCallback())
-        # The training clock behind max_train_minutes, save_every_minutes and the logged time/train_minutes.
-        self.clock = TimeBudgetCallback.from_args(args)
-        self.add_callback(self.clock)
-        self.add_callback(ReleaseHostMemory())  # freed host memory back to the OS after each step
-        self.step_log = StepLog(args, self.accelerator, self.clock)
-        self.add_callback(self.step_log)  # TRL's step_time
+            self.remove_callback(ProgressCallback)  # the rich bar replaces it (hf_grpo.reporting.callbacks)
+        self.clock, self.step_log, own_callbacks = run_callbacks(args, self.accelerator)
+        for callback in own_callbacks:
+            self.add_callback(callback)
         self.generator = build_generator(
             args, self.accelerator, self.model_wrapped, tokenizer, resolve_model_path(model_id)
         )

@@ -1,5 +1,6 @@
 """Trainer callbacks for people watching a run: a rich progress bar with a metrics line per step, a PNG of the
-training curves at the end, and the rollout log writer (the training clock is `hf_grpo.runtime.time_budget`)."""
+training curves at the end, and the rollout log writer (the training clock is `hf_grpo.runtime.time_budget`); and
+`run_callbacks`, the callbacks every run of the trainer adds, in their order."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import json
 import os
 
 from transformers import TrainerCallback
+
+from ..runtime.host_memory import ReleaseHostMemory
+from ..runtime.time_budget import TimeBudgetCallback
+from .step_log import StepLog
 
 # The metrics line shows these first, in this order, when present.
 HEADLINE = (
@@ -164,3 +169,16 @@ def write_rollout_log(output_dir: str, step: int, records: list[dict], is_main: 
         for record in records:
             text = {k: v for k, v in record.items() if k != "images"}  # PIL images: the W&B table shows them
             f.write(json.dumps(text, ensure_ascii=False) + "\n")
+
+
+def run_callbacks(args, accelerator) -> tuple[TimeBudgetCallback, StepLog, list[TrainerCallback]]:
+    """The trainer's own callbacks, in the order it adds them: the rich progress bar (``disable_tqdm=False``; the
+    trainer removes transformers' bar), the curves' PNG (``plot_metrics``), the training clock behind
+    ``max_train_minutes``, ``save_every_minutes`` and ``time/train_minutes``, the release of freed host memory after
+    each step, and the step log (TRL's ``step_time``). Returns the clock and the step log, which the trainer reads, and
+    the list to add."""
+    clock = TimeBudgetCallback.from_args(args)
+    step_log = StepLog(args, accelerator, clock)
+    watching = [RichProgressCallback()] if args.disable_tqdm is False else []
+    watching += [PlotCallback()] if args.plot_metrics else []
+    return clock, step_log, [*watching, clock, ReleaseHostMemory(), step_log]
